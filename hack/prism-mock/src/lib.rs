@@ -1,0 +1,1 @@
+//! Development tool, never shipped.

@@ -1,0 +1,1 @@
+//! The Nutanix machine-api provider: API types, the pure plan layer, the actuator, controllers and runtime.

@@ -1,0 +1,3 @@
+fn main() {
+    println!("nutanix-machine-controller {}", env!("CARGO_PKG_VERSION"));
+}
