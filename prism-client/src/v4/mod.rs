@@ -1,0 +1,19 @@
+//! Prism Central v4 shapes used for template deploy: templates, the deploy request, tasks, the `{"data": …}`
+//! envelope and the v4 error body. JSON names are camelCase; `$objectType` discriminators are written as Prism
+//! expects them.
+
+mod common;
+mod task;
+mod template;
+
+#[cfg(test)]
+mod tests;
+
+pub use common::{AppMessage, Envelope, ErrorData, ExtIdReference, ListMetadata};
+pub use task::{EntityAffected, SubTaskReference, Task, TaskStatus};
+pub use template::{
+    CLOUD_INIT_OBJECT_TYPE, CONFIG_DRIVE_V2, CloudInit, CloudInitScript, GuestCustomization,
+    GuestCustomizationConfig, Nic, NicNetworkInfo, SYSPREP_OBJECT_TYPE, Sysprep, SysprepScript,
+    Template, TemplateDeployRequest, TemplateVersionSpec, UNATTEND_XML_OBJECT_TYPE,
+    USERDATA_OBJECT_TYPE, VmConfigOverride,
+};
