@@ -1,0 +1,133 @@
+//! Typed v4 calls: templates, deploy, tasks.
+
+use reqwest::Method;
+
+use crate::api_v3::single_match;
+use crate::client::{Call, Client};
+use crate::endpoints;
+use crate::error::Error;
+use crate::observe::Api;
+use crate::v4::{Envelope, ExtIdReference, Task, Template, TemplateDeployRequest};
+
+/// Most templates v4 returns per page.
+const V4_MAX_PAGE: u32 = 100;
+
+/// What a deploy returned: the task to watch, and the request id that identifies this deploy (send it again to
+/// get the same task back instead of a second deploy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeployAccepted {
+    pub task_ext_id: String,
+    pub request_id: String,
+}
+
+impl Client {
+    /// One page of templates (`$page` is 0-based).
+    pub async fn list_templates(
+        &self,
+        page: u32,
+        limit: u32,
+    ) -> Result<Envelope<Vec<Template>>, Error> {
+        let mut call = Call::new(
+            Api::VmmV4,
+            Method::GET,
+            endpoints::TEMPLATES_LIST,
+            &["content", "templates"],
+        );
+        call.query = Some(format!("$page={page}&$limit={limit}"));
+        self.call_json(call).await
+    }
+
+    /// Every template, page by page until `totalAvailableResults` (or a short page).
+    pub async fn list_all_templates(&self) -> Result<Vec<Template>, Error> {
+        let limit = self.page_size().min(V4_MAX_PAGE);
+        let mut templates = Vec::new();
+        for page in 0.. {
+            let response = self.list_templates(page, limit).await?;
+            let received = response.data.len();
+            templates.extend(response.data);
+            let total = response
+                .metadata
+                .and_then(|metadata| metadata.total_available_results);
+            let done = match total {
+                Some(total) => received == 0 || templates.len() as u64 >= total,
+                None => received < limit as usize,
+            };
+            if done {
+                break;
+            }
+        }
+        Ok(templates)
+    }
+
+    /// The one template named exactly `name`; [`Error::DuplicateName`] lists the extIds of several.
+    pub async fn find_template_by_name(&self, name: &str) -> Result<Option<Template>, Error> {
+        let matches: Vec<Template> = self
+            .list_all_templates()
+            .await?
+            .into_iter()
+            .filter(|template| template.template_name.as_deref() == Some(name))
+            .collect();
+        single_match("template", name, matches, |template| {
+            template
+                .ext_id
+                .clone()
+                .unwrap_or_else(|| "<no extId>".to_owned())
+        })
+    }
+
+    pub async fn get_template(&self, ext_id: &str) -> Result<Template, Error> {
+        let call = Call::new(
+            Api::VmmV4,
+            Method::GET,
+            endpoints::TEMPLATES_GET,
+            &["content", "templates", ext_id],
+        );
+        let envelope: Envelope<Template> = self.call_json(call).await?;
+        Ok(envelope.data)
+    }
+
+    /// `POST /content/templates/{extId}/$actions/deploy` with `NTNX-Request-Id`.
+    ///
+    /// Pass the `request_id` you recorded before deploying to repeat a deploy safely (Prism returns the same
+    /// task); without one, a new UUID is generated. The client never repeats a deploy on its own (only after a
+    /// session 401, with the same request id).
+    pub async fn deploy_template(
+        &self,
+        template_ext_id: &str,
+        request: &TemplateDeployRequest,
+        request_id: Option<&str>,
+    ) -> Result<DeployAccepted, Error> {
+        let request_id = request_id.map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
+        let mut call = Call::new(
+            Api::VmmV4,
+            Method::POST,
+            endpoints::TEMPLATES_DEPLOY,
+            &[
+                "content",
+                "templates",
+                template_ext_id,
+                "$actions",
+                "deploy",
+            ],
+        )
+        .json(request)?;
+        call.request_id = Some(request_id.clone());
+        let accepted: Envelope<ExtIdReference> = self.call_json(call).await?;
+        Ok(DeployAccepted {
+            task_ext_id: accepted.data.ext_id,
+            request_id,
+        })
+    }
+
+    /// `GET /api/prism/v4.0/config/tasks/{extId}`, as returned.
+    pub async fn get_v4_task_raw(&self, ext_id: &str) -> Result<Task, Error> {
+        let call = Call::new(
+            Api::PrismV4,
+            Method::GET,
+            endpoints::V4_TASKS_GET,
+            &["config", "tasks", ext_id],
+        );
+        let envelope: Envelope<Task> = self.call_json(call).await?;
+        Ok(envelope.data)
+    }
+}

@@ -1,0 +1,540 @@
+//! Errors: one variant per cause, each naming the endpoint involved. No secret ever reaches a message.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::task::TaskFailure;
+
+/// Longest Prism message kept in an error (a schema error may echo part of a request body).
+const MAX_MESSAGE_CHARS: usize = 300;
+/// Prism messages kept per error.
+const MAX_MESSAGES: usize = 5;
+/// Characters of an undecodable body kept in a decode error.
+const EXCERPT_CHARS: usize = 160;
+
+/// A problem with the configuration, found when the client is built.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid Prism Central endpoint {endpoint:?}: {reason}")]
+    InvalidEndpoint { endpoint: String, reason: String },
+    #[error("cannot read the CA bundle {path}: {source}")]
+    CaBundleUnreadable {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("the CA bundle {origin} is not valid PEM: {reason}")]
+    CaBundleInvalid { origin: String, reason: String },
+    #[error("the CA bundle {origin} holds no CERTIFICATE block")]
+    CaBundleWithoutCertificates { origin: String },
+    #[error("the CA bundle {origin} holds a {kind} block; only CERTIFICATE blocks are accepted")]
+    CaBundleNotCertificate { origin: String, kind: String },
+    #[error("the CA bundle {origin} has a certificate rustls refuses: {reason}")]
+    CaBundleBadCertificate { origin: String, reason: String },
+    #[error("session auth needs a user name and password, not an API key")]
+    SessionNeedsBasicCredentials,
+    #[error("invalid proxy URL: {reason}")]
+    InvalidProxy { reason: String },
+    #[error("invalid rate limit: {reason}")]
+    InvalidRateLimit { reason: String },
+    #[error("invalid retry policy: {reason}")]
+    InvalidRetryPolicy { reason: String },
+    #[error("invalid list_page_size 0: it must be at least 1")]
+    InvalidPageSize,
+    #[error("cannot set up TLS: {reason}")]
+    Tls { reason: String },
+    #[error("cannot build the HTTP client: {reason}")]
+    HttpClient { reason: String },
+}
+
+/// What failed at the transport level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportKind {
+    /// TCP connect failed (refused, unreachable, DNS).
+    Connect,
+    /// The TLS handshake failed (unknown CA, bad certificate, protocol).
+    Tls,
+    /// The connect or request timeout passed.
+    Timeout,
+    /// Anything else (connection reset while reading the body, ...).
+    Other,
+}
+
+impl fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Connect => "connect",
+            Self::Tls => "TLS",
+            Self::Timeout => "timeout",
+            Self::Other => "transport",
+        })
+    }
+}
+
+/// One message Prism returned (`message_list[]` in v3, `error[]` in v4).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PrismMessage {
+    /// `reason` (v3) or `errorGroup`/`code` (v4), e.g. `ENTITY_NOT_FOUND`.
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    /// `details` (v3) as compact JSON.
+    pub details: Option<String>,
+}
+
+impl fmt::Display for PrismMessage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(reason) = &self.reason {
+            parts.push(reason.clone());
+        }
+        if let Some(message) = &self.message {
+            parts.push(message.clone());
+        }
+        let mut text = parts.join(": ");
+        if let Some(details) = &self.details {
+            text.push_str(&format!(" ({details})"));
+        }
+        f.write_str(&truncate(&text, MAX_MESSAGE_CHARS))
+    }
+}
+
+/// The messages of an error response.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PrismMessages(pub Vec<PrismMessage>);
+
+impl PrismMessages {
+    /// True when one of the messages has this reason (e.g. `ENTITY_NOT_FOUND`).
+    pub fn has_reason(&self, reason: &str) -> bool {
+        self.0
+            .iter()
+            .any(|message| message.reason.as_deref() == Some(reason))
+    }
+}
+
+impl fmt::Display for PrismMessages {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("no message");
+        }
+        let shown: Vec<String> = self
+            .0
+            .iter()
+            .take(MAX_MESSAGES)
+            .map(ToString::to_string)
+            .collect();
+        f.write_str(&shown.join("; "))?;
+        if self.0.len() > MAX_MESSAGES {
+            write!(f, "; and {} more", self.0.len() - MAX_MESSAGES)?;
+        }
+        Ok(())
+    }
+}
+
+/// Every way a call can fail. `endpoint` is the endpoint template (`GET /vms/{uuid}`).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// 404, `ENTITY_NOT_FOUND`.
+    #[error("{endpoint}: not found ({messages})")]
+    NotFound {
+        endpoint: &'static str,
+        messages: PrismMessages,
+    },
+    /// 401. Prism's body is not JSON and is not kept.
+    #[error("{endpoint}: unauthorized (401): the credentials were refused")]
+    Unauthorized { endpoint: &'static str },
+    /// 403.
+    #[error("{endpoint}: forbidden (403): {messages}")]
+    Forbidden {
+        endpoint: &'static str,
+        messages: PrismMessages,
+    },
+    /// 409: a stale `spec_version`, a concurrent change, or an entity (or reserved UUID) already used.
+    #[error("{endpoint}: conflict (409): {messages}")]
+    Conflict {
+        endpoint: &'static str,
+        messages: PrismMessages,
+    },
+    /// 400 or 422: Prism refused the request (`INVALID_REQUEST` with details).
+    #[error("{endpoint}: invalid request ({status}): {messages}")]
+    Invalid {
+        endpoint: &'static str,
+        status: u16,
+        messages: PrismMessages,
+    },
+    /// 429.
+    #[error("{endpoint}: rate limited (429){}", retry_after_text(*.retry_after))]
+    RateLimited {
+        endpoint: &'static str,
+        retry_after: Option<Duration>,
+    },
+    /// 5xx.
+    #[error("{endpoint}: server error ({status}): {messages}")]
+    Server {
+        endpoint: &'static str,
+        status: u16,
+        messages: PrismMessages,
+    },
+    /// Any other non-2xx status.
+    #[error("{endpoint}: unexpected HTTP status {status}: {messages}")]
+    UnexpectedStatus {
+        endpoint: &'static str,
+        status: u16,
+        messages: PrismMessages,
+    },
+    /// No response: connect, TLS, timeout or a broken connection.
+    #[error("{endpoint}: {kind} error: {detail}")]
+    Transport {
+        endpoint: &'static str,
+        kind: TransportKind,
+        /// The error and its causes, one line.
+        detail: String,
+    },
+    /// A 2xx whose body is not what the endpoint returns.
+    #[error(
+        "{endpoint}: cannot decode the response ({status}): {reason}; body starts with {excerpt:?}"
+    )]
+    Decode {
+        endpoint: &'static str,
+        status: u16,
+        reason: String,
+        excerpt: String,
+    },
+    /// Session login (`GET /users/me`) succeeded but set no cookie.
+    #[error("{endpoint}: session login returned no cookie")]
+    NoSessionCookie { endpoint: &'static str },
+    /// `find_by_exact_name` found more than one entity with the name.
+    #[error("{count} {kind} entities are named {name:?}: {uuids}", count = .uuids.len(), uuids = .uuids.join(", "))]
+    DuplicateName {
+        kind: &'static str,
+        name: String,
+        uuids: Vec<String>,
+    },
+    /// A task ended without success (`wait_task`).
+    #[error("{0}")]
+    TaskFailed(Box<TaskFailure>),
+    /// `wait_task` gave up.
+    #[error("task {task} still {last_status} after {waited:?}")]
+    TaskTimeout {
+        task: String,
+        last_status: String,
+        waited: Duration,
+    },
+}
+
+fn retry_after_text(retry_after: Option<Duration>) -> String {
+    retry_after
+        .map(|delay| format!(", retry after {}s", delay.as_secs()))
+        .unwrap_or_default()
+}
+
+impl Error {
+    /// True when the same request may succeed later unchanged: 429, 5xx and transport failures other than TLS.
+    /// A 409 is not: the caller must read the entity again and rebuild the request.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::RateLimited { .. } | Self::Server { .. } => true,
+            Self::Transport { kind, .. } => *kind != TransportKind::Tls,
+            _ => false,
+        }
+    }
+
+    /// True for the errors the client retries by itself on idempotent calls: 429, 502, 503, 504 and transport
+    /// failures other than TLS (a 500 may be a bug that repeats; the caller decides).
+    pub(crate) fn is_auto_retryable(&self) -> bool {
+        match self {
+            Self::RateLimited { .. } => true,
+            Self::Server { status, .. } => matches!(status, 502..=504),
+            Self::Transport { kind, .. } => *kind != TransportKind::Tls,
+            _ => false,
+        }
+    }
+
+    /// The delay a 429 asked for.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::RateLimited { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::NotFound { .. })
+    }
+
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Conflict { .. })
+    }
+
+    /// The HTTP status, when there was a response.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Self::NotFound { .. } => Some(404),
+            Self::Unauthorized { .. } => Some(401),
+            Self::Forbidden { .. } => Some(403),
+            Self::Conflict { .. } => Some(409),
+            Self::RateLimited { .. } => Some(429),
+            Self::Invalid { status, .. }
+            | Self::Server { status, .. }
+            | Self::UnexpectedStatus { status, .. }
+            | Self::Decode { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The endpoint template, when the error came from one call.
+    pub fn endpoint(&self) -> Option<&'static str> {
+        match self {
+            Self::NotFound { endpoint, .. }
+            | Self::Unauthorized { endpoint }
+            | Self::Forbidden { endpoint, .. }
+            | Self::Conflict { endpoint, .. }
+            | Self::Invalid { endpoint, .. }
+            | Self::RateLimited { endpoint, .. }
+            | Self::Server { endpoint, .. }
+            | Self::UnexpectedStatus { endpoint, .. }
+            | Self::Transport { endpoint, .. }
+            | Self::Decode { endpoint, .. }
+            | Self::NoSessionCookie { endpoint } => Some(endpoint),
+            _ => None,
+        }
+    }
+}
+
+/// Maps a non-2xx response to its error. `retry_after` is the parsed `Retry-After` header.
+pub(crate) fn from_status(
+    endpoint: &'static str,
+    status: u16,
+    retry_after: Option<Duration>,
+    body: &[u8],
+) -> Error {
+    if status == 401 {
+        return Error::Unauthorized { endpoint };
+    }
+    let messages = parse_messages(body);
+    match status {
+        403 => Error::Forbidden { endpoint, messages },
+        404 => Error::NotFound { endpoint, messages },
+        409 => Error::Conflict { endpoint, messages },
+        400 | 422 => Error::Invalid {
+            endpoint,
+            status,
+            messages,
+        },
+        429 => Error::RateLimited {
+            endpoint,
+            retry_after,
+        },
+        500..=599 => Error::Server {
+            endpoint,
+            status,
+            messages,
+        },
+        _ => Error::UnexpectedStatus {
+            endpoint,
+            status,
+            messages,
+        },
+    }
+}
+
+/// A body that did not decode.
+pub(crate) fn decode_error(
+    endpoint: &'static str,
+    status: u16,
+    body: &[u8],
+    error: &serde_json::Error,
+) -> Error {
+    let text = String::from_utf8_lossy(body);
+    Error::Decode {
+        endpoint,
+        status,
+        reason: error.to_string(),
+        excerpt: truncate(&text, EXCERPT_CHARS),
+    }
+}
+
+/// The messages of a v3 error (`message_list` at the top level or under `status`) or a v4 error
+/// (`data.error[]`). A body that is not JSON gives one message with a short excerpt of it.
+fn parse_messages(body: &[u8]) -> PrismMessages {
+    #[derive(Deserialize)]
+    struct V3Message {
+        reason: Option<String>,
+        message: Option<String>,
+        details: Option<Value>,
+    }
+    #[derive(Deserialize)]
+    struct V3Status {
+        #[serde(default)]
+        message_list: Vec<V3Message>,
+    }
+    #[derive(Deserialize)]
+    struct Body {
+        #[serde(default)]
+        message_list: Vec<V3Message>,
+        status: Option<V3Status>,
+        message: Option<String>,
+        data: Option<crate::v4::ErrorData>,
+    }
+
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return PrismMessages::default();
+    }
+    let Ok(parsed) = serde_json::from_slice::<Body>(body) else {
+        let text = String::from_utf8_lossy(body);
+        return PrismMessages(vec![PrismMessage {
+            message: Some(format!(
+                "non-JSON body: {:?}",
+                truncate(text.trim(), EXCERPT_CHARS)
+            )),
+            ..PrismMessage::default()
+        }]);
+    };
+    let v3 = parsed
+        .message_list
+        .into_iter()
+        .chain(
+            parsed
+                .status
+                .into_iter()
+                .flat_map(|status| status.message_list),
+        )
+        .map(|message| PrismMessage {
+            reason: message.reason,
+            message: message.message,
+            details: message
+                .details
+                .filter(|details| !details.is_null())
+                .map(|details| details.to_string()),
+        });
+    let v4 = parsed
+        .data
+        .into_iter()
+        .flat_map(|data| data.error)
+        .map(|message| PrismMessage {
+            reason: message.error_group.or(message.code),
+            message: message.message,
+            details: None,
+        });
+    let mut messages: Vec<PrismMessage> = v3.chain(v4).collect();
+    if messages.is_empty()
+        && let Some(message) = parsed.message
+    {
+        messages.push(PrismMessage {
+            message: Some(message),
+            ..PrismMessage::default()
+        });
+    }
+    PrismMessages(messages)
+}
+
+/// At most `max` characters, with `…` when cut.
+pub(crate) fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const E404: &[u8] = include_bytes!("../tests/fixtures/v3/error_404.json");
+    const E422: &[u8] = include_bytes!("../tests/fixtures/v3/error_422.json");
+    const NESTED: &[u8] = include_bytes!("../tests/fixtures/v3/error_nested.json");
+    const V4_LIST: &[u8] = include_bytes!("../tests/fixtures/v4/error_list.json");
+
+    #[test]
+    fn not_found_keeps_the_reason() {
+        let error = from_status("GET /vms/{uuid}", 404, None, E404);
+        let Error::NotFound { messages, .. } = &error else {
+            panic!("{error:?}")
+        };
+        assert!(messages.has_reason("ENTITY_NOT_FOUND"));
+        assert!(error.is_not_found() && !error.is_retryable());
+        assert_eq!(
+            error.to_string(),
+            "GET /vms/{uuid}: not found (ENTITY_NOT_FOUND: VM 7f4e3a2b-1c0d-4e5f-8a9b-0c1d2e3f4a5b not found)"
+        );
+    }
+
+    #[test]
+    fn invalid_request_keeps_details() {
+        let error = from_status("POST /vms", 422, None, E422);
+        assert_eq!(
+            error.to_string(),
+            "POST /vms: invalid request (422): INVALID_REQUEST: Request could not be processed. \
+             ({\"\":[\"'api_version' is a required property\"]})"
+        );
+    }
+
+    #[test]
+    fn messages_nested_under_status_are_found() {
+        let error = from_status("PUT /vms/{uuid}", 409, None, NESTED);
+        let Error::Conflict { messages, .. } = &error else {
+            panic!("{error:?}")
+        };
+        assert!(messages.has_reason("CONCURRENT_REQUESTS_NOT_ALLOWED"));
+        assert!(error.is_conflict() && !error.is_retryable());
+    }
+
+    #[test]
+    fn v4_error_groups_are_reasons() {
+        let error = from_status("GET /content/templates/{extId}", 404, None, V4_LIST);
+        let Error::NotFound { messages, .. } = &error else {
+            panic!("{error:?}")
+        };
+        assert!(messages.has_reason("ENTITY_NOT_FOUND"));
+    }
+
+    #[test]
+    fn unauthorized_ignores_its_html_body_and_empty_bodies_are_errors_too() {
+        let error = from_status("GET /users/me", 401, None, b"<html>401 Unauthorized</html>");
+        assert!(matches!(error, Error::Unauthorized { .. }));
+        let error = from_status("GET /vms/{uuid}", 500, None, b"");
+        assert_eq!(
+            error.to_string(),
+            "GET /vms/{uuid}: server error (500): no message"
+        );
+        assert!(error.is_retryable() && !error.is_auto_retryable());
+        let error = from_status("GET /vms/{uuid}", 503, None, b"<html>busy</html>");
+        assert!(
+            error
+                .to_string()
+                .contains("non-JSON body: \"<html>busy</html>\"")
+        );
+        assert!(error.is_auto_retryable());
+        let error = from_status("GET /vms/{uuid}", 302, None, b"");
+        assert!(matches!(error, Error::UnexpectedStatus { status: 302, .. }));
+    }
+
+    #[test]
+    fn rate_limit_carries_retry_after() {
+        let error = from_status("POST /vms/list", 429, Some(Duration::from_secs(3)), b"");
+        assert_eq!(error.retry_after(), Some(Duration::from_secs(3)));
+        assert_eq!(
+            error.to_string(),
+            "POST /vms/list: rate limited (429), retry after 3s"
+        );
+        assert!(error.is_retryable());
+    }
+
+    #[test]
+    fn long_messages_and_decode_excerpts_are_cut() {
+        let long = format!(
+            r#"{{"message_list":[{{"message":"{}"}}]}}"#,
+            "x".repeat(5000)
+        );
+        let error = from_status("POST /vms", 422, None, long.as_bytes());
+        assert!(error.to_string().len() < 400, "{}", error.to_string().len());
+        let body = format!("{{\"metadata\": {}", "y".repeat(1000));
+        let json_error = serde_json::from_str::<Value>(&body).unwrap_err();
+        let error = decode_error("GET /vms/{uuid}", 200, body.as_bytes(), &json_error);
+        let Error::Decode { excerpt, .. } = &error else {
+            panic!()
+        };
+        assert_eq!(excerpt.chars().count(), EXCERPT_CHARS + 1);
+    }
+}

@@ -1,0 +1,513 @@
+//! Task status, typed: a single non-blocking read for controllers, and a bounded wait for tools.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+
+use crate::client::Client;
+use crate::endpoints;
+use crate::error::Error;
+use crate::observe::Api;
+use crate::v3::{self, TaskStatus};
+use crate::v4;
+
+/// Subtask reads made to explain one failure, at most.
+const MAX_SUBTASK_READS: usize = 16;
+
+/// Where a task is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskProgress {
+    /// QUEUED, RUNNING, SUSPENDED, CANCELING, or a status this crate does not know (never guessed terminal).
+    Running {
+        status: String,
+        percentage_complete: Option<i64>,
+    },
+    /// Done; the entities it names (deduplicated: v4 tasks may list one twice).
+    Succeeded { entities: Vec<TaskEntity> },
+    /// Ended without success, or unknown to Prism.
+    Failed(Box<TaskFailure>),
+}
+
+impl TaskProgress {
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self, Self::Running { .. })
+    }
+}
+
+/// An entity a task names: v3 `kind` (`vm`) or v4 `rel` (`vmm:ahv:config:vm`), and its UUID or extId.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskEntity {
+    pub kind: String,
+    pub uuid: String,
+}
+
+/// How a task ended without success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskEnd {
+    Failed,
+    /// v3 ABORTED.
+    Aborted,
+    /// v4 CANCELED.
+    Canceled,
+    /// v3 INVALID_UUID.
+    InvalidUuid,
+    /// The task GET returned 404.
+    NotFound,
+}
+
+impl fmt::Display for TaskEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Failed => "FAILED",
+            Self::Aborted => "ABORTED",
+            Self::Canceled => "CANCELED",
+            Self::InvalidUuid => "INVALID_UUID",
+            Self::NotFound => "not found",
+        })
+    }
+}
+
+/// A task that did not succeed, with its error and the errors of its failed subtasks (where the real cause
+/// usually is: the parent's error is often generic).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskFailure {
+    pub task: String,
+    pub end: TaskEnd,
+    pub error_code: Option<String>,
+    pub error_detail: Option<String>,
+    pub progress_message: Option<String>,
+    pub subtask_errors: Vec<SubtaskError>,
+}
+
+/// A failed subtask's error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubtaskError {
+    pub task: String,
+    pub end: TaskEnd,
+    pub error_code: Option<String>,
+    pub error_detail: Option<String>,
+}
+
+impl fmt::Display for TaskFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "task {} {}", self.task, self.end)?;
+        write_error(f, self.error_detail.as_deref(), self.error_code.as_deref())?;
+        if self.error_detail.is_none()
+            && let Some(progress) = &self.progress_message
+        {
+            write!(f, " ({progress})")?;
+        }
+        for subtask in &self.subtask_errors {
+            write!(f, "; subtask {} {}", subtask.task, subtask.end)?;
+            write_error(
+                f,
+                subtask.error_detail.as_deref(),
+                subtask.error_code.as_deref(),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn write_error(
+    f: &mut fmt::Formatter<'_>,
+    detail: Option<&str>,
+    code: Option<&str>,
+) -> fmt::Result {
+    if let Some(detail) = detail {
+        write!(f, ": {detail}")?;
+    }
+    if let Some(code) = code {
+        write!(f, " (code {code})")?;
+    }
+    Ok(())
+}
+
+fn v3_end(status: &TaskStatus) -> Option<TaskEnd> {
+    match status {
+        TaskStatus::Failed => Some(TaskEnd::Failed),
+        TaskStatus::Aborted => Some(TaskEnd::Aborted),
+        TaskStatus::InvalidUuid => Some(TaskEnd::InvalidUuid),
+        _ => None,
+    }
+}
+
+fn v4_end(status: &v4::TaskStatus) -> Option<TaskEnd> {
+    match status {
+        v4::TaskStatus::Failed => Some(TaskEnd::Failed),
+        v4::TaskStatus::Canceled => Some(TaskEnd::Canceled),
+        _ => None,
+    }
+}
+
+fn not_found(task: &str) -> TaskProgress {
+    TaskProgress::Failed(Box::new(TaskFailure {
+        task: task.to_owned(),
+        end: TaskEnd::NotFound,
+        error_code: None,
+        error_detail: None,
+        progress_message: None,
+        subtask_errors: Vec::new(),
+    }))
+}
+
+fn dedup(entities: impl Iterator<Item = TaskEntity>) -> Vec<TaskEntity> {
+    let mut unique: Vec<TaskEntity> = Vec::new();
+    for entity in entities {
+        if !unique.contains(&entity) {
+            unique.push(entity);
+        }
+    }
+    unique
+}
+
+/// The progress of a v3 task (without its subtasks' errors).
+pub(crate) fn v3_progress(requested: &str, task: &v3::Task) -> TaskProgress {
+    let status = task
+        .status
+        .clone()
+        .unwrap_or_else(|| TaskStatus::Other(String::new()));
+    if status == TaskStatus::Succeeded {
+        return TaskProgress::Succeeded {
+            entities: dedup(
+                task.entity_reference_list
+                    .iter()
+                    .map(|reference| TaskEntity {
+                        kind: reference.kind.clone(),
+                        uuid: reference.uuid.clone(),
+                    }),
+            ),
+        };
+    }
+    match v3_end(&status) {
+        Some(end) => TaskProgress::Failed(Box::new(TaskFailure {
+            task: task.uuid.clone().unwrap_or_else(|| requested.to_owned()),
+            end,
+            error_code: task.error_code.clone(),
+            error_detail: task.error_detail.clone(),
+            progress_message: task.progress_message.clone(),
+            subtask_errors: Vec::new(),
+        })),
+        None => TaskProgress::Running {
+            status: status.as_str().to_owned(),
+            percentage_complete: task.percentage_complete,
+        },
+    }
+}
+
+/// The progress of a v4 task (without its subtasks' errors).
+pub(crate) fn v4_progress(requested: &str, task: &v4::Task) -> TaskProgress {
+    let status = task
+        .status
+        .clone()
+        .unwrap_or_else(|| v4::TaskStatus::Other(String::new()));
+    if status == v4::TaskStatus::Succeeded {
+        return TaskProgress::Succeeded {
+            entities: dedup(task.entities_affected.iter().filter_map(|entity| {
+                Some(TaskEntity {
+                    kind: entity.rel.clone().unwrap_or_default(),
+                    uuid: entity.ext_id.clone()?,
+                })
+            })),
+        };
+    }
+    match v4_end(&status) {
+        Some(end) => {
+            let (error_code, error_detail) = v4_error(task);
+            TaskProgress::Failed(Box::new(TaskFailure {
+                task: task.ext_id.clone().unwrap_or_else(|| requested.to_owned()),
+                end,
+                error_code,
+                error_detail,
+                progress_message: None,
+                subtask_errors: Vec::new(),
+            }))
+        }
+        None => TaskProgress::Running {
+            status: status.as_str().to_owned(),
+            percentage_complete: task.progress_percentage,
+        },
+    }
+}
+
+/// First code, and every message joined (else the legacy message).
+fn v4_error(task: &v4::Task) -> (Option<String>, Option<String>) {
+    let code = task
+        .error_messages
+        .iter()
+        .find_map(|message| message.code.clone().or_else(|| message.error_group.clone()));
+    let messages: Vec<&str> = task
+        .error_messages
+        .iter()
+        .filter_map(|message| message.message.as_deref())
+        .collect();
+    let detail = if messages.is_empty() {
+        task.legacy_error_message.clone()
+    } else {
+        Some(messages.join("; "))
+    };
+    (code, detail)
+}
+
+impl Client {
+    /// `GET /tasks/{uuid}`, as returned.
+    pub async fn get_task_raw(&self, uuid: &str) -> Result<v3::Task, Error> {
+        let call = crate::client::Call::new(
+            Api::V3,
+            reqwest::Method::GET,
+            endpoints::TASKS_GET,
+            &["tasks", uuid],
+        );
+        self.call_json(call).await
+    }
+
+    /// One read of a v3 task, typed. A 404 is a terminal [`TaskEnd::NotFound`]. For a failed task, its failed
+    /// subtasks are read too (a few more GETs) so the failure names the real cause.
+    pub async fn get_task(&self, uuid: &str) -> Result<TaskProgress, Error> {
+        let task = match self.get_task_raw(uuid).await {
+            Ok(task) => task,
+            Err(error) if error.is_not_found() => return Ok(not_found(uuid)),
+            Err(error) => return Err(error),
+        };
+        let mut progress = v3_progress(uuid, &task);
+        if let TaskProgress::Failed(failure) = &mut progress {
+            failure.subtask_errors = self.v3_subtask_errors(&task).await;
+        }
+        Ok(progress)
+    }
+
+    /// One read of a v4 task, typed, like [`Client::get_task`].
+    pub async fn get_v4_task(&self, ext_id: &str) -> Result<TaskProgress, Error> {
+        let task = match self.get_v4_task_raw(ext_id).await {
+            Ok(task) => task,
+            Err(error) if error.is_not_found() => return Ok(not_found(ext_id)),
+            Err(error) => return Err(error),
+        };
+        let mut progress = v4_progress(ext_id, &task);
+        if let TaskProgress::Failed(failure) = &mut progress {
+            failure.subtask_errors = self.v4_subtask_errors(&task).await;
+        }
+        Ok(progress)
+    }
+
+    /// Polls a v3 task with backoff until it ends or `timeout` passes; for tools, not for reconcilers. Transient
+    /// read errors are retried until the deadline.
+    pub async fn wait_task(&self, uuid: &str, timeout: Duration) -> Result<Vec<TaskEntity>, Error> {
+        wait_until_done(uuid, timeout, async || self.get_task(uuid).await).await
+    }
+
+    /// Polls a v4 task like [`Client::wait_task`].
+    pub async fn wait_v4_task(
+        &self,
+        ext_id: &str,
+        timeout: Duration,
+    ) -> Result<Vec<TaskEntity>, Error> {
+        wait_until_done(ext_id, timeout, async || self.get_v4_task(ext_id).await).await
+    }
+
+    /// Errors of failed subtasks, breadth first through failed subtasks only, at most [`MAX_SUBTASK_READS`] reads.
+    /// A subtask that cannot be read is skipped: the parent's failure is still reported.
+    async fn v3_subtask_errors(&self, task: &v3::Task) -> Vec<SubtaskError> {
+        let mut queue: VecDeque<String> = task
+            .subtask_reference_list
+            .iter()
+            .map(|reference| reference.uuid.clone())
+            .collect();
+        let mut errors = Vec::new();
+        let mut reads = 0;
+        while let Some(uuid) = queue.pop_front() {
+            if reads == MAX_SUBTASK_READS {
+                break;
+            }
+            reads += 1;
+            match self.get_task_raw(&uuid).await {
+                Ok(subtask) => {
+                    if let Some(end) = subtask.status.as_ref().and_then(v3_end) {
+                        errors.push(SubtaskError {
+                            task: uuid,
+                            end,
+                            error_code: subtask.error_code.clone(),
+                            error_detail: subtask.error_detail.clone(),
+                        });
+                        queue.extend(
+                            subtask
+                                .subtask_reference_list
+                                .into_iter()
+                                .map(|reference| reference.uuid),
+                        );
+                    }
+                }
+                Err(error) => tracing::debug!(subtask = %uuid, %error, "cannot read subtask"),
+            }
+        }
+        errors
+    }
+
+    async fn v4_subtask_errors(&self, task: &v4::Task) -> Vec<SubtaskError> {
+        let mut queue: VecDeque<String> = task
+            .sub_tasks
+            .iter()
+            .filter_map(|sub| sub.ext_id.clone())
+            .collect();
+        let mut errors = Vec::new();
+        let mut reads = 0;
+        while let Some(ext_id) = queue.pop_front() {
+            if reads == MAX_SUBTASK_READS {
+                break;
+            }
+            reads += 1;
+            match self.get_v4_task_raw(&ext_id).await {
+                Ok(subtask) => {
+                    if let Some(end) = subtask.status.as_ref().and_then(v4_end) {
+                        let (error_code, error_detail) = v4_error(&subtask);
+                        errors.push(SubtaskError {
+                            task: ext_id,
+                            end,
+                            error_code,
+                            error_detail,
+                        });
+                        queue.extend(subtask.sub_tasks.into_iter().filter_map(|sub| sub.ext_id));
+                    }
+                }
+                Err(error) => tracing::debug!(subtask = %ext_id, %error, "cannot read subtask"),
+            }
+        }
+        errors
+    }
+}
+
+async fn wait_until_done(
+    task: &str,
+    timeout: Duration,
+    mut read: impl AsyncFnMut() -> Result<TaskProgress, Error>,
+) -> Result<Vec<TaskEntity>, Error> {
+    let started = Instant::now();
+    let mut delays = ExponentialBuilder::default()
+        .with_jitter()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_delay(Duration::from_secs(5))
+        .without_max_times()
+        .build();
+    let mut last_status = "unread".to_owned();
+    loop {
+        match read().await {
+            Ok(TaskProgress::Succeeded { entities }) => return Ok(entities),
+            Ok(TaskProgress::Failed(failure)) => return Err(Error::TaskFailed(failure)),
+            Ok(TaskProgress::Running { status, .. }) => last_status = status,
+            Err(error) if error.is_retryable() => {
+                tracing::debug!(task, %error, "task read failed; will read again");
+            }
+            Err(error) => return Err(error),
+        }
+        let delay = delays.next().unwrap_or(Duration::from_secs(5));
+        let waited = started.elapsed();
+        if waited + delay > timeout {
+            return Err(Error::TaskTimeout {
+                task: task.to_owned(),
+                last_status,
+                waited,
+            });
+        }
+        tokio::time::sleep(delay).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn v3_statuses_map_to_progress() {
+        let task: v3::Task = serde_json::from_value(json!({
+            "uuid": "t", "status": "SUCCEEDED",
+            "entity_reference_list": [{"kind": "vm", "uuid": "u"}, {"kind": "vm", "uuid": "u"}]
+        }))
+        .unwrap();
+        assert_eq!(
+            v3_progress("t", &task),
+            TaskProgress::Succeeded {
+                entities: vec![TaskEntity {
+                    kind: "vm".into(),
+                    uuid: "u".into()
+                }]
+            }
+        );
+        for (status, running) in [
+            ("QUEUED", true),
+            ("RUNNING", true),
+            ("SUSPENDED", true),
+            ("NEW", true),
+        ] {
+            let task: v3::Task =
+                serde_json::from_value(json!({"status": status, "percentage_complete": 5}))
+                    .unwrap();
+            assert_eq!(!v3_progress("t", &task).is_terminal(), running, "{status}");
+        }
+        let task: v3::Task = serde_json::from_value(json!({
+            "uuid": "t", "status": "ABORTED", "progress_message": "aborted by user"
+        }))
+        .unwrap();
+        let TaskProgress::Failed(failure) = v3_progress("t", &task) else {
+            panic!()
+        };
+        assert_eq!(failure.end, TaskEnd::Aborted);
+        assert_eq!(failure.to_string(), "task t ABORTED (aborted by user)");
+        let task: v3::Task = serde_json::from_value(json!({"status": "INVALID_UUID"})).unwrap();
+        let TaskProgress::Failed(failure) = v3_progress("asked", &task) else {
+            panic!()
+        };
+        assert_eq!(
+            (failure.task.as_str(), failure.end),
+            ("asked", TaskEnd::InvalidUuid)
+        );
+    }
+
+    #[test]
+    fn v4_failure_without_messages_is_still_terminal() {
+        let task: v4::Task =
+            serde_json::from_value(json!({"extId": "x", "status": "FAILED"})).unwrap();
+        let TaskProgress::Failed(failure) = v4_progress("x", &task) else {
+            panic!()
+        };
+        assert_eq!(failure.to_string(), "task x FAILED");
+        let task: v4::Task = serde_json::from_value(json!({
+            "extId": "x", "status": "FAILED", "legacyErrorMessage": "kNoResources"
+        }))
+        .unwrap();
+        let TaskProgress::Failed(failure) = v4_progress("x", &task) else {
+            panic!()
+        };
+        assert_eq!(failure.error_detail.as_deref(), Some("kNoResources"));
+        let task: v4::Task = serde_json::from_value(json!({"status": "CANCELING"})).unwrap();
+        assert!(!v4_progress("x", &task).is_terminal());
+        let task: v4::Task = serde_json::from_value(json!({"status": "CANCELED"})).unwrap();
+        assert!(
+            matches!(v4_progress("x", &task), TaskProgress::Failed(f) if f.end == TaskEnd::Canceled)
+        );
+    }
+
+    #[test]
+    fn failure_display_names_subtask_causes() {
+        let failure = TaskFailure {
+            task: "t".into(),
+            end: TaskEnd::Failed,
+            error_code: Some("500".into()),
+            error_detail: Some("Internal error".into()),
+            progress_message: None,
+            subtask_errors: vec![SubtaskError {
+                task: "s".into(),
+                end: TaskEnd::Failed,
+                error_code: None,
+                error_detail: Some("DHCP pool exhausted".into()),
+            }],
+        };
+        assert_eq!(
+            failure.to_string(),
+            "task t FAILED: Internal error (code 500); subtask s FAILED: DHCP pool exhausted"
+        );
+    }
+}
