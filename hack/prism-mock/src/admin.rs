@@ -1,0 +1,301 @@
+//! The admin side: a Rust handle for in-process tests and the same operations over HTTP under `/mock/`
+//! (no authentication, never counted, never faulted).
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::app::{App, Shared};
+use crate::config::{GuestBehaviour, Timings};
+use crate::faults::{Counter, FaultRule, InstalledRule, RateLimit};
+use crate::seed::GuestOs;
+use crate::store::vm::GuestCustomization;
+
+/// One VM as the admin side sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmSummary {
+    /// VM UUID.
+    pub uuid: String,
+    /// VM name.
+    pub name: String,
+    /// v3 `status.state`: PENDING, COMPLETE, ERROR or DELETE_PENDING.
+    pub state: String,
+    /// Actual power state: ON or OFF.
+    pub power_state: String,
+    /// Whether `POST /vms/list` shows it (its create task has ended).
+    pub listed: bool,
+    /// Current `metadata.spec_version`.
+    pub spec_version: u64,
+    /// Addresses the guest reports now, all NICs in order.
+    pub addresses: Vec<String>,
+    /// Guest OS family.
+    pub os: GuestOs,
+    /// Prism Element UUID.
+    pub cluster_uuid: String,
+}
+
+/// Handle on a running mock's state, usable from Rust (tests) and behind the `/mock/` HTTP API.
+#[derive(Clone, Debug)]
+pub struct Admin {
+    app: App,
+}
+
+impl Admin {
+    pub(crate) fn new(app: Arc<Shared>) -> Self {
+        Self { app }
+    }
+
+    /// Counters of Prism calls by method, route template and status.
+    pub fn counters(&self) -> Vec<Counter> {
+        self.app.lock().faults.counters()
+    }
+
+    /// Sum of the counters of one method and route template, all statuses.
+    pub fn count(&self, method: &str, endpoint: &str) -> u64 {
+        self.counters()
+            .iter()
+            .filter(|c| c.method == method && c.endpoint == endpoint)
+            .map(|c| c.count)
+            .sum()
+    }
+
+    /// Clears the counters.
+    pub fn reset_counters(&self) {
+        self.app.lock().faults.counters.clear();
+    }
+
+    /// Installs a fault rule; returns its id.
+    pub fn add_fault(&self, rule: FaultRule) -> u64 {
+        self.app.lock().faults.add(rule)
+    }
+
+    /// Installed rules with how often each fired.
+    pub fn faults(&self) -> Vec<InstalledRule> {
+        self.app.lock().faults.rules.clone()
+    }
+
+    /// Removes one rule; false if no rule has that id.
+    pub fn remove_fault(&self, id: u64) -> bool {
+        self.app.lock().faults.remove(id)
+    }
+
+    /// Removes all rules.
+    pub fn clear_faults(&self) {
+        self.app.lock().faults.rules.clear();
+    }
+
+    /// Sets (or with `None` removes) the server-side rate limit.
+    pub fn set_rate_limit(&self, limit: Option<RateLimit>) {
+        self.app.lock().faults.set_rate_limit(limit);
+    }
+
+    /// Ends every session; returns how many there were.
+    pub fn expire_sessions(&self) -> usize {
+        self.app.lock().expire_sessions()
+    }
+
+    /// Current timings.
+    pub fn timings(&self) -> Timings {
+        self.app.lock().timings.clone()
+    }
+
+    /// Sets the timings of work started from now on.
+    pub fn set_timings(&self, timings: Timings) {
+        self.app.lock().timings = timings;
+    }
+
+    /// Current guest misbehaviours.
+    pub fn guest_behaviour(&self) -> GuestBehaviour {
+        self.app.lock().guest.clone()
+    }
+
+    /// Sets the guest misbehaviours of guests booting from now on.
+    pub fn set_guest_behaviour(&self, behaviour: GuestBehaviour) {
+        self.app.lock().guest = behaviour;
+    }
+
+    /// All VMs, listed or not, in creation order.
+    pub fn vms(&self) -> Vec<VmSummary> {
+        let store = self.app.lock();
+        store
+            .vm_order
+            .values()
+            .filter_map(|u| store.vms.get(u))
+            .map(|vm| VmSummary {
+                uuid: vm.uuid.clone(),
+                name: vm.name().to_owned(),
+                state: vm.state().to_owned(),
+                power_state: vm.power_state().to_owned(),
+                listed: vm.listed,
+                spec_version: vm.spec_version,
+                addresses: vm
+                    .reported_addresses()
+                    .into_iter()
+                    .flatten()
+                    .map(|(ip, _)| ip)
+                    .collect(),
+                os: vm.os,
+                cluster_uuid: vm.cluster_uuid().to_owned(),
+            })
+            .collect()
+    }
+
+    /// One VM as `GET /vms/{uuid}` would answer it.
+    pub fn vm(&self, uuid: &str) -> Option<Value> {
+        let store = self.app.lock();
+        store.vms.get(uuid).map(|vm| store.vm_json(vm))
+    }
+
+    /// What reached the guest: decoded user data / meta data / unattend.xml.
+    pub fn guest_customization(&self, uuid: &str) -> Option<GuestCustomization> {
+        self.app
+            .lock()
+            .vms
+            .get(uuid)
+            .and_then(|vm| vm.guest.clone())
+    }
+
+    /// Deletes a VM behind the client's back (no task); false if unknown.
+    pub fn delete_vm_out_of_band(&self, uuid: &str) -> bool {
+        self.app.lock().remove_vm(uuid)
+    }
+
+    /// Powers a VM off behind the client's back (spec and spec_version change); false if unknown.
+    pub fn power_off_out_of_band(&self, uuid: &str) -> bool {
+        self.app.lock().power_off_out_of_band(uuid, Instant::now())
+    }
+
+    /// Scheduled events not yet applied.
+    pub fn pending_events(&self) -> usize {
+        self.app.lock().pending_events()
+    }
+
+    /// Addresses in use in a subnet's pool, for tests on address reuse.
+    pub fn subnet_addresses_in_use(&self, subnet_uuid: &str) -> Vec<Ipv4Addr> {
+        let store = self.app.lock();
+        let mut addresses: Vec<Ipv4Addr> = store
+            .vms
+            .values()
+            .flat_map(|vm| vm.nics.iter())
+            .filter(|nic| nic.subnet_uuid == subnet_uuid)
+            .filter_map(|nic| nic.ip.map(Ipv4Addr::from))
+            .collect();
+        addresses.sort();
+        addresses
+    }
+}
+
+fn admin(app: &App) -> Admin {
+    Admin::new(app.clone())
+}
+
+fn not_found(what: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({"error": format!("{what} not found")})),
+    )
+        .into_response()
+}
+
+pub(crate) fn routes() -> Router<App> {
+    Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route(
+            "/counters",
+            get(|State(app): State<App>| async move { Json(json!({"counters": admin(&app).counters()})) }).delete(
+                |State(app): State<App>| async move {
+                    admin(&app).reset_counters();
+                    StatusCode::NO_CONTENT
+                },
+            ),
+        )
+        .route(
+            "/faults",
+            get(|State(app): State<App>| async move { Json(json!({"rules": admin(&app).faults()})) })
+                .post(|State(app): State<App>, Json(rule): Json<FaultRule>| async move {
+                    (StatusCode::CREATED, Json(json!({"id": admin(&app).add_fault(rule)})))
+                })
+                .delete(|State(app): State<App>| async move {
+                    admin(&app).clear_faults();
+                    StatusCode::NO_CONTENT
+                }),
+        )
+        .route(
+            "/faults/{id}",
+            axum::routing::delete(|State(app): State<App>, Path(id): Path<u64>| async move {
+                if admin(&app).remove_fault(id) { StatusCode::NO_CONTENT.into_response() } else { not_found("fault rule") }
+            }),
+        )
+        .route(
+            "/rate-limit",
+            axum::routing::put(|State(app): State<App>, Json(limit): Json<RateLimit>| async move {
+                admin(&app).set_rate_limit(Some(limit));
+                StatusCode::NO_CONTENT
+            })
+            .delete(|State(app): State<App>| async move {
+                admin(&app).set_rate_limit(None);
+                StatusCode::NO_CONTENT
+            }),
+        )
+        .route(
+            "/sessions/expire",
+            post(|State(app): State<App>| async move { Json(json!({"expired": admin(&app).expire_sessions()})) }),
+        )
+        .route(
+            "/timings",
+            get(|State(app): State<App>| async move { Json(admin(&app).timings()) }).put(
+                |State(app): State<App>, Json(timings): Json<Timings>| async move {
+                    admin(&app).set_timings(timings);
+                    StatusCode::NO_CONTENT
+                },
+            ),
+        )
+        .route(
+            "/guest-behaviour",
+            get(|State(app): State<App>| async move { Json(admin(&app).guest_behaviour()) }).put(
+                |State(app): State<App>, Json(behaviour): Json<GuestBehaviour>| async move {
+                    admin(&app).set_guest_behaviour(behaviour);
+                    StatusCode::NO_CONTENT
+                },
+            ),
+        )
+        .route("/vms", get(|State(app): State<App>| async move { Json(json!({"vms": admin(&app).vms()})) }))
+        .route(
+            "/vms/{uuid}",
+            get(|State(app): State<App>, Path(uuid): Path<String>| async move {
+                match admin(&app).vm(&uuid) {
+                    Some(vm) => Json(vm).into_response(),
+                    None => not_found("VM"),
+                }
+            }),
+        )
+        .route(
+            "/vms/{uuid}/guest-customization",
+            get(|State(app): State<App>, Path(uuid): Path<String>| async move {
+                match admin(&app).guest_customization(&uuid) {
+                    Some(gc) => Json(gc).into_response(),
+                    None => not_found("VM or guest customization"),
+                }
+            }),
+        )
+        .route(
+            "/vms/{uuid}/delete",
+            post(|State(app): State<App>, Path(uuid): Path<String>| async move {
+                if admin(&app).delete_vm_out_of_band(&uuid) { StatusCode::NO_CONTENT.into_response() } else { not_found("VM") }
+            }),
+        )
+        .route(
+            "/vms/{uuid}/power-off",
+            post(|State(app): State<App>, Path(uuid): Path<String>| async move {
+                if admin(&app).power_off_out_of_band(&uuid) { StatusCode::NO_CONTENT.into_response() } else { not_found("VM") }
+            }),
+        )
+}

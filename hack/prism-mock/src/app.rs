@@ -1,0 +1,238 @@
+//! The HTTP application: shared state, the Prism middleware (counters, rate limit, faults, auth), the router.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use http::{HeaderMap, StatusCode, header};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::config::Credentials;
+use crate::errors::ApiError;
+use crate::store::{FailPlan, Store};
+
+/// State shared by all handlers.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    store: Mutex<Store>,
+    pub(crate) credentials: Credentials,
+}
+
+pub(crate) type App = Arc<Shared>;
+
+impl Shared {
+    pub(crate) fn new(store: Store, credentials: Credentials) -> Self {
+        Self {
+            store: Mutex::new(store),
+            credentials,
+        }
+    }
+
+    /// Locks the store and applies every event due now. A panic in another handler does not make the mock
+    /// unusable (the poisoned state is taken as is).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Store> {
+        let mut guard = self
+            .store
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        guard.advance(Instant::now());
+        guard
+    }
+}
+
+/// Closes the connection a request came on (the "dropped connection" fault).
+#[derive(Clone, Debug)]
+pub(crate) struct ConnectionKill(pub(crate) Arc<Notify>);
+
+/// How a request authenticated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AuthMethod {
+    Basic,
+    Session,
+    ApiKey,
+}
+
+/// What the Prism middleware passes to handlers.
+#[derive(Clone, Debug)]
+pub(crate) struct Directives {
+    pub(crate) auth: AuthMethod,
+    pub(crate) fail_task: Option<FailPlan>,
+}
+
+/// Name of the session cookie.
+pub(crate) const SESSION_COOKIE: &str = "NTNX_IGW_SESSION";
+
+fn session_token(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| {
+            let (name, value) = pair.trim().split_once('=')?;
+            (name == SESSION_COOKIE).then(|| value.to_owned())
+        })
+}
+
+fn authenticate(
+    app: &Shared,
+    store: &mut Store,
+    headers: &HeaderMap,
+    expire_session: bool,
+    now: Instant,
+) -> Option<AuthMethod> {
+    if let Some(key) = headers.get("x-ntnx-api-key") {
+        let expected = app.credentials.api_key.as_deref()?;
+        return (key.as_bytes() == expected.as_bytes()).then_some(AuthMethod::ApiKey);
+    }
+    if let Some(value) = headers.get(header::AUTHORIZATION) {
+        let encoded = value.to_str().ok()?.strip_prefix("Basic ")?;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .ok()?;
+        let text = String::from_utf8(decoded).ok()?;
+        let (user, password) = text.split_once(':')?;
+        return (user == app.credentials.username && password == app.credentials.password)
+            .then_some(AuthMethod::Basic);
+    }
+    let token = session_token(headers)?;
+    if expire_session {
+        store.sessions.remove(&token);
+    }
+    store
+        .session_valid(&token, now)
+        .then_some(AuthMethod::Session)
+}
+
+fn is_v4(path: &str) -> bool {
+    path.starts_with("/api/vmm/") || path.starts_with("/api/prism/")
+}
+
+fn injected_error(status: u16, retry_after_secs: u64, v4: bool) -> Response {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    match code {
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => ApiError::Throttled {
+            status: code,
+            retry_after_secs,
+            v4,
+        }
+        .into_response(),
+        _ if v4 => ApiError::v4_prism(
+            code,
+            "INTERNAL_ERROR",
+            "PRISM-50000",
+            "Internal Server Error (injected by prism-mock)",
+        )
+        .into_response(),
+        _ => ApiError::v3(
+            code,
+            "",
+            "INTERNAL_ERROR",
+            "Internal Server Error (injected by prism-mock)",
+            None,
+        )
+        .into_response(),
+    }
+}
+
+/// Runs around every Prism endpoint: rate limit, faults, authentication, then counts the answer.
+async fn prism_layer(State(app): State<App>, mut request: Request, next: Next) -> Response {
+    let now = Instant::now();
+    let method = request.method().as_str().to_owned();
+    let template = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "<unmatched>".to_owned(), |m| m.as_str().to_owned());
+    let path = request.uri().path().to_owned();
+    let v4 = is_v4(&path);
+    let decision = {
+        let mut guard = app.lock();
+        let store = &mut *guard;
+        store
+            .faults
+            .decide(&mut store.rng, now, &method, &template, &path)
+    };
+    let response = if let Some(retry_after_secs) = decision.rate_limited {
+        ApiError::Throttled {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            retry_after_secs,
+            v4,
+        }
+        .into_response()
+    } else {
+        if !decision.latency.is_zero() {
+            tokio::time::sleep(decision.latency).await;
+        }
+        if decision.drop_connection {
+            app.lock().faults.count(&method, &template, 0);
+            if let Some(kill) = request.extensions().get::<ConnectionKill>() {
+                kill.0.notify_one();
+            }
+            return std::future::pending().await;
+        }
+        if let Some((status, retry_after_secs)) = decision.error {
+            injected_error(status, retry_after_secs, v4)
+        } else {
+            let auth = {
+                let mut store = app.lock();
+                authenticate(
+                    &app,
+                    &mut store,
+                    request.headers(),
+                    decision.expire_session,
+                    Instant::now(),
+                )
+            };
+            match auth {
+                None => ApiError::Unauthorized.into_response(),
+                Some(auth) => {
+                    let fail_task = decision
+                        .fail_task
+                        .map(|(subtask_error, leave_vm_in_error)| FailPlan {
+                            subtask_error,
+                            leave_vm_in_error,
+                        });
+                    request
+                        .extensions_mut()
+                        .insert(Directives { auth, fail_task });
+                    let response = next.run(request).await;
+                    if decision.create_then_500 && response.status().is_success() {
+                        injected_error(500, 0, v4)
+                    } else {
+                        response
+                    }
+                }
+            }
+        }
+    };
+    app.lock()
+        .faults
+        .count(&method, &template, response.status().as_u16());
+    response
+}
+
+/// Parses a JSON request body; bad JSON is a 422 (v3) naming the body.
+pub(crate) fn parse_json(kind: &str, body: &[u8]) -> Result<Value, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Object(serde_json::Map::new()));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid_one(kind, "body", format!("is not valid JSON: {e}")))
+}
+
+/// The full router: Prism paths behind the middleware, `/mock/` admin paths without it.
+pub(crate) fn router(app: App) -> Router {
+    let prism = crate::v3::routes()
+        .merge(crate::v4::routes())
+        .fallback(|| async { ApiError::not_found("", "no such endpoint in prism-mock") })
+        .layer(middleware::from_fn_with_state(app.clone(), prism_layer));
+    Router::new()
+        .nest("/mock", crate::admin::routes())
+        .merge(prism)
+        .with_state(app)
+}

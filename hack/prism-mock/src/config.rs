@@ -1,0 +1,143 @@
+//! Configuration of a mock instance: where it listens, credentials, timings, guest misbehaviours.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::seed::Seed;
+
+/// How long the simulated asynchronous work takes. All values are milliseconds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timings {
+    /// Time a task spends in QUEUED before it starts.
+    pub task_queued_ms: u64,
+    /// Time a task spends in RUNNING before it ends.
+    pub task_running_ms: u64,
+    /// Time from a VM powering on to its NICs reporting addresses.
+    pub boot_to_address_ms: u64,
+}
+
+impl Timings {
+    /// Short timings for in-process tests: tens of milliseconds.
+    pub fn for_tests() -> Self {
+        Self {
+            task_queued_ms: 10,
+            task_running_ms: 30,
+            boot_to_address_ms: 40,
+        }
+    }
+
+    /// "Shortened" timings for the sandbox and manual use: a second or two.
+    pub fn sandbox() -> Self {
+        Self {
+            task_queued_ms: 300,
+            task_running_ms: 1200,
+            boot_to_address_ms: 2000,
+        }
+    }
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Self::for_tests()
+    }
+}
+
+/// Misbehaviours of guests seen in the field, all off by default.
+///
+/// `apipa_first_ms` and the hybrid-overlay address concern Windows guests only (the VM's image, template or
+/// source VM is marked `os: windows`, or its guest customization is sysprep).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GuestBehaviour {
+    /// Windows: first report a 169.254.x.y LEARNED address for this long, then the pool address.
+    pub apipa_first_ms: Option<u64>,
+    /// Windows: this long after the pool address appears, an extra LEARNED address from `hybrid_overlay_cidr`
+    /// appears on the first NIC (the OVN-Kubernetes hybrid-overlay interface).
+    pub hybrid_overlay_after_ms: Option<u64>,
+    /// IPv4 network (`a.b.c.d/len`) the hybrid-overlay addresses come from.
+    pub hybrid_overlay_cidr: String,
+    /// Extra time, on top of `boot_to_address_ms`, during which no address at all is reported (all guests).
+    pub no_address_ms: u64,
+}
+
+impl Default for GuestBehaviour {
+    fn default() -> Self {
+        Self {
+            apipa_first_ms: None,
+            hybrid_overlay_after_ms: None,
+            hybrid_overlay_cidr: "10.132.0.0/14".to_owned(),
+            no_address_ms: 0,
+        }
+    }
+}
+
+/// Credentials the mock accepts. `Debug` never shows the secrets.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// Basic-auth user name.
+    pub username: String,
+    /// Basic-auth password.
+    pub password: String,
+    /// Value accepted in the `X-ntnx-api-key` header; `None` disables API-key auth.
+    pub api_key: Option<String>,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl Default for Credentials {
+    fn default() -> Self {
+        Self {
+            username: "admin".to_owned(),
+            password: "mock-password".to_owned(),
+            api_key: Some("mock-api-key".to_owned()),
+        }
+    }
+}
+
+/// Everything needed to start a mock.
+#[derive(Clone, Debug)]
+pub struct MockConfig {
+    /// Address to bind; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Serve HTTPS with a generated CA (default) or plain HTTP.
+    pub tls: bool,
+    /// Accepted credentials.
+    pub credentials: Credentials,
+    /// Entities present at start.
+    pub seed: Seed,
+    /// Seed of the one random-number generator (UUIDs, MACs, session tokens, fault draws).
+    /// `None` uses the seed file's `rng_seed`, else 0.
+    pub rng_seed: Option<u64>,
+    /// Durations of simulated work.
+    pub timings: Timings,
+    /// Guest misbehaviours.
+    pub guest: GuestBehaviour,
+    /// Lifetime of a session cookie (real Prism Central: about 15 minutes).
+    pub session_ttl_secs: u64,
+}
+
+impl Default for MockConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            tls: true,
+            credentials: Credentials::default(),
+            seed: Seed::default(),
+            rng_seed: None,
+            timings: Timings::for_tests(),
+            guest: GuestBehaviour::default(),
+            session_ttl_secs: 900,
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! The entities a mock starts with: from a YAML file or the built-in default.
+//!
+//! UUIDs left out are drawn from the mock's seeded random-number generator, so the same seed gives the same UUIDs.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{GuestBehaviour, Timings};
+
+/// Guest operating system family, used for the Windows-only misbehaviours.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GuestOs {
+    /// Linux (RHCOS and others).
+    #[default]
+    Linux,
+    /// Windows Server.
+    Windows,
+}
+
+/// Error loading a seed file.
+#[derive(Debug, thiserror::Error)]
+pub enum SeedError {
+    /// The file could not be read.
+    #[error("cannot read seed file {path}: {source}")]
+    Read {
+        /// File path.
+        path: String,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+    /// The file is not a valid seed document.
+    #[error("seed file {path} is not a valid seed: {message}")]
+    Parse {
+        /// File path.
+        path: String,
+        /// Parser message.
+        message: String,
+    },
+    /// The seed refers to something it does not define, or defines something twice.
+    #[error("seed: {0}")]
+    Reference(String),
+}
+
+/// The whole seed document.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Seed {
+    /// Seed of the random-number generator (overridden by `MockConfig::rng_seed` / `--rng-seed`).
+    #[serde(default)]
+    pub rng_seed: Option<u64>,
+    /// Optional timings (overridden by explicit configuration).
+    #[serde(default)]
+    pub timings: Option<Timings>,
+    /// Optional guest misbehaviours.
+    #[serde(default)]
+    pub guest_behaviour: Option<GuestBehaviour>,
+    /// The Prism Central itself, which also appears as a cluster entity.
+    #[serde(default)]
+    pub prism_central: PrismCentralSeed,
+    /// Prism Elements.
+    #[serde(default)]
+    pub clusters: Vec<ClusterSeed>,
+    /// Hosts with their GPUs.
+    #[serde(default)]
+    pub hosts: Vec<HostSeed>,
+    /// Subnets with an address pool.
+    #[serde(default)]
+    pub subnets: Vec<SubnetSeed>,
+    /// Image-service images.
+    #[serde(default)]
+    pub images: Vec<ImageSeed>,
+    /// Projects.
+    #[serde(default)]
+    pub projects: Vec<ProjectSeed>,
+    /// Category keys and their values.
+    #[serde(default)]
+    pub categories: Vec<CategorySeed>,
+    /// v4 VM templates.
+    #[serde(default)]
+    pub templates: Vec<TemplateSeed>,
+    /// VMs present at start (COMPLETE, no task).
+    #[serde(default)]
+    pub vms: Vec<VmSeed>,
+}
+
+/// The Prism Central entity.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrismCentralSeed {
+    /// Cluster name of the PC entity.
+    pub name: String,
+    /// UUID, drawn from the RNG when absent.
+    #[serde(default)]
+    pub uuid: Option<String>,
+}
+
+impl Default for PrismCentralSeed {
+    fn default() -> Self {
+        Self {
+            name: "prism-central".to_owned(),
+            uuid: None,
+        }
+    }
+}
+
+/// A Prism Element.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSeed {
+    /// Cluster name.
+    pub name: String,
+    /// UUID, drawn from the RNG when absent.
+    #[serde(default)]
+    pub uuid: Option<String>,
+    /// AOS version reported in `status.resources.config.build.version`.
+    #[serde(default = "default_aos_version")]
+    pub aos_version: String,
+}
+
+fn default_aos_version() -> String {
+    "6.10".to_owned()
+}
+
+/// A host and its GPUs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSeed {
+    /// Host name.
+    pub name: String,
+    /// UUID, drawn from the RNG when absent.
+    #[serde(default)]
+    pub uuid: Option<String>,
+    /// Name of the cluster the host belongs to.
+    pub cluster: String,
+    /// GPUs of the host.
+    #[serde(default)]
+    pub gpus: Vec<GpuSeed>,
+}
+
+/// One physical GPU.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSeed {
+    /// Model name, e.g. `Tesla T4`.
+    pub name: String,
+    /// PCI device id.
+    pub device_id: i64,
+    /// NVIDIA, INTEL or AMD.
+    #[serde(default = "default_gpu_vendor")]
+    pub vendor: String,
+    /// PASSTHROUGH_COMPUTE, PASSTHROUGH_GRAPHICS or VIRTUAL.
+    #[serde(default = "default_gpu_mode")]
+    pub mode: String,
+}
+
+fn default_gpu_vendor() -> String {
+    "NVIDIA".to_owned()
+}
+
+fn default_gpu_mode() -> String {
+    "PASSTHROUGH_COMPUTE".to_owned()
+}
+
+/// A VLAN subnet with an IPv4 address pool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubnetSeed {
+    /// Subnet name.
+    pub name: String,
+    /// UUID, drawn from the RNG when absent.
+    #[serde(default)]
+    pub uuid: Option<String>,
+    /// Name of the Prism Element the subnet is on.
+    pub cluster: String,
+    /// VLAN id.
+    #[serde(default)]
+    pub vlan_id: u32,
+    /// Network, `a.b.c.d/len`.
+    pub cidr: String,
+    /// Default gateway.
+    pub gateway: String,
+    /// First address of the pool.
+    pub pool_start: String,
+    /// Last address of the pool.
+    pub pool_end: String,
+}
+
+/// An Image-service image.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageSeed {
+    /// Image name.
+    pub name: String,
+    /// UUID, drawn from the RNG when absent.
+    #[serde(default)]
+    pub uuid: Option<String>,
+    /// Guest OS family of the image.
+    #[serde(default)]
+    pub os: GuestOs,
+    /// Virtual size in MiB (the default boot-disk size when a VM gives none).
+    #[serde(default = "default_image_size_mib")]
+    pub size_mib: u64,
+}
+
+fn default_image_size_mib() -> u64 {
+    20480
+}
+
+/// A project.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectSeed {
+    /// Project name.
+    pub name: String,
+    /// UUID, drawn from the RNG when absent.
+    #[serde(default)]
+    pub uuid: Option<String>,
+}
+
+/// A category key with its values.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CategorySeed {
+    /// Category key.
+    pub key: String,
+    /// Values of the key.
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+/// A v4 VM template (one active version).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateSeed {
+    /// Template name.
+    pub name: String,
+    /// extId, drawn from the RNG when absent.
+    #[serde(default)]
+    pub ext_id: Option<String>,
+    /// Image backing the template's boot disk.
+    pub image: String,
+    /// Guest OS family (defaults to the image's).
+    #[serde(default)]
+    pub os: Option<GuestOs>,
+    /// LEGACY, UEFI or SECURE_BOOT.
+    #[serde(default = "default_template_boot_type")]
+    pub boot_type: String,
+    /// Sockets.
+    #[serde(default = "one")]
+    pub num_sockets: u64,
+    /// Cores per socket.
+    #[serde(default = "one")]
+    pub num_cores_per_socket: u64,
+    /// Memory in MiB.
+    #[serde(default = "default_memory_mib")]
+    pub memory_mib: u64,
+    /// Boot disk size in MiB.
+    #[serde(default = "default_disk_mib")]
+    pub disk_size_mib: u64,
+    /// Subnet of the template's NIC (by name); none means no NIC unless the deploy adds one.
+    #[serde(default)]
+    pub subnet: Option<String>,
+}
+
+fn default_template_boot_type() -> String {
+    "UEFI".to_owned()
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn default_memory_mib() -> u64 {
+    8192
+}
+
+fn default_disk_mib() -> u64 {
+    122880
+}
+
+/// A VM present at start.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmSeed {
+    /// VM name.
+    pub name: String,
+    /// UUID, drawn from the RNG when absent.
+    #[serde(default)]
+    pub uuid: Option<String>,
+    /// Prism Element name.
+    pub cluster: String,
+    /// Image of the boot disk.
+    pub image: String,
+    /// Subnets (by name), one NIC each.
+    #[serde(default)]
+    pub subnets: Vec<String>,
+    /// Sockets.
+    #[serde(default = "one")]
+    pub num_sockets: u64,
+    /// vCPUs per socket.
+    #[serde(default = "one")]
+    pub num_vcpus_per_socket: u64,
+    /// Memory in MiB.
+    #[serde(default = "default_memory_mib")]
+    pub memory_mib: u64,
+    /// Boot disk size in MiB.
+    #[serde(default = "default_disk_mib")]
+    pub disk_size_mib: u64,
+    /// ON or OFF.
+    #[serde(default = "default_power_state")]
+    pub power_state: String,
+    /// LEGACY, UEFI or SECURE_BOOT.
+    #[serde(default = "default_vm_boot_type")]
+    pub boot_type: String,
+}
+
+fn default_power_state() -> String {
+    "OFF".to_owned()
+}
+
+fn default_vm_boot_type() -> String {
+    "LEGACY".to_owned()
+}
+
+impl Seed {
+    /// Reads and parses a YAML seed file.
+    pub fn from_file(path: &Path) -> Result<Self, SeedError> {
+        let display = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| SeedError::Read {
+            path: display.clone(),
+            source,
+        })?;
+        Self::from_yaml(&text).map_err(|message| SeedError::Parse {
+            path: display,
+            message,
+        })
+    }
+
+    /// Parses a YAML seed document.
+    pub fn from_yaml(text: &str) -> Result<Self, String> {
+        serde_saphyr::from_str::<Seed>(text).map_err(|e| e.to_string())
+    }
+
+    /// The built-in seed: one Prism Element, two subnets, an RHCOS and a Windows Server 2022 image, a Windows
+    /// template, a powered-off Windows source VM, a project, a few categories, a host with one GPU.
+    pub fn builtin() -> Self {
+        Self::from_yaml(BUILTIN_SEED_YAML).unwrap_or_else(|_| Self::empty())
+    }
+
+    /// A seed with only the Prism Central entity.
+    pub fn empty() -> Self {
+        Self {
+            rng_seed: None,
+            timings: None,
+            guest_behaviour: None,
+            prism_central: PrismCentralSeed::default(),
+            clusters: Vec::new(),
+            hosts: Vec::new(),
+            subnets: Vec::new(),
+            images: Vec::new(),
+            projects: Vec::new(),
+            categories: Vec::new(),
+            templates: Vec::new(),
+            vms: Vec::new(),
+        }
+    }
+}
+
+impl Default for Seed {
+    fn default() -> Self {
+        Self::builtin()
+    }
+}
+
+/// The built-in seed (`seeds/default.yaml`, compiled in; a unit test checks that it parses).
+pub const BUILTIN_SEED_YAML: &str = include_str!("../seeds/default.yaml");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_seed_parses_and_has_what_the_issue_lists() {
+        let seed = Seed::from_yaml(BUILTIN_SEED_YAML).unwrap();
+        assert_eq!(seed.clusters.len(), 1);
+        assert_eq!(seed.subnets.len(), 2);
+        assert_eq!(seed.images.iter().map(|i| i.os).collect::<Vec<_>>(), vec![GuestOs::Linux, GuestOs::Windows]);
+        assert_eq!(seed.templates.len(), 1);
+        assert_eq!(seed.vms.len(), 1);
+        assert_eq!(seed.vms[0].power_state, "OFF");
+        assert_eq!(seed.projects.len(), 1);
+        assert!(seed.categories.len() >= 2);
+        assert_eq!(seed.hosts[0].gpus.len(), 1);
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let err = Seed::from_yaml("clusters:\n  - name: a\n    colour: red\n").unwrap_err();
+        assert!(err.contains("colour"), "{err}");
+    }
+}

@@ -1,0 +1,242 @@
+//! The one state store of a mock: entities, VMs, tasks, sessions, idempotence reservations, faults, counters.
+//!
+//! Time is simulated lazily: every write schedules its consequences (task start/end, guest addresses) in a
+//! priority queue, and every request first calls [`Store::advance`] to apply what is due. Nothing runs in the
+//! background, so the order of effects is deterministic for a given order of requests.
+
+pub(crate) mod entities;
+pub(crate) mod list;
+pub(crate) mod net;
+pub(crate) mod tasks;
+pub(crate) mod templates;
+pub(crate) mod vm;
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::config::{GuestBehaviour, MockConfig, Timings};
+use crate::faults::FaultState;
+use crate::seed::SeedError;
+
+pub(crate) use entities::{CategoryKey, Table};
+pub(crate) use tasks::{FailPlan, Task};
+pub(crate) use templates::Template;
+pub(crate) use vm::Vm;
+
+/// Something that happens at a simulated time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Event {
+    TaskStart(String),
+    TaskEnd(String),
+    Addresses {
+        vm: String,
+        boot_gen: u64,
+        phase: vm::AddressPhase,
+    },
+}
+
+#[derive(Debug)]
+struct Scheduled {
+    at: Instant,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        self.at == other.at && self.seq == other.seq
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+/// A reservation made through `POST /idempotence_identifiers`.
+#[derive(Debug, Clone)]
+pub(crate) struct Reservation {
+    pub(crate) uuids: Vec<String>,
+    pub(crate) expires: Instant,
+    pub(crate) expiration_time: String,
+}
+
+/// The whole state; always used under one mutex.
+#[derive(Debug)]
+pub(crate) struct Store {
+    pub(crate) rng: StdRng,
+    pub(crate) timings: Timings,
+    pub(crate) guest: GuestBehaviour,
+    pub(crate) session_ttl: Duration,
+    pub(crate) username: String,
+    pub(crate) user_uuid: String,
+    pub(crate) pc_uuid: String,
+    pub(crate) clusters: Table,
+    pub(crate) hosts: Table,
+    pub(crate) subnets: Table,
+    pub(crate) images: Table,
+    pub(crate) projects: Table,
+    pub(crate) categories: BTreeMap<String, CategoryKey>,
+    pub(crate) templates: Vec<Template>,
+    pub(crate) pools: HashMap<String, net::Pool>,
+    pub(crate) image_os: HashMap<String, crate::seed::GuestOs>,
+    pub(crate) vms: HashMap<String, Vm>,
+    pub(crate) vm_order: BTreeMap<u64, String>,
+    pub(crate) next_vm_seq: u64,
+    pub(crate) tasks: HashMap<String, Task>,
+    schedule: BinaryHeap<Reverse<Scheduled>>,
+    schedule_seq: u64,
+    pub(crate) logical_clock: u64,
+    pub(crate) reservations: HashMap<String, Reservation>,
+    pub(crate) reserved_uuids: HashMap<String, String>,
+    pub(crate) v4_requests: HashMap<String, String>,
+    pub(crate) sessions: HashMap<String, Instant>,
+    pub(crate) faults: FaultState,
+    pub(crate) hybrid_overlay_next: u64,
+    started_instant: Instant,
+    started_wall: jiff::Timestamp,
+}
+
+impl Store {
+    /// Builds the store from a configuration (seeding entities from `config.seed`).
+    pub(crate) fn new(config: &MockConfig, now: Instant) -> Result<Self, SeedError> {
+        let rng_seed = config.rng_seed.or(config.seed.rng_seed).unwrap_or(0);
+        let mut rng = StdRng::seed_from_u64(rng_seed);
+        let user_uuid = random_uuid(&mut rng);
+        let mut store = Self {
+            rng,
+            timings: config.timings.clone(),
+            guest: config.guest.clone(),
+            session_ttl: Duration::from_secs(config.session_ttl_secs),
+            username: config.credentials.username.clone(),
+            user_uuid,
+            pc_uuid: String::new(),
+            clusters: Table::new("cluster"),
+            hosts: Table::new("host"),
+            subnets: Table::new("subnet"),
+            images: Table::new("image"),
+            projects: Table::new("project"),
+            categories: BTreeMap::new(),
+            templates: Vec::new(),
+            pools: HashMap::new(),
+            image_os: HashMap::new(),
+            vms: HashMap::new(),
+            vm_order: BTreeMap::new(),
+            next_vm_seq: 0,
+            tasks: HashMap::new(),
+            schedule: BinaryHeap::new(),
+            schedule_seq: 0,
+            logical_clock: 0,
+            reservations: HashMap::new(),
+            reserved_uuids: HashMap::new(),
+            v4_requests: HashMap::new(),
+            sessions: HashMap::new(),
+            faults: FaultState::default(),
+            hybrid_overlay_next: 0,
+            started_instant: now,
+            started_wall: jiff::Timestamp::now(),
+        };
+        store.load_seed(&config.seed)?;
+        Ok(store)
+    }
+
+    /// A new UUID from the seeded generator.
+    pub(crate) fn new_uuid(&mut self) -> String {
+        random_uuid(&mut self.rng)
+    }
+
+    /// RFC 3339 wall-clock time of a simulated instant.
+    pub(crate) fn wall(&self, at: Instant) -> String {
+        let offset = at.saturating_duration_since(self.started_instant);
+        let span = jiff::SignedDuration::try_from(offset).unwrap_or(jiff::SignedDuration::ZERO);
+        let ts = self
+            .started_wall
+            .checked_add(span)
+            .unwrap_or(self.started_wall);
+        ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    }
+
+    pub(crate) fn schedule(&mut self, at: Instant, event: Event) {
+        self.schedule_seq += 1;
+        self.schedule.push(Reverse(Scheduled {
+            at,
+            seq: self.schedule_seq,
+            event,
+        }));
+    }
+
+    /// Applies every scheduled event that is due at `now`, in time order.
+    pub(crate) fn advance(&mut self, now: Instant) {
+        while let Some(Reverse(next)) = self.schedule.peek() {
+            if next.at > now {
+                break;
+            }
+            let Some(Reverse(Scheduled { at, event, .. })) = self.schedule.pop() else {
+                break;
+            };
+            match event {
+                Event::TaskStart(uuid) => self.start_task(&uuid, at),
+                Event::TaskEnd(uuid) => self.end_task(&uuid, at),
+                Event::Addresses {
+                    vm,
+                    boot_gen,
+                    phase,
+                } => self.apply_address_phase(&vm, boot_gen, phase, at),
+            }
+        }
+    }
+
+    /// Number of scheduled events not yet applied (for tests and the load report).
+    pub(crate) fn pending_events(&self) -> usize {
+        self.schedule.len()
+    }
+
+    pub(crate) fn tick_logical(&mut self) -> u64 {
+        self.logical_clock += 1;
+        self.logical_clock
+    }
+
+    /// Creates a session cookie token.
+    pub(crate) fn new_session(&mut self, now: Instant) -> String {
+        let bytes: [u8; 24] = self.rng.random();
+        let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        self.sessions.insert(token.clone(), now + self.session_ttl);
+        token
+    }
+
+    pub(crate) fn session_valid(&mut self, token: &str, now: Instant) -> bool {
+        match self.sessions.get(token) {
+            Some(expires) if *expires > now => true,
+            Some(_) => {
+                self.sessions.remove(token);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Ends every session: later requests carrying only a cookie get 401 until the client logs in again.
+    pub(crate) fn expire_sessions(&mut self) -> usize {
+        let n = self.sessions.len();
+        self.sessions.clear();
+        n
+    }
+}
+
+/// A random (v4-shaped) UUID drawn from `rng`.
+pub(crate) fn random_uuid(rng: &mut StdRng) -> String {
+    let bytes: [u8; 16] = rng.random();
+    uuid::Builder::from_random_bytes(bytes)
+        .into_uuid()
+        .to_string()
+}

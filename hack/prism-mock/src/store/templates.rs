@@ -1,0 +1,499 @@
+//! v4 VM templates: list, get, deploy (with `NTNX-Request-Id` idempotence), and v4 task reads.
+
+use std::time::Instant;
+
+use http::StatusCode;
+use serde_json::{Map, Value, json};
+
+use super::Store;
+use super::tasks::{FailPlan, V4_TASK_PREFIX};
+use crate::errors::ApiError;
+use crate::seed::GuestOs;
+
+/// Default and largest `$limit` of v4 lists.
+const V4_DEFAULT_LIMIT: usize = 50;
+const V4_MAX_LIMIT: usize = 100;
+const MAX_DEPLOY_VMS: u64 = 100;
+
+#[derive(Debug, Clone)]
+pub(crate) struct Template {
+    pub(crate) ext_id: String,
+    pub(crate) version_id: String,
+    pub(crate) name: String,
+    pub(crate) os: GuestOs,
+    pub(crate) image_uuid: String,
+    pub(crate) boot_type: String,
+    pub(crate) num_sockets: u64,
+    pub(crate) num_cores_per_socket: u64,
+    pub(crate) memory_mib: u64,
+    pub(crate) disk_size_mib: u64,
+    pub(crate) subnet_uuid: Option<String>,
+    pub(crate) created: String,
+}
+
+impl Template {
+    fn machine_type(&self) -> &'static str {
+        if self.boot_type == "SECURE_BOOT" {
+            "Q35"
+        } else {
+            "PC"
+        }
+    }
+
+    fn v4_json(&self, username: &str, user_uuid: &str) -> Value {
+        let boot_config = match self.boot_type.as_str() {
+            "LEGACY" => {
+                json!({"$objectType": "vmm.v4.ahv.config.LegacyBoot", "bootOrder": ["CDROM", "DISK", "NETWORK"]})
+            }
+            other => {
+                json!({"$objectType": "vmm.v4.ahv.config.UefiBoot", "isSecureBootEnabled": other == "SECURE_BOOT"})
+            }
+        };
+        let nics: Vec<Value> = self
+            .subnet_uuid
+            .iter()
+            .map(|s| json!({"networkInfo": {"nicType": "NORMAL_NIC", "subnet": {"extId": s}}}))
+            .collect();
+        json!({
+            "$objectType": "vmm.v4.content.Template",
+            "extId": self.ext_id,
+            "templateName": self.name,
+            "templateDescription": "",
+            "createTime": self.created,
+            "updateTime": self.created,
+            "createdBy": {"extId": user_uuid, "username": username},
+            "categoryExtIds": [],
+            "templateVersionSpec": {
+                "$objectType": "vmm.v4.content.TemplateVersionSpec",
+                "extId": self.version_id,
+                "versionName": "1",
+                "versionDescription": "",
+                "isActiveVersion": true,
+                "isGcOverrideEnabled": true,
+                "createTime": self.created,
+                "vmSpec": {
+                    "$objectType": "vmm.v4.ahv.config.Vm",
+                    "name": self.name,
+                    "numSockets": self.num_sockets,
+                    "numCoresPerSocket": self.num_cores_per_socket,
+                    "numThreadsPerCore": 1,
+                    "memorySizeBytes": self.memory_mib.saturating_mul(1 << 20),
+                    "machineType": self.machine_type(),
+                    "bootConfig": boot_config,
+                    "disks": [{
+                        "diskAddress": {"busType": "SCSI", "index": 0},
+                        "backingInfo": {
+                            "$objectType": "vmm.v4.ahv.config.VmDisk",
+                            "diskSizeBytes": self.disk_size_mib.saturating_mul(1 << 20),
+                            "dataSource": {"reference": {"$objectType": "vmm.v4.ahv.config.ImageReference", "imageExtId": self.image_uuid}},
+                        },
+                    }],
+                    "nics": nics,
+                },
+            },
+        })
+    }
+}
+
+fn bad_request(message: impl Into<String>) -> ApiError {
+    ApiError::v4(
+        StatusCode::BAD_REQUEST,
+        "INVALID_INPUT",
+        "VMM-30100",
+        message,
+    )
+}
+
+fn parse_index(text: Option<&str>, name: &str, default: usize) -> Result<usize, ApiError> {
+    match text {
+        None => Ok(default),
+        Some(t) => t.parse::<usize>().map_err(|_| {
+            bad_request(format!(
+                "query parameter {name}='{t}' is not a non-negative integer"
+            ))
+        }),
+    }
+}
+
+/// `templateName eq 'X'`, the only `$filter` the mock understands.
+fn parse_name_filter(filter: &str) -> Result<String, ApiError> {
+    let rest = filter
+        .trim()
+        .strip_prefix("templateName")
+        .map(str::trim_start)
+        .and_then(|r| r.strip_prefix("eq"))
+        .map(str::trim);
+    match rest
+        .and_then(|r| r.strip_prefix('\''))
+        .and_then(|r| r.strip_suffix('\''))
+    {
+        Some(name) => Ok(name.replace("''", "'")),
+        None => Err(bad_request(format!(
+            "unsupported $filter '{filter}' (the mock knows only templateName eq '<name>')"
+        ))),
+    }
+}
+
+/// Turns a v4 `guestCustomization` into the v3 `guest_customization` shape.
+fn guest_v4_to_v3(gc: &Value) -> Result<Value, String> {
+    let config = gc
+        .get("config")
+        .ok_or("guestCustomization.config is required")?;
+    let object_type = config
+        .get("$objectType")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let script_of = |key: &str| -> Result<(String, Value), String> {
+        let script = config
+            .get(key)
+            .ok_or(format!("guestCustomization.config.{key} is required"))?;
+        let ty = script
+            .get("$objectType")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        Ok((ty, script.clone()))
+    };
+    match object_type {
+        "vmm.v4.ahv.config.Sysprep" => {
+            let install_type = config
+                .get("installType")
+                .and_then(Value::as_str)
+                .unwrap_or("PREPARED");
+            let (ty, script) = script_of("sysprepScript")?;
+            let mut sysprep = Map::new();
+            sysprep.insert("install_type".to_owned(), json!(install_type));
+            match ty.as_str() {
+                "vmm.v4.ahv.config.Unattendxml" => {
+                    sysprep.insert(
+                        "unattend_xml".to_owned(),
+                        script.get("value").cloned().unwrap_or(Value::Null),
+                    );
+                }
+                "vmm.v4.ahv.config.CustomKeyValues" => {
+                    sysprep.insert(
+                        "custom_key_values".to_owned(),
+                        script.get("keyValuePairs").cloned().unwrap_or(Value::Null),
+                    );
+                }
+                other => {
+                    return Err(format!(
+                        "guestCustomization.config.sysprepScript: unknown $objectType '{other}'"
+                    ));
+                }
+            }
+            Ok(json!({"is_overridable": false, "sysprep": sysprep}))
+        }
+        "vmm.v4.ahv.config.CloudInit" => {
+            let (ty, script) = script_of("cloudInitScript")?;
+            let mut cloud_init = Map::new();
+            if let Some(meta) = config.get("metadata").filter(|m| !m.is_null()) {
+                cloud_init.insert("meta_data".to_owned(), meta.clone());
+            }
+            match ty.as_str() {
+                "vmm.v4.ahv.config.Userdata" => {
+                    cloud_init.insert(
+                        "user_data".to_owned(),
+                        script.get("value").cloned().unwrap_or(Value::Null),
+                    );
+                }
+                "vmm.v4.ahv.config.CustomKeyValues" => {
+                    cloud_init.insert(
+                        "custom_key_values".to_owned(),
+                        script.get("keyValuePairs").cloned().unwrap_or(Value::Null),
+                    );
+                }
+                other => {
+                    return Err(format!(
+                        "guestCustomization.config.cloudInitScript: unknown $objectType '{other}'"
+                    ));
+                }
+            }
+            Ok(json!({"is_overridable": false, "cloud_init": cloud_init}))
+        }
+        other => Err(format!(
+            "guestCustomization.config: unknown $objectType '{other}'"
+        )),
+    }
+}
+
+/// Turns v4 override NICs into v3 `nic_list` entries (v4.0 `networkInfo`, later `nicNetworkInfo`).
+fn nics_v4_to_v3(nics: &Value) -> Result<Vec<Value>, String> {
+    let list = nics.as_array().ok_or("nics must be a list")?;
+    list.iter()
+        .enumerate()
+        .map(|(i, nic)| {
+            let info = nic
+                .get("networkInfo")
+                .or_else(|| nic.get("nicNetworkInfo"))
+                .ok_or(format!("nics[{i}].networkInfo is required"))?;
+            let subnet = info
+                .pointer("/subnet/extId")
+                .and_then(Value::as_str)
+                .ok_or(format!("nics[{i}].networkInfo.subnet.extId is required"))?;
+            let mut v3 = json!({"subnet_reference": {"kind": "subnet", "uuid": subnet}});
+            if let Some(ip) = info
+                .pointer("/ipv4Config/ipAddress/value")
+                .and_then(Value::as_str)
+                && let Some(obj) = v3.as_object_mut()
+            {
+                obj.insert(
+                    "ip_endpoint_list".to_owned(),
+                    json!([{"ip": ip, "type": "ASSIGNED"}]),
+                );
+            }
+            Ok(v3)
+        })
+        .collect()
+}
+
+impl Store {
+    pub(crate) fn template(&self, ext_id: &str) -> Option<&Template> {
+        self.templates.iter().find(|t| t.ext_id == ext_id)
+    }
+
+    /// `GET /api/vmm/v4.0/content/templates` with `$page` (0-based), `$limit`, `$filter=templateName eq '…'`.
+    pub(crate) fn list_templates(
+        &self,
+        page: Option<&str>,
+        limit: Option<&str>,
+        filter: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let page = parse_index(page, "$page", 0)?;
+        let limit = parse_index(limit, "$limit", V4_DEFAULT_LIMIT)?;
+        if !(1..=V4_MAX_LIMIT).contains(&limit) {
+            return Err(bad_request(format!(
+                "$limit={limit} is not in 1..={V4_MAX_LIMIT}"
+            )));
+        }
+        let name = filter.map(parse_name_filter).transpose()?;
+        let matching: Vec<&Template> = self
+            .templates
+            .iter()
+            .filter(|t| name.as_ref().is_none_or(|n| &t.name == n))
+            .collect();
+        let total = matching.len();
+        let data: Vec<Value> = matching
+            .into_iter()
+            .skip(page.saturating_mul(limit))
+            .take(limit)
+            .map(|t| t.v4_json(&self.username, &self.user_uuid))
+            .collect();
+        Ok(json!({
+            "data": data,
+            "metadata": {"totalAvailableResults": total, "flags": [{"name": "hasError", "value": false}, {"name": "isPaginated", "value": true}]},
+        }))
+    }
+
+    pub(crate) fn get_template(&self, ext_id: &str) -> Result<Value, ApiError> {
+        let template = self
+            .template(ext_id)
+            .ok_or_else(|| template_not_found(ext_id))?;
+        Ok(json!({"data": template.v4_json(&self.username, &self.user_uuid)}))
+    }
+
+    /// `POST …/templates/{extId}/$actions/deploy`. The same `NTNX-Request-Id` returns the same task and creates
+    /// nothing new (whatever the body); a missing one is a 400. Deployed VMs are powered off (mock choice).
+    pub(crate) fn deploy_template(
+        &mut self,
+        now: Instant,
+        ext_id: &str,
+        request_id: Option<&str>,
+        body: &Value,
+        fail: Option<FailPlan>,
+    ) -> Result<Value, ApiError> {
+        let request_id = request_id
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .ok_or_else(|| {
+                ApiError::v4(
+                    StatusCode::BAD_REQUEST,
+                    "INVALID_INPUT",
+                    "VMM-30101",
+                    "the NTNX-Request-Id header is required",
+                )
+            })?;
+        if let Some(task) = self.v4_requests.get(request_id) {
+            return Ok(task_reference(task));
+        }
+        let template = self
+            .template(ext_id)
+            .cloned()
+            .ok_or_else(|| template_not_found(ext_id))?;
+        let count = body.get("numberOfVms").and_then(Value::as_u64).unwrap_or(1);
+        if !(1..=MAX_DEPLOY_VMS).contains(&count) {
+            return Err(bad_request(format!(
+                "numberOfVms={count} is not in 1..={MAX_DEPLOY_VMS}"
+            )));
+        }
+        let cluster = body
+            .get("clusterReference")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !self.is_prism_element(cluster) {
+            return Err(bad_request(format!(
+                "clusterReference '{cluster}' is not a Prism Element cluster"
+            )));
+        }
+        if let Some(version) = body.get("versionId").and_then(Value::as_str)
+            && version != template.version_id
+        {
+            return Err(bad_request(format!(
+                "versionId '{version}' is not a version of template {ext_id}"
+            )));
+        }
+        let overrides = body
+            .get("overrideVmConfigMap")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        let Some(overrides) = overrides.as_object() else {
+            return Err(bad_request("overrideVmConfigMap must be an object"));
+        };
+        for key in overrides.keys() {
+            if key.parse::<u64>().map_or(true, |i| i >= count) {
+                return Err(bad_request(format!(
+                    "overrideVmConfigMap key '{key}' is not a VM index below numberOfVms={count}"
+                )));
+            }
+        }
+        let mut prepared = Vec::new();
+        for index in 0..count {
+            let o = overrides
+                .get(&index.to_string())
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            let spec = self
+                .deploy_spec(&template, cluster, &o)
+                .map_err(|m| bad_request(format!("overrideVmConfigMap.{index}: {m}")))?;
+            let vm = self
+                .create_vm_from_spec(now, &spec, template.os)
+                .map_err(|details| {
+                    let text: Vec<String> = details
+                        .into_iter()
+                        .map(|(f, m)| format!("{f}: {m}"))
+                        .collect();
+                    bad_request(format!("VM {index}: {}", text.join("; ")))
+                })?;
+            prepared.push(vm);
+        }
+        let task = self.commit_deploy(now, prepared, cluster, fail);
+        self.v4_requests.insert(request_id.to_owned(), task.clone());
+        Ok(task_reference(&task))
+    }
+
+    fn deploy_spec(&self, template: &Template, cluster: &str, o: &Value) -> Result<Value, String> {
+        let number = |key: &str, default: u64| -> Result<u64, String> {
+            match o.get(key) {
+                None | Some(Value::Null) => Ok(default),
+                Some(v) => v
+                    .as_u64()
+                    .ok_or(format!("{key} must be a non-negative integer")),
+            }
+        };
+        let memory_bytes = number(
+            "memorySizeBytes",
+            template.memory_mib.saturating_mul(1 << 20),
+        )?;
+        if memory_bytes % (1 << 20) != 0 {
+            return Err(format!(
+                "memorySizeBytes={memory_bytes} is not a whole number of MiB"
+            ));
+        }
+        let nics = match o.get("nics") {
+            Some(list) => nics_v4_to_v3(list)?,
+            None => template
+                .subnet_uuid
+                .iter()
+                .map(|s| json!({"subnet_reference": {"kind": "subnet", "uuid": s}}))
+                .collect(),
+        };
+        let name = o
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or(&template.name);
+        let mut resources = json!({
+            "num_sockets": number("numSockets", template.num_sockets)?,
+            "num_vcpus_per_socket": number("numCoresPerSocket", template.num_cores_per_socket)?,
+            "num_threads_per_core": number("numThreadsPerCore", 1)?,
+            "memory_size_mib": memory_bytes >> 20,
+            "power_state": "OFF",
+            "machine_type": template.machine_type(),
+            "boot_config": {"boot_type": template.boot_type},
+            "disk_list": [{
+                "data_source_reference": {"kind": "image", "uuid": template.image_uuid},
+                "disk_size_mib": template.disk_size_mib,
+                "device_properties": {"device_type": "DISK", "disk_address": {"adapter_type": "SCSI", "device_index": 0}},
+            }],
+            "nic_list": nics,
+        });
+        if let Some(gc) = o.get("guestCustomization").filter(|g| !g.is_null())
+            && let Some(res) = resources.as_object_mut()
+        {
+            res.insert("guest_customization".to_owned(), guest_v4_to_v3(gc)?);
+        }
+        Ok(json!({
+            "name": name,
+            "description": format!("Deployed from template {}", template.name),
+            "cluster_reference": {"kind": "cluster", "uuid": cluster},
+            "resources": resources,
+        }))
+    }
+
+    /// `GET /api/prism/v4.0/config/tasks/{extId}`: takes `<prefix>:<uuid>` or the bare UUID.
+    pub(crate) fn get_task_v4(&self, ext_id: &str) -> Result<Value, ApiError> {
+        let uuid = ext_id.rsplit_once(':').map_or(ext_id, |(_, u)| u);
+        let task = self.tasks.get(uuid).ok_or_else(|| {
+            ApiError::v4_prism(
+                StatusCode::NOT_FOUND,
+                "ENTITY_NOT_FOUND",
+                "PRISM-40404",
+                format!("task {ext_id} was not found"),
+            )
+        })?;
+        Ok(self.task_v4_json(task))
+    }
+}
+
+fn template_not_found(ext_id: &str) -> ApiError {
+    ApiError::v4(
+        StatusCode::NOT_FOUND,
+        "ENTITY_NOT_FOUND",
+        "VMM-20404",
+        format!("template {ext_id} was not found"),
+    )
+}
+
+fn task_reference(task_uuid: &str) -> Value {
+    json!({"data": {"$objectType": "prism.v4.config.TaskReference", "extId": format!("{V4_TASK_PREFIX}{task_uuid}")}})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sysprep_and_cloud_init_overrides_map_to_v3() {
+        let sysprep = json!({"config": {"$objectType": "vmm.v4.ahv.config.Sysprep", "installType": "PREPARED",
+            "sysprepScript": {"$objectType": "vmm.v4.ahv.config.Unattendxml", "value": "PHhtbC8+"}}});
+        assert_eq!(
+            guest_v4_to_v3(&sysprep).unwrap(),
+            json!({"is_overridable": false, "sysprep": {"install_type": "PREPARED", "unattend_xml": "PHhtbC8+"}})
+        );
+        let cloud = json!({"config": {"$objectType": "vmm.v4.ahv.config.CloudInit", "datasourceType": "CONFIG_DRIVE_V2",
+            "metadata": "e30=", "cloudInitScript": {"$objectType": "vmm.v4.ahv.config.Userdata", "value": "I2Nsb3VkLWNvbmZpZw=="}}});
+        assert_eq!(
+            guest_v4_to_v3(&cloud).unwrap(),
+            json!({"is_overridable": false, "cloud_init": {"meta_data": "e30=", "user_data": "I2Nsb3VkLWNvbmZpZw=="}})
+        );
+        assert!(guest_v4_to_v3(&json!({"config": {"$objectType": "x"}})).is_err());
+    }
+
+    #[test]
+    fn template_name_filter() {
+        assert_eq!(
+            parse_name_filter("templateName eq 'win''s'").unwrap(),
+            "win's"
+        );
+        assert!(parse_name_filter("startswith(templateName,'w')").is_err());
+    }
+}
