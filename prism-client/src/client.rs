@@ -429,17 +429,24 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .map(|wait| wait.max(Duration::ZERO))
 }
 
+/// True for a rustls error, also when wrapped in `io::Error`s (tokio-rustls and hyper wrap it twice).
+fn is_rustls_error(error: &(dyn std::error::Error + 'static)) -> bool {
+    if error.downcast_ref::<rustls::Error>().is_some() {
+        return true;
+    }
+    error
+        .downcast_ref::<std::io::Error>()
+        .and_then(std::io::Error::get_ref)
+        .is_some_and(|inner| is_rustls_error(inner))
+}
+
 /// Classifies a reqwest failure and flattens its causes into one line.
 fn transport_error(endpoint: &'static str, error: &reqwest::Error) -> Error {
     let mut detail = error.to_string();
     let mut tls = false;
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
-        tls |= cause.downcast_ref::<rustls::Error>().is_some()
-            || cause
-                .downcast_ref::<std::io::Error>()
-                .and_then(std::io::Error::get_ref)
-                .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some());
+        tls |= is_rustls_error(cause);
         let text = cause.to_string();
         if !detail.contains(&text) {
             detail.push_str(": ");
