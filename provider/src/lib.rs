@@ -1,1 +1,12 @@
-//! The Nutanix machine-api provider: API types, the pure plan layer, the actuator, controllers and runtime.
+//! The Nutanix machine-api provider.
+//!
+//! Layers, each depending only on the ones above it:
+//! - [`api`]: serde types for Machine, MachineSet and the Nutanix provider spec and status;
+//! - [`plan`]: pure, synchronous decisions (validation, Prism request bodies, unattend.xml,
+//!   cloud-init, addresses, MachineSet annotations, lifecycle steps, CSR checks);
+//! - [`render`]: the `render` command, which previews a plan without contacting Prism.
+//!
+//! The actuator, controllers and runtime come on top of these.
+
+pub mod api;
+pub mod plan;

@@ -1,0 +1,409 @@
+//! `NutanixMachineProviderConfig` and `NutanixMachineProviderStatus` (`machine.openshift.io/v1`),
+//! field for field as openshift/api serialises them, plus our optional additions.
+//!
+//! Upstream quirks that must parse, and are written back the same way: `bootType: ""`,
+//! `project: {type: ""}`, `categories: null` (also `gpus`, `dataDisks`, `failureDomain`:
+//! no `omitempty` in Go), `metadata: {creationTimestamp: null}`.
+//!
+//! Every field has a default so that a missing required field reaches validation, which reports
+//! it with its path, instead of failing the whole parse. Enums keep unknown values for the same
+//! reason. Only a value of the wrong JSON type (a string where a number belongs) fails to parse;
+//! [`NutanixMachineProviderConfig::from_value`] reports that one with its path too.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::LocalObjectReference;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::open_enum::open_enum;
+
+/// apiVersion of the provider spec and status.
+pub const PROVIDER_API_VERSION: &str = "machine.openshift.io/v1";
+/// kind of the provider spec.
+pub const PROVIDER_CONFIG_KIND: &str = "NutanixMachineProviderConfig";
+/// kind of the provider status.
+pub const PROVIDER_STATUS_KIND: &str = "NutanixMachineProviderStatus";
+
+/// The Nutanix part of a Machine's spec (`spec.providerSpec.value`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NutanixMachineProviderConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Installer output carries `metadata: {creationTimestamp: null}`; nothing reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ObjectMeta>,
+    /// The Prism Element (cluster) the VM is created on.
+    #[serde(default)]
+    pub cluster: NutanixResourceIdentifier,
+    /// What the system disk comes from: see [`ImageKind`].
+    #[serde(default)]
+    pub image: NutanixResourceIdentifier,
+    /// One NIC per subnet, in this order; the first is the primary NIC.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub subnets: Vec<NutanixResourceIdentifier>,
+    #[serde(default)]
+    pub vcpus_per_socket: i32,
+    #[serde(default)]
+    pub vcpu_sockets: i32,
+    #[serde(default)]
+    pub memory_size: Quantity,
+    #[serde(default)]
+    pub system_disk_size: Quantity,
+    #[serde(default)]
+    pub boot_type: BootType,
+    #[serde(default)]
+    pub project: NutanixResourceIdentifier,
+    #[serde(default)]
+    pub categories: Option<Vec<NutanixCategory>>,
+    #[serde(default)]
+    pub gpus: Option<Vec<NutanixGpu>>,
+    #[serde(default)]
+    pub data_disks: Option<Vec<NutanixVmDisk>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data_secret: Option<LocalObjectReference>,
+    #[serde(default)]
+    pub credentials_secret: Option<LocalObjectReference>,
+    #[serde(default)]
+    pub failure_domain: Option<NutanixFailureDomainReference>,
+
+    /// Ours (ignored by the Go provider): what `image` names. Default `Image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_kind: Option<ImageKind>,
+    /// Ours (ignored by the Go provider): how the guest is customised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_customization: Option<GuestCustomizationSpec>,
+}
+
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// A reference to a Prism entity by UUID or by name (`type: uuid|name`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NutanixResourceIdentifier {
+    /// `uuid`, `name`, or `""` when the optional field is unset (`project: {type: ""}`).
+    #[serde(default, rename = "type")]
+    pub type_: IdentifierType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl NutanixResourceIdentifier {
+    /// An identifier by UUID.
+    pub fn by_uuid(uuid: impl Into<String>) -> Self {
+        Self {
+            type_: IdentifierType::Uuid,
+            uuid: Some(uuid.into()),
+            name: None,
+        }
+    }
+
+    /// An identifier by name.
+    pub fn by_name(name: impl Into<String>) -> Self {
+        Self {
+            type_: IdentifierType::Name,
+            uuid: None,
+            name: Some(name.into()),
+        }
+    }
+
+    /// Whether the identifier is unset (`type: ""` and nothing else), as upstream writes an unset project.
+    pub fn is_unset(&self) -> bool {
+        self.type_ == IdentifierType::Unset && self.uuid.is_none() && self.name.is_none()
+    }
+
+    /// The text that names the entity: the UUID for `type: uuid`, the name for `type: name`.
+    pub fn key(&self) -> Option<&str> {
+        match self.type_ {
+            IdentifierType::Uuid => self.uuid.as_deref(),
+            IdentifierType::Name => self.name.as_deref(),
+            IdentifierType::Unset | IdentifierType::Unknown(_) => None,
+        }
+    }
+}
+
+open_enum! {
+    /// How a [`NutanixResourceIdentifier`] names its entity.
+    #[derive(Default)]
+    pub enum IdentifierType {
+        #[default]
+        Unset = "",
+        Uuid = "uuid",
+        Name = "name",
+    }
+}
+
+open_enum! {
+    /// `bootType`: `""` means the AHV default (Legacy).
+    #[derive(Default)]
+    pub enum BootType {
+        #[default]
+        Unset = "",
+        Legacy = "Legacy",
+        Uefi = "UEFI",
+        SecureBoot = "SecureBoot",
+    }
+}
+
+/// A Prism category key and value.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NutanixCategory {
+    #[serde(default)]
+    pub key: String,
+    #[serde(default)]
+    pub value: String,
+}
+
+/// A GPU by name or by device ID (`type: Name|DeviceID`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NutanixGpu {
+    #[serde(default, rename = "type")]
+    pub type_: GpuIdentifierType,
+    #[serde(default, rename = "deviceID", skip_serializing_if = "Option::is_none")]
+    pub device_id: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+open_enum! {
+    /// How a [`NutanixGpu`] names its device.
+    #[derive(Default)]
+    pub enum GpuIdentifierType {
+        #[default]
+        Unset = "",
+        Name = "Name",
+        DeviceId = "DeviceID",
+    }
+}
+
+/// A data disk.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NutanixVmDisk {
+    #[serde(default)]
+    pub disk_size: Quantity,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_properties: Option<NutanixVmDiskDeviceProperties>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_config: Option<NutanixVmStorageConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_source: Option<NutanixResourceIdentifier>,
+}
+
+/// Device type, adapter and index of a data disk.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NutanixVmDiskDeviceProperties {
+    /// Default `Disk`.
+    #[serde(default)]
+    pub device_type: DiskDeviceType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter_type: Option<DiskAdapterType>,
+    /// Default 0; `omitempty` upstream.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub device_index: i32,
+}
+
+fn is_zero(value: &i32) -> bool {
+    *value == 0
+}
+
+open_enum! {
+    /// `deviceType` of a data disk.
+    #[derive(Default)]
+    pub enum DiskDeviceType {
+        #[default]
+        Disk = "Disk",
+        CdRom = "CDRom",
+    }
+}
+
+open_enum! {
+    /// `adapterType` of a data disk.
+    pub enum DiskAdapterType {
+        Scsi = "SCSI",
+        Ide = "IDE",
+        Pci = "PCI",
+        Sata = "SATA",
+        Spapr = "SPAPR",
+    }
+}
+
+/// Storage settings of a data disk.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NutanixVmStorageConfig {
+    /// Default `Standard`.
+    #[serde(default)]
+    pub disk_mode: DiskMode,
+    #[serde(default)]
+    pub storage_container: Option<NutanixStorageResourceIdentifier>,
+}
+
+open_enum! {
+    /// `diskMode` of a data disk.
+    #[derive(Default)]
+    pub enum DiskMode {
+        #[default]
+        Standard = "Standard",
+        Flash = "Flash",
+    }
+}
+
+/// A storage container, by UUID only.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NutanixStorageResourceIdentifier {
+    #[serde(default, rename = "type")]
+    pub type_: IdentifierType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+}
+
+/// A failure domain of `Infrastructure/cluster`, by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NutanixFailureDomainReference {
+    #[serde(default)]
+    pub name: String,
+}
+
+open_enum! {
+    /// Ours: what `image` names.
+    pub enum ImageKind {
+        /// An image-service image: the v3 VM create body.
+        Image = "Image",
+        /// A Prism Central VM template: the v4 template deploy.
+        Template = "Template",
+        /// A powered-off source VM: the v3 clone.
+        Vm = "VM",
+    }
+}
+
+/// Ours: guest customization settings.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GuestCustomizationSpec {
+    /// Default: Sysprep for Windows Machines, CloudInit otherwise.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<GuestCustomizationType>,
+    /// Windows time zone ID for Sysprep (default `UTC`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// Secret (key `password`) holding the Administrator password for Sysprep; random per VM when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_password_secret: Option<LocalObjectReference>,
+}
+
+open_enum! {
+    /// Ours: the kind of guest customization.
+    pub enum GuestCustomizationType {
+        Sysprep = "Sysprep",
+        CloudInit = "CloudInit",
+    }
+}
+
+/// Why a providerSpec or providerStatus value could not be read as our type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct ParseError {
+    /// Where in the value, for example `dataDisks[1].deviceProperties.deviceIndex`; `.` for the root.
+    pub path: String,
+    /// serde's message, which names the expected type but never repeats the value.
+    pub message: String,
+}
+
+fn from_value<T: serde::de::DeserializeOwned>(value: &Value) -> Result<T, ParseError> {
+    serde_path_to_error::deserialize(value).map_err(|error| ParseError {
+        path: error.path().to_string(),
+        message: error.inner().to_string(),
+    })
+}
+
+impl NutanixMachineProviderConfig {
+    /// Reads `providerSpec.value`.
+    pub fn from_value(value: &Value) -> Result<Self, ParseError> {
+        from_value(value)
+    }
+
+    /// The value as upstream serialises it, our additions included when set.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// The Nutanix part of a Machine's status (`status.providerStatus`).
+///
+/// Fields we do not model (MAO writes `instanceState`/`vmState` on failure, for example) are kept
+/// in `other` and written back.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NutanixMachineProviderStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Set once the VM exists; never changed afterwards.
+    #[serde(default, rename = "vmUUID", skip_serializing_if = "Option::is_none")]
+    pub vm_uuid: Option<String>,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+impl NutanixMachineProviderStatus {
+    /// Reads `status.providerStatus`; an absent or null value is an empty status.
+    pub fn from_value(value: Option<&Value>) -> Result<Self, ParseError> {
+        match value {
+            None | Some(Value::Null) => Ok(Self::default()),
+            Some(value) => from_value(value),
+        }
+    }
+
+    /// The value to write back, with apiVersion and kind set.
+    pub fn to_value(&self) -> Value {
+        let mut status = self.clone();
+        status
+            .api_version
+            .get_or_insert_with(|| PROVIDER_API_VERSION.to_owned());
+        status
+            .kind
+            .get_or_insert_with(|| PROVIDER_STATUS_KIND.to_owned());
+        serde_json::to_value(status).unwrap_or(Value::Null)
+    }
+
+    /// Merges one condition by type: other types stay, and `lastTransitionTime` only moves when
+    /// the status changes (upstream replaced the whole list, losing the other types).
+    pub fn set_condition(&mut self, condition: Condition) {
+        match self
+            .conditions
+            .iter_mut()
+            .find(|c| c.type_ == condition.type_)
+        {
+            Some(existing) => {
+                let transition = if existing.status == condition.status {
+                    existing.last_transition_time.clone()
+                } else {
+                    condition.last_transition_time.clone()
+                };
+                *existing = Condition {
+                    last_transition_time: transition,
+                    ..condition
+                };
+            }
+            None => self.conditions.push(condition),
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! cloud-init guest customization: Ignition for Linux, cloudbase-init user and meta data for
+//! Windows.
+//!
+//! Prism puts `user_data` (and `meta_data`) on a config drive. RHCOS reads the user data as
+//! Ignition; upstream appends an `/etc/hostname` file so that the node name does not depend on
+//! DHCP (OCPBUGS-6727), and so do we. Windows images with cloudbase-init run the user data's
+//! `<powershell>` block and read `meta_data` (`hostname`, `uuid`).
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Map, Value, json};
+
+/// Prism's limit on `cloud_init.user_data`, in base64 characters.
+pub const USER_DATA_BASE64_LIMIT: usize = 128_000;
+/// Prism's limit on `cloud_init.meta_data`, in base64 characters.
+pub const META_DATA_BASE64_LIMIT: usize = 32_000;
+
+/// Why user data cannot be used. Never quotes the user data.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CloudInitError {
+    #[error("user data is not an Ignition config (a JSON object): {0}")]
+    NotIgnition(String),
+    #[error("user data has a `storage.files` that is not a list")]
+    FilesNotAList,
+    #[error("user data is {base64_len} characters in base64; Prism accepts at most {limit}")]
+    TooLarge { base64_len: usize, limit: usize },
+}
+
+/// The length of `bytes` in base64 (with padding).
+pub fn base64_len(bytes: usize) -> usize {
+    bytes.div_ceil(3) * 4
+}
+
+/// Ignition user data with an `/etc/hostname` file set to `hostname`, replacing any earlier
+/// `/etc/hostname` entry (Ignition rejects duplicate paths).
+pub fn ignition_with_hostname(user_data: &[u8], hostname: &str) -> Result<Vec<u8>, CloudInitError> {
+    let mut config: Value = serde_json::from_slice(user_data)
+        .map_err(|e| CloudInitError::NotIgnition(e.to_string()))?;
+    let Value::Object(root) = &mut config else {
+        return Err(CloudInitError::NotIgnition(
+            "the top level is not an object".into(),
+        ));
+    };
+    let storage = root
+        .entry("storage")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(storage) = storage else {
+        return Err(CloudInitError::NotIgnition(
+            "`storage` is not an object".into(),
+        ));
+    };
+    let files = storage
+        .entry("files")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    let Value::Array(files) = files else {
+        return Err(CloudInitError::FilesNotAList);
+    };
+    files.retain(|file| file.get("path").and_then(Value::as_str) != Some("/etc/hostname"));
+    files.push(json!({
+        "path": "/etc/hostname",
+        "contents": {"source": format!("data:,{}", percent_encode(hostname))},
+        "mode": 420,
+        "overwrite": true,
+    }));
+    serde_json::to_vec(&config).map_err(|e| CloudInitError::NotIgnition(e.to_string()))
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters, for a data URL.
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// cloudbase-init meta data: the host name and an instance ID (a new ID re-runs first-boot
+/// plugins, so it must stay the same for the life of the VM).
+pub fn meta_data(hostname: &str, instance_id: &str) -> String {
+    json!({"hostname": hostname, "uuid": instance_id}).to_string()
+}
+
+/// Base64 of user data, checked against Prism's limit.
+pub fn encode_user_data(user_data: &[u8]) -> Result<String, CloudInitError> {
+    let base64_len = base64_len(user_data.len());
+    if base64_len > USER_DATA_BASE64_LIMIT {
+        return Err(CloudInitError::TooLarge {
+            base64_len,
+            limit: USER_DATA_BASE64_LIMIT,
+        });
+    }
+    Ok(STANDARD.encode(user_data))
+}
+
+/// Base64 of meta data, checked against Prism's limit.
+pub fn encode_meta_data(meta_data: &str) -> Result<String, CloudInitError> {
+    let base64_len = base64_len(meta_data.len());
+    if base64_len > META_DATA_BASE64_LIMIT {
+        return Err(CloudInitError::TooLarge {
+            base64_len,
+            limit: META_DATA_BASE64_LIMIT,
+        });
+    }
+    Ok(STANDARD.encode(meta_data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POINTER_CONFIG: &str = r#"{"ignition":{"config":{"merge":[{"source":"https://api-int.ocp.example.com:22623/config/worker"}]},"version":"3.2.0"}}"#;
+
+    #[test]
+    fn adds_the_hostname_file_to_a_pointer_config() {
+        let out = ignition_with_hostname(POINTER_CONFIG.as_bytes(), "ocp-worker-0-abcde").unwrap();
+        let out: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            out["ignition"]["version"], "3.2.0",
+            "the rest of the config is kept"
+        );
+        assert_eq!(
+            out["storage"]["files"],
+            json!([{"path": "/etc/hostname", "contents": {"source": "data:,ocp-worker-0-abcde"},
+                    "mode": 420, "overwrite": true}])
+        );
+    }
+
+    #[test]
+    fn replaces_an_earlier_hostname_file_and_keeps_others() {
+        let config = json!({"ignition": {"version": "3.2.0"}, "storage": {"files": [
+            {"path": "/etc/hostname", "contents": {"source": "data:,old"}},
+            {"path": "/etc/motd", "contents": {"source": "data:,hi"}}
+        ]}});
+        let out = ignition_with_hostname(config.to_string().as_bytes(), "new").unwrap();
+        let out: Value = serde_json::from_slice(&out).unwrap();
+        let files = out["storage"]["files"].as_array().unwrap();
+        assert_eq!(files.len(), 2);
+        assert_eq!(files[0]["path"], "/etc/motd");
+        assert_eq!(files[1]["contents"]["source"], "data:,new");
+    }
+
+    #[test]
+    fn rejects_what_is_not_ignition_without_quoting_it() {
+        let secret = "#cloud-config\npassword: hunter2";
+        let error = ignition_with_hostname(secret.as_bytes(), "h").unwrap_err();
+        assert!(matches!(error, CloudInitError::NotIgnition(_)));
+        assert!(!error.to_string().contains("hunter2"));
+        assert!(matches!(
+            ignition_with_hostname(b"[]", "h"),
+            Err(CloudInitError::NotIgnition(_))
+        ));
+        assert_eq!(
+            ignition_with_hostname(br#"{"storage":{"files":{}}}"#, "h"),
+            Err(CloudInitError::FilesNotAList)
+        );
+    }
+
+    #[test]
+    fn hostname_is_percent_encoded_in_the_data_url() {
+        assert_eq!(percent_encode("a b/c"), "a%20b%2Fc");
+    }
+
+    #[test]
+    fn user_data_limit_is_prisms_base64_limit() {
+        let largest = USER_DATA_BASE64_LIMIT / 4 * 3;
+        assert_eq!(
+            encode_user_data(&vec![b'x'; largest]).unwrap().len(),
+            USER_DATA_BASE64_LIMIT
+        );
+        assert_eq!(
+            encode_user_data(&vec![b'x'; largest + 1]),
+            Err(CloudInitError::TooLarge {
+                base64_len: USER_DATA_BASE64_LIMIT + 4,
+                limit: USER_DATA_BASE64_LIMIT
+            })
+        );
+    }
+
+    #[test]
+    fn meta_data_names_host_and_instance() {
+        let meta: Value = serde_json::from_str(&meta_data("win-abcde", "uuid-1")).unwrap();
+        assert_eq!(meta, json!({"hostname": "win-abcde", "uuid": "uuid-1"}));
+    }
+}

@@ -1,0 +1,231 @@
+//! What the actuator looked up in Prism, as an input to the pure plan.
+//!
+//! Entities are keyed by how the providerSpec names them: the UUID for `type: uuid`, the name for
+//! `type: name`. The actuator fills this from Prism (names compared exactly, client-side);
+//! `render --resolve FILE.json` reads it from a file in this same JSON shape, for example:
+//!
+//! ```json
+//! {
+//!   "clusters": {"0005b0f1-8f43-a0f2-02b7-3cecef193712": {"uuid": "0005b0f1-8f43-a0f2-02b7-3cecef193712"}},
+//!   "images": {"ocp-7x2kq-rhcos": {"uuid": "f2a1c0de-0000-4000-8000-000000000001", "sizeBytes": 17179869184}},
+//!   "subnets": {"c7938dc6-7659-453e-a688-e26020c68e43":
+//!               {"uuid": "c7938dc6-7659-453e-a688-e26020c68e43", "clusterUuid": "0005b0f1-8f43-a0f2-02b7-3cecef193712"}},
+//!   "projects": {"ocp": {"error": "no project named \"ocp\""}},
+//!   "categories": {"kubernetes-io-cluster-ocp-7x2kq": {"owned": true}},
+//!   "hostGpus": [{"name": "Tesla T4", "vendor": "NVIDIA", "mode": "PASSTHROUGH_COMPUTE", "device_id": 7864, "status": "UNUSED"}],
+//!   "failureDomains": [{"name": "fd-a", "cluster": {"type": "uuid", "uuid": "…"}, "subnets": [{"type": "name", "name": "vlan-10"}]}]
+//! }
+//! ```
+//!
+//! A lookup that failed carries `{"error": "…"}`. What is absent was not looked up: the plan
+//! reports it as unresolved, except in [`ResolutionMode::Preview`], where names stay names.
+
+use std::collections::BTreeMap;
+
+use prism_client::v3::HostGpu;
+use serde::{Deserialize, Serialize};
+
+use crate::api::{BootType, NutanixResourceIdentifier};
+
+/// How to treat references the actuator did not resolve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResolutionMode {
+    /// Everything must be resolved before a request is built (the actuator).
+    Strict,
+    /// Unresolved names stay names in the request (the `render` preview); lookups that failed are
+    /// still errors.
+    Preview,
+}
+
+/// The outcome of one lookup.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Lookup<T> {
+    /// Not found, more than one match, or Prism did not answer. The message says which.
+    Failed {
+        error: String,
+    },
+    Found(T),
+}
+
+/// Results of the Prism lookups one Machine needs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResolvedReferences {
+    #[serde(default)]
+    pub clusters: BTreeMap<String, Lookup<ResolvedEntity>>,
+    /// Image-service images: the boot image (`imageKind: Image`) and data disk sources.
+    #[serde(default)]
+    pub images: BTreeMap<String, Lookup<ResolvedSource>>,
+    /// VM templates (`imageKind: Template`), by template UUID (extId) or name.
+    #[serde(default)]
+    pub templates: BTreeMap<String, Lookup<ResolvedSource>>,
+    /// Source VMs (`imageKind: VM`).
+    #[serde(default)]
+    pub source_vms: BTreeMap<String, Lookup<ResolvedSource>>,
+    #[serde(default)]
+    pub subnets: BTreeMap<String, Lookup<ResolvedSubnet>>,
+    #[serde(default)]
+    pub projects: BTreeMap<String, Lookup<ResolvedEntity>>,
+    /// Category key → value → whether the pair exists in Prism.
+    #[serde(default)]
+    pub categories: BTreeMap<String, BTreeMap<String, Lookup<bool>>>,
+    /// The GPUs of the target cluster's hosts (`gpu_list` entries of `/hosts/list`); absent when
+    /// not looked up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_gpus: Option<Lookup<Vec<HostGpu>>>,
+    /// The failure domains of `Infrastructure/cluster`, identifiers mapped to `uuid`/`name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domains: Option<Vec<FailureDomain>>,
+}
+
+/// An entity found in Prism.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedEntity {
+    pub uuid: String,
+}
+
+/// An image, template or source VM: where the system disk comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedSource {
+    pub uuid: String,
+    /// Size of the image, or of the template's or source VM's boot disk, when Prism reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<u64>,
+    /// Boot type of a template or source VM, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_type: Option<BootType>,
+    /// The template version to deploy; the active version when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_id: Option<String>,
+}
+
+/// A subnet and the cluster it belongs to (subnet lists span every Prism Element).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedSubnet {
+    pub uuid: String,
+    /// `None` for overlay (VPC) subnets, which belong to no single cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_uuid: Option<String>,
+}
+
+/// A failure domain of `Infrastructure/cluster`: its cluster and subnets replace the
+/// providerSpec's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailureDomain {
+    pub name: String,
+    pub cluster: NutanixResourceIdentifier,
+    #[serde(default)]
+    pub subnets: Vec<NutanixResourceIdentifier>,
+}
+
+/// How one reference came out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Resolution<'a, T> {
+    Found(&'a T),
+    /// Left as written (preview only).
+    AsWritten,
+    Failed(String),
+}
+
+/// Resolves `identifier` in `table`. `what` names the kind of entity in messages.
+pub(crate) fn resolve<'a, T>(
+    table: &'a BTreeMap<String, Lookup<T>>,
+    identifier: &NutanixResourceIdentifier,
+    what: &str,
+    mode: ResolutionMode,
+) -> Resolution<'a, T> {
+    let Some(key) = identifier.key() else {
+        return Resolution::Failed(format!("{what} has no usable identifier"));
+    };
+    match (table.get(key), mode) {
+        (Some(Lookup::Found(found)), _) => Resolution::Found(found),
+        (Some(Lookup::Failed { error }), _) => {
+            Resolution::Failed(format!("{what} {key:?}: {error}"))
+        }
+        (None, ResolutionMode::Preview) => Resolution::AsWritten,
+        (None, ResolutionMode::Strict) => {
+            Resolution::Failed(format!("{what} {key:?} has not been looked up in Prism"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_file_shape_parses() {
+        let text = r#"{
+            "clusters": {"pe": {"uuid": "c-1"}},
+            "images": {"rhcos": {"uuid": "i-1", "sizeBytes": 17179869184}},
+            "projects": {"ocp": {"error": "no project named \"ocp\""}},
+            "categories": {"k": {"v": true, "w": false}},
+            "hostGpus": [{"name": "Tesla T4", "vendor": "NVIDIA", "mode": "PASSTHROUGH_COMPUTE", "device_id": 7864, "status": "UNUSED"}],
+            "failureDomains": [{"name": "fd-a", "cluster": {"type": "uuid", "uuid": "c-1"}, "subnets": [{"type": "name", "name": "vlan-10"}]}]
+        }"#;
+        let resolved: ResolvedReferences = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            resolved.images["rhcos"],
+            Lookup::Found(ResolvedSource {
+                uuid: "i-1".into(),
+                size_bytes: Some(16 << 30),
+                boot_type: None,
+                version_id: None
+            })
+        );
+        assert!(matches!(resolved.projects["ocp"], Lookup::Failed { .. }));
+        assert_eq!(resolved.categories["k"]["w"], Lookup::Found(false));
+        let Some(Lookup::Found(gpus)) = &resolved.host_gpus else {
+            panic!()
+        };
+        assert!(gpus[0].is_unused());
+        assert_eq!(
+            resolved.failure_domains.unwrap()[0].subnets[0],
+            NutanixResourceIdentifier::by_name("vlan-10")
+        );
+    }
+
+    #[test]
+    fn unknown_sections_are_refused_so_typos_show() {
+        assert!(serde_json::from_str::<ResolvedReferences>(r#"{"image": {}}"#).is_err());
+    }
+
+    #[test]
+    fn resolution_by_mode() {
+        let table = BTreeMap::from([
+            (
+                "a".to_owned(),
+                Lookup::Found(ResolvedEntity { uuid: "u".into() }),
+            ),
+            (
+                "b".to_owned(),
+                Lookup::Failed {
+                    error: "2 matches".into(),
+                },
+            ),
+        ]);
+        let by_name = |n: &str| NutanixResourceIdentifier::by_name(n);
+        for mode in [ResolutionMode::Strict, ResolutionMode::Preview] {
+            assert!(
+                matches!(resolve(&table, &by_name("a"), "cluster", mode), Resolution::Found(e) if e.uuid == "u")
+            );
+            assert_eq!(
+                resolve(&table, &by_name("b"), "cluster", mode),
+                Resolution::Failed("cluster \"b\": 2 matches".into())
+            );
+        }
+        assert_eq!(
+            resolve(&table, &by_name("c"), "cluster", ResolutionMode::Preview),
+            Resolution::AsWritten
+        );
+        assert!(matches!(
+            resolve(&table, &by_name("c"), "cluster", ResolutionMode::Strict),
+            Resolution::Failed(_)
+        ));
+    }
+}
