@@ -370,13 +370,11 @@ impl Vm {
     pub fn into_update_input(self) -> Option<VmIntentInput> {
         let mut metadata = self.metadata;
         metadata.extra.remove("spec_hash");
-        let mut extra = self.extra;
-        extra.remove("status");
         Some(VmIntentInput {
             api_version: self.api_version,
             metadata,
             spec: self.spec?,
-            extra,
+            extra: self.extra,
         })
     }
 }
