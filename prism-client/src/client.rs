@@ -107,11 +107,9 @@ impl Call {
 
     /// Adds a JSON body.
     pub(crate) fn json(mut self, body: &impl Serialize) -> Result<Self, Error> {
-        let bytes = serde_json::to_vec(body).map_err(|error| Error::Decode {
+        let bytes = serde_json::to_vec(body).map_err(|error| Error::Encode {
             endpoint: self.endpoint,
-            status: 0,
-            reason: format!("cannot encode the request body: {error}"),
-            excerpt: String::new(),
+            reason: error.to_string(),
         })?;
         self.body = Some(Bytes::from(bytes));
         Ok(self)

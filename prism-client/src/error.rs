@@ -201,6 +201,12 @@ pub enum Error {
         reason: String,
         excerpt: String,
     },
+    /// The request body could not be serialised (a map with non-string keys in `extra`, for instance).
+    #[error("{endpoint}: cannot encode the request body: {reason}")]
+    Encode {
+        endpoint: &'static str,
+        reason: String,
+    },
     /// Session login (`GET /users/me`) succeeded but set no cookie.
     #[error("{endpoint}: session login returned no cookie")]
     NoSessionCookie { endpoint: &'static str },
@@ -296,6 +302,7 @@ impl Error {
             | Self::UnexpectedStatus { endpoint, .. }
             | Self::Transport { endpoint, .. }
             | Self::Decode { endpoint, .. }
+            | Self::Encode { endpoint, .. }
             | Self::NoSessionCookie { endpoint } => Some(endpoint),
             _ => None,
         }

@@ -853,3 +853,33 @@ fn construction_errors_are_clear() {
         "session auth needs a user name and password, not an API key"
     );
 }
+
+#[tokio::test]
+async fn clones_share_one_rate_limit() {
+    let router = Router::new().route(
+        "/api/nutanix/v3/vms/{uuid}",
+        get(|Path(uuid): Path<String>| async move { Json(vm_json(&uuid, "x")) }),
+    );
+    let (addr, _) = serve(router).await;
+    let mut config = http_config(addr);
+    config.rate_limit = prism_client::RateLimit {
+        requests_per_second: 10.0,
+        burst: 1,
+    };
+    let client = Client::new(config).unwrap();
+    let start = std::time::Instant::now();
+    let calls = (0..6).map(|i| {
+        let clone = client.clone();
+        tokio::spawn(async move { clone.get_vm(&format!("u{i}")).await.unwrap() })
+    });
+    for call in calls.collect::<Vec<_>>() {
+        call.await.unwrap();
+    }
+    // One token at once, then one every 100 ms for all clones together: the sixth request cannot start before
+    // 500 ms, however the tasks are scheduled (separate buckets would let all six go at once).
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(500),
+        "six requests in {elapsed:?}"
+    );
+}
