@@ -386,7 +386,10 @@ mod tests {
         let seed = Seed::from_yaml(BUILTIN_SEED_YAML).unwrap();
         assert_eq!(seed.clusters.len(), 1);
         assert_eq!(seed.subnets.len(), 2);
-        assert_eq!(seed.images.iter().map(|i| i.os).collect::<Vec<_>>(), vec![GuestOs::Linux, GuestOs::Windows]);
+        assert_eq!(
+            seed.images.iter().map(|i| i.os).collect::<Vec<_>>(),
+            vec![GuestOs::Linux, GuestOs::Windows]
+        );
         assert_eq!(seed.templates.len(), 1);
         assert_eq!(seed.vms.len(), 1);
         assert_eq!(seed.vms[0].power_state, "OFF");

@@ -11,26 +11,25 @@ use serde_json::{Value, json};
 
 pub const V3: &str = "/api/nutanix/v3";
 
-/// A reqwest client trusting `ca_pem` (ring provider, no process-wide default).
+/// A reqwest client trusting only `ca_pem` (ring provider, no process-wide default); with `None` it trusts
+/// nothing, which is enough for plain HTTP.
 pub fn client_trusting(ca_pem: Option<&str>) -> Client {
-    let builder = Client::builder().timeout(Duration::from_secs(20));
-    match ca_pem {
-        None => builder.build().unwrap(),
-        Some(pem) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in rustls_pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
-                roots.add(cert.unwrap()).unwrap();
-            }
-            let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-            builder.tls_backend_preconfigured(config).build().unwrap()
-        }
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.unwrap_or("").as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
     }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Client::builder()
+        .timeout(Duration::from_secs(20))
+        .tls_backend_preconfigured(config)
+        .build()
+        .unwrap()
 }
 
 /// A response: status, headers, body (JSON when it parses, else a string value).
