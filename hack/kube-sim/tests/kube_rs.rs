@@ -1,0 +1,906 @@
+//! kube-rs against a started kube-sim: CRUD, errors, patches, watches, subresources, a Controller with a
+//! finalizer, and a reflector recovering from 410 Gone.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams, WatchEvent,
+    WatchParams,
+};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Client, CustomResource, ResourceExt};
+use kube_sim::{Config, KubeSim, RunningKubeSim};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+async fn start(config: Config) -> (RunningKubeSim, Client) {
+    let sim = KubeSim::start(config).await.expect("kube-sim starts");
+    let client = sim.client().expect("client");
+    (sim, client)
+}
+
+/// Polls `check` every 50 ms for up to 20 s.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..400 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+fn config_map(name: &str, labels: serde_json::Value) -> ConfigMap {
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": labels}, "data": {"k": "v"}}),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn crud_errors_and_selectors() {
+    let (sim, client) = start(Config::default()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let created = cms
+        .create(
+            &PostParams::default(),
+            &config_map("a", json!({"app": "web"})),
+        )
+        .await
+        .unwrap();
+    assert!(created.metadata.uid.is_some());
+    assert!(created.metadata.creation_timestamp.is_some());
+    let rv_a: u64 = created.resource_version().unwrap().parse().unwrap();
+    cms.create(
+        &PostParams::default(),
+        &config_map("b", json!({"app": "db"})),
+    )
+    .await
+    .unwrap();
+
+    // AlreadyExists
+    let err = cms
+        .create(&PostParams::default(), &config_map("a", json!({})))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error")
+    };
+    assert_eq!(
+        (status.code, status.reason.as_str()),
+        (409, "AlreadyExists")
+    );
+
+    // NotFound
+    let kube::Error::Api(status) = cms.get("nope").await.unwrap_err() else {
+        panic!()
+    };
+    assert_eq!((status.code, status.reason.as_str()), (404, "NotFound"));
+
+    // Invalid name
+    let kube::Error::Api(status) = cms
+        .create(&PostParams::default(), &config_map("Bad_Name", json!({})))
+        .await
+        .unwrap_err()
+    else {
+        panic!()
+    };
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+
+    // Conflict on a stale resourceVersion
+    let mut stale = created.clone();
+    cms.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "v2"}})),
+    )
+    .await
+    .unwrap();
+    stale.data = Some([("k".to_string(), "v3".to_string())].into());
+    let kube::Error::Api(status) = cms
+        .replace("a", &PostParams::default(), &stale)
+        .await
+        .unwrap_err()
+    else {
+        panic!()
+    };
+    assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+
+    // Namespace must exist
+    let elsewhere: Api<ConfigMap> = Api::namespaced(client.clone(), "missing");
+    let kube::Error::Api(status) = elsewhere
+        .create(&PostParams::default(), &config_map("x", json!({})))
+        .await
+        .unwrap_err()
+    else {
+        panic!()
+    };
+    assert_eq!(status.code, 404);
+
+    // Label selectors (equality and set-based), field selectors, paging
+    let web = cms
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap();
+    assert_eq!(
+        web.items.iter().map(|c| c.name_any()).collect::<Vec<_>>(),
+        vec!["a"]
+    );
+    let both = cms
+        .list(&ListParams::default().labels("app in (web,db)"))
+        .await
+        .unwrap();
+    assert_eq!(both.items.len(), 2);
+    let by_name = cms
+        .list(&ListParams::default().fields("metadata.name=b"))
+        .await
+        .unwrap();
+    assert_eq!(
+        by_name
+            .items
+            .iter()
+            .map(|c| c.name_any())
+            .collect::<Vec<_>>(),
+        vec!["b"]
+    );
+    let page = cms.list(&ListParams::default().limit(1)).await.unwrap();
+    assert_eq!(page.items.len(), 1);
+    let token = page.metadata.continue_.clone().expect("continue token");
+    let next = cms
+        .list(&ListParams::default().limit(1).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(next.items[0].name_any(), "b");
+    assert!(next.metadata.continue_.is_none());
+
+    // One global counter: later writes have higher resourceVersions, across resources
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let s = secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "s"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(s.resource_version().unwrap().parse::<u64>().unwrap() > rv_a + 2);
+
+    // generateName
+    let generated = cms
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"generateName": "gen-"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(generated.name_any().starts_with("gen-") && generated.name_any().len() == 9);
+
+    // The request log names verbs as RBAC does
+    let log = sim.requests();
+    let verbs: Vec<(&str, &str)> = log
+        .iter()
+        .filter(|r| r.resource == "configmaps")
+        .map(|r| (r.verb.as_str(), r.name.as_str()))
+        .collect();
+    assert!(verbs.contains(&("create", "")));
+    assert!(verbs.contains(&("patch", "a")));
+    assert!(verbs.contains(&("update", "a")));
+    assert!(verbs.contains(&("list", "")));
+    assert!(verbs.contains(&("get", "nope")));
+    assert!(log.iter().all(|r| r.user == "kube-sim-admin"));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn patch_types_and_finalizers() {
+    let (sim, client) = start(Config::default()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &config_map("p", json!({"a": "1"})))
+        .await
+        .unwrap();
+
+    // JSON patch with a failing test op changes nothing
+    let bad = json_patch::Patch(
+        serde_json::from_value(json!([
+            {"op": "test", "path": "/data/k", "value": "other"},
+            {"op": "replace", "path": "/data/k", "value": "x"}
+        ]))
+        .unwrap(),
+    );
+    assert!(
+        cms.patch("p", &PatchParams::default(), &Patch::<()>::Json(bad))
+            .await
+            .is_err()
+    );
+    assert_eq!(cms.get("p").await.unwrap().data.unwrap()["k"], "v");
+
+    // Strategic merge: finalizers are merged, labels set to null are removed
+    let patched = cms
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(
+                json!({"metadata": {"finalizers": ["x/one"], "labels": {"a": null}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.metadata.finalizers, Some(vec!["x/one".to_string()]));
+    let patched = cms
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"metadata": {"finalizers": ["x/two"]}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        patched.metadata.finalizers,
+        Some(vec!["x/one".to_string(), "x/two".to_string()])
+    );
+
+    // Server-side apply creates and then merges
+    let applied = cms
+        .patch(
+            "q",
+            &PatchParams::apply("test-manager"),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "1"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied.data.unwrap()["a"], "1");
+    let applied = cms
+        .patch(
+            "q",
+            &PatchParams::apply("test-manager"),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"b": "2"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied.data.unwrap().len(), 2);
+
+    // Delete with finalizers: deletionTimestamp set, object kept until the last finalizer goes
+    let deleted = cms.delete("p", &DeleteParams::default()).await.unwrap();
+    let kept = deleted.left().expect("object still there");
+    assert!(kept.metadata.deletion_timestamp.is_some());
+    let kube::Error::Api(status) = cms
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["x/one", "x/two", "x/three"]}})),
+        )
+        .await
+        .unwrap_err()
+    else {
+        panic!()
+    };
+    assert_eq!(status.code, 422, "no new finalizers while deleting");
+    cms.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": ["x/two"]}})),
+    )
+    .await
+    .unwrap();
+    assert!(cms.get_opt("p").await.unwrap().is_some());
+    cms.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert!(cms.get_opt("p").await.unwrap().is_none());
+
+    // Delete precondition on uid
+    let q = cms.get("q").await.unwrap();
+    let wrong = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some("wrong".into()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    let kube::Error::Api(status) = cms.delete("q", &wrong).await.unwrap_err() else {
+        panic!()
+    };
+    assert_eq!(status.code, 409);
+    let right = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: q.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    cms.delete("q", &right).await.unwrap();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn owner_references_are_garbage_collected() {
+    let (sim, client) = start(Config {
+        gc_interval: Duration::from_millis(100),
+        ..Config::default()
+    })
+    .await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let owner = cms
+        .create(&PostParams::default(), &config_map("owner", json!({})))
+        .await
+        .unwrap();
+    let owner_ref = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.uid().unwrap(), "controller": true}]);
+    for name in ["child-1", "child-2"] {
+        let child: ConfigMap = serde_json::from_value(
+            json!({"metadata": {"name": name, "ownerReferences": owner_ref}}),
+        )
+        .unwrap();
+        cms.create(&PostParams::default(), &child).await.unwrap();
+    }
+    // Orphan: the children stay, without the owner reference
+    let orphaned_owner = cms
+        .create(&PostParams::default(), &config_map("owner-2", json!({})))
+        .await
+        .unwrap();
+    let orphan: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "orphan", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner-2", "uid": orphaned_owner.uid().unwrap()}]}}))
+    .unwrap();
+    cms.create(&PostParams::default(), &orphan).await.unwrap();
+    cms.delete("owner-2", &DeleteParams::orphan())
+        .await
+        .unwrap();
+    // Foreground: the owner waits for its dependents
+    cms.delete("owner", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    eventually("children and owners gone", || async {
+        let names: Vec<String> = cms
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|c| c.name_any())
+            .collect();
+        names == vec!["orphan".to_string()]
+    })
+    .await;
+    let orphan = cms.get("orphan").await.unwrap();
+    assert!(
+        orphan
+            .metadata
+            .owner_references
+            .unwrap_or_default()
+            .is_empty()
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn watch_events_selectors_bookmarks_and_gone() {
+    let (sim, client) = start(Config {
+        history_limit: 5,
+        bookmark_interval: Duration::from_millis(200),
+        ..Config::default()
+    })
+    .await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let first = cms
+        .create(
+            &PostParams::default(),
+            &config_map("w1", json!({"app": "web"})),
+        )
+        .await
+        .unwrap();
+    let rv = first.resource_version().unwrap();
+
+    let mut stream = cms
+        .watch(&WatchParams::default().labels("app=web").timeout(5), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    cms.patch(
+        "w1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "2"}})),
+    )
+    .await
+    .unwrap();
+    cms.create(
+        &PostParams::default(),
+        &config_map("other", json!({"app": "db"})),
+    )
+    .await
+    .unwrap();
+    // Leaving the selector is a DELETED event for this watcher
+    cms.patch(
+        "w1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "db"}}})),
+    )
+    .await
+    .unwrap();
+    let mut kinds = vec![];
+    while kinds.len() < 2 {
+        match stream.try_next().await.unwrap().unwrap() {
+            WatchEvent::Modified(cm) => kinds.push(("MODIFIED", cm.name_any())),
+            WatchEvent::Deleted(cm) => kinds.push(("DELETED", cm.name_any())),
+            WatchEvent::Added(cm) => kinds.push(("ADDED", cm.name_any())),
+            WatchEvent::Bookmark(_) | WatchEvent::Error(_) => {}
+        }
+    }
+    assert_eq!(
+        kinds,
+        vec![
+            ("MODIFIED", "w1".to_string()),
+            ("DELETED", "w1".to_string())
+        ]
+    );
+
+    // Bookmarks arrive when asked for
+    let mut bookmarked = cms
+        .watch(&WatchParams::default().timeout(5), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let mut saw_bookmark = false;
+    while let Some(event) = bookmarked.try_next().await.unwrap() {
+        if matches!(event, WatchEvent::Bookmark(_)) {
+            saw_bookmark = true;
+            break;
+        }
+    }
+    assert!(saw_bookmark);
+
+    // A resourceVersion older than the history answers 410 in the stream
+    for i in 0..10 {
+        cms.create(
+            &PostParams::default(),
+            &config_map(&format!("fill-{i}"), json!({})),
+        )
+        .await
+        .unwrap();
+    }
+    let mut gone = cms
+        .watch(&WatchParams::default().timeout(5), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    match gone.try_next().await.unwrap() {
+        Some(WatchEvent::Error(status)) => {
+            assert_eq!((status.code, status.reason.as_str()), (410, "Expired"))
+        }
+        other => panic!("expected a 410 error event, got {other:?}"),
+    }
+
+    // timeoutSeconds closes the stream
+    let started = std::time::Instant::now();
+    let mut short = cms
+        .watch(
+            &WatchParams::default().timeout(1),
+            &sim.store().resource_version().to_string(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    while short.try_next().await.unwrap().is_some() {}
+    assert!(started.elapsed() < Duration::from_secs(10));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn streaming_list_initial_events_fill_a_reflector() {
+    let (sim, client) = start(Config::default()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for i in 0..3 {
+        cms.create(
+            &PostParams::default(),
+            &config_map(&format!("s{i}"), json!({})),
+        )
+        .await
+        .unwrap();
+    }
+    let (reader, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(cms.clone(), watcher::Config::default().streaming_lists()),
+    )
+    .applied_objects();
+    let task = tokio::spawn(stream.for_each(|_| async {}));
+    reader.wait_until_ready().await.unwrap();
+    assert_eq!(reader.state().len(), 3);
+    cms.create(&PostParams::default(), &config_map("s3", json!({})))
+        .await
+        .unwrap();
+    eventually("reflector sees s3", || async { reader.state().len() == 4 }).await;
+    let log = sim.requests();
+    assert!(
+        log.iter()
+            .any(|r| r.resource == "configmaps" && r.verb == "watch")
+    );
+    assert!(
+        !log.iter()
+            .any(|r| r.resource == "configmaps" && r.verb == "list"),
+        "streaming lists need no list call"
+    );
+    task.abort();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn reflector_recovers_from_410_gone() {
+    // Tiny history, no bookmarks within the test: the configmap watcher's resourceVersion falls out of the
+    // window while secrets are written, and its next watch gets 410.
+    let (sim, client) = start(Config {
+        history_limit: 3,
+        bookmark_interval: Duration::from_secs(3600),
+        ..Config::default()
+    })
+    .await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &config_map("before", json!({})))
+        .await
+        .unwrap();
+    let (reader, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(cms.clone(), watcher::Config::default().timeout(1)),
+    )
+    .default_backoff()
+    .applied_objects();
+    let task = tokio::spawn(stream.for_each(|_| async {}));
+    reader.wait_until_ready().await.unwrap();
+    for i in 0..10 {
+        secrets
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": format!("s{i}")}})).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    // While the watcher relists, this object must still reach the store.
+    eventually("a relist after 410", || async {
+        sim.requests()
+            .iter()
+            .filter(|r| r.resource == "configmaps" && r.verb == "list")
+            .count()
+            >= 2
+    })
+    .await;
+    cms.create(&PostParams::default(), &config_map("after", json!({})))
+        .await
+        .unwrap();
+    eventually("reflector holds both objects", || async {
+        let mut names: Vec<String> = reader.state().iter().map(|c| c.name_any()).collect();
+        names.sort();
+        names == vec!["after".to_string(), "before".to_string()]
+    })
+    .await;
+    task.abort();
+    sim.shutdown().await;
+}
+
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "example.com",
+    version = "v1",
+    kind = "Widget",
+    namespaced,
+    status = "WidgetStatus",
+    schema = "disabled"
+)]
+pub struct WidgetSpec {
+    size: i64,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+pub struct WidgetStatus {
+    phase: String,
+    observed_size: i64,
+}
+
+fn widget_crd() -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.size", "statusReplicasPath": ".status.observed_size"}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .unwrap()
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ReconcileError {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<kube::Error>>),
+}
+
+struct Ctx {
+    client: Client,
+    cleaned: Mutex<Vec<String>>,
+}
+
+async fn reconcile(widget: Arc<Widget>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+    let api: Api<Widget> = Api::namespaced(ctx.client.clone(), &widget.namespace().unwrap());
+    finalizer(&api, "example.com/cleanup", widget, |event| async {
+        match event {
+            FinalizerEvent::Apply(w) => {
+                let status = json!({"status": {"phase": "Ready", "observed_size": w.spec.size}});
+                api.patch_status(
+                    &w.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(status),
+                )
+                .await?;
+                Ok(Action::await_change())
+            }
+            FinalizerEvent::Cleanup(w) => {
+                ctx.cleaned.lock().unwrap().push(w.name_any());
+                Ok(Action::await_change())
+            }
+        }
+    })
+    .await
+    .map_err(|e| ReconcileError::Finalizer(Box::new(e)))
+}
+
+#[tokio::test]
+async fn controller_with_finalizer_and_status_runs_to_completion() {
+    let (sim, client) = start(Config::default()).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &widget_crd())
+        .await
+        .unwrap();
+    let widgets: Api<Widget> = Api::namespaced(client.clone(), "default");
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        cleaned: Mutex::new(vec![]),
+    });
+    let controller = Controller::new(widgets.clone(), watcher::Config::default())
+        .run(
+            reconcile,
+            |_, _, _| Action::requeue(Duration::from_millis(200)),
+            ctx.clone(),
+        )
+        .for_each(|_| async {});
+    let task = tokio::spawn(controller);
+
+    widgets
+        .create(
+            &PostParams::default(),
+            &Widget::new("w", WidgetSpec { size: 3 }),
+        )
+        .await
+        .unwrap();
+    eventually("status Ready with finalizer", || async {
+        let w = widgets.get("w").await.unwrap();
+        w.status
+            .as_ref()
+            .is_some_and(|s| s.phase == "Ready" && s.observed_size == 3)
+            && w.finalizers() == ["example.com/cleanup"]
+    })
+    .await;
+    // Writes to the main resource ignore status; spec changes bump generation
+    let w = widgets
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": 4}, "status": {"phase": "Hacked"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(w.metadata.generation, Some(2));
+    assert_ne!(w.status.unwrap().phase, "Hacked");
+    eventually("status follows the spec", || async {
+        widgets
+            .get("w")
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| s.observed_size == 4)
+    })
+    .await;
+
+    // Scale subresource from the CRD's paths
+    let scale = widgets.get_scale("w").await.unwrap();
+    assert_eq!(scale.spec.unwrap().replicas, Some(4));
+    widgets
+        .patch_scale(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 6}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(widgets.get("w").await.unwrap().spec.size, 6);
+
+    widgets.delete("w", &DeleteParams::default()).await.unwrap();
+    eventually("widget gone after cleanup", || async {
+        widgets.get_opt("w").await.unwrap().is_none()
+    })
+    .await;
+    assert_eq!(*ctx.cleaned.lock().unwrap(), vec!["w".to_string()]);
+
+    let log = sim.requests();
+    let calls: Vec<(&str, &str)> = log
+        .iter()
+        .filter(|r| r.resource == "widgets")
+        .map(|r| (r.verb.as_str(), r.subresource.as_str()))
+        .collect();
+    assert!(calls.contains(&("patch", "status")));
+    assert!(
+        calls.contains(&("patch", "")),
+        "finalizer add/remove are patches"
+    );
+    assert!(calls.contains(&("watch", "")));
+    assert!(calls.contains(&("patch", "scale")));
+    task.abort();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn eviction_honours_pod_disruption_budgets() {
+    let (sim, _) = start(Config::default()).await;
+    // kube-rs would retry the 429 for minutes by default.
+    let mut config = sim.kube_config();
+    config.default_retry = false;
+    let client = Client::try_from(config).unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    for name in ["p1", "p2"] {
+        let pod: Pod =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": "web"}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}}))
+            .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        // Pods start Pending (the status of a create is reset, as the real server does); the kubelet's part:
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})))
+            .await
+            .unwrap();
+    }
+    let pdbs: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(client.clone(), "default");
+    pdbs.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}})).unwrap())
+        .await
+        .unwrap();
+    let pdb = pdbs.get("web").await.unwrap();
+    assert_eq!(pdb.status.as_ref().unwrap().disruptions_allowed, 1);
+    assert_eq!(pdb.status.as_ref().unwrap().expected_pods, 2);
+
+    pods.evict("p1", &EvictParams::default()).await.unwrap();
+    assert!(pods.get_opt("p1").await.unwrap().is_none());
+    let kube::Error::Api(status) = pods.evict("p2", &EvictParams::default()).await.unwrap_err()
+    else {
+        panic!()
+    };
+    assert_eq!(
+        (status.code, status.reason.as_str()),
+        (429, "TooManyRequests")
+    );
+    assert_eq!(
+        pdbs.get("web")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .disruptions_allowed,
+        0
+    );
+    assert!(sim.requests().iter().any(|r| r.resource == "pods"
+        && r.subresource == "eviction"
+        && r.verb == "create"
+        && r.status == 429));
+
+    // Cordon is a patch of the node
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    nodes.cordon("n1").await.unwrap();
+    assert_eq!(
+        nodes.get("n1").await.unwrap().spec.unwrap().unschedulable,
+        Some(true)
+    );
+    let cordoned = pods
+        .list(&ListParams::default().fields("spec.nodeName=n1"))
+        .await
+        .unwrap();
+    assert_eq!(cordoned.items.len(), 1);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn csr_approval_subresource() {
+    let (sim, client) = start(Config::default()).await;
+    let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
+    let csr: CertificateSigningRequest = serde_json::from_value(json!({"metadata": {"name": "node-csr"},
+        "spec": {"request": "AAAA", "signerName": "kubernetes.io/kubelet-serving", "usages": ["server auth"], "username": "system:node:n1"},
+        "status": {"conditions": [{"type": "Approved", "status": "True"}]}}))
+    .unwrap();
+    let created = csrs.create(&PostParams::default(), &csr).await.unwrap();
+    assert!(
+        created
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .is_empty(),
+        "status is reset on create"
+    );
+    let approval = json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "ok"}]}});
+    csrs.patch_subresource(
+        "approval",
+        "node-csr",
+        &PatchParams::default(),
+        &Patch::Merge(approval),
+    )
+    .await
+    .unwrap();
+    let approved = csrs.get("node-csr").await.unwrap();
+    let condition = &approved.status.unwrap().conditions.unwrap()[0];
+    assert_eq!(condition.type_, "Approved");
+    assert!(condition.last_update_time.is_some());
+    let both = json!({"status": {"conditions": [{"type": "Approved", "status": "True"}, {"type": "Denied", "status": "True"}]}});
+    let kube::Error::Api(status) = csrs
+        .patch_subresource(
+            "approval",
+            "node-csr",
+            &PatchParams::default(),
+            &Patch::Merge(both),
+        )
+        .await
+        .unwrap_err()
+    else {
+        panic!()
+    };
+    assert_eq!(status.code, 422);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubeconfig_works_for_kube_rs() {
+    let (sim, _) = start(Config::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&path).unwrap();
+    let kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(config.default_namespace, "default");
+    let client = Client::try_from(config).unwrap();
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!(version.minor, "33");
+    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
+    assert!(
+        ns.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|n| n.name_any() == "kube-system")
+    );
+    sim.shutdown().await;
+}
