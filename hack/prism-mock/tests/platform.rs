@@ -9,6 +9,7 @@ use base64::Engine as _;
 use common::{Api, Auth, V3, start, start_with, wait_for};
 use prism_mock::{FaultKind, FaultRule, MockConfig, RateLimit, Seed, Timings};
 use reqwest::Method;
+use rustls_pki_types::pem::PemObject as _;
 use serde_json::{Value, json};
 
 fn b64(text: &str) -> String {
@@ -943,7 +944,7 @@ async fn a_seed_file_loads_and_the_same_seed_gives_the_same_uuids() {
 }
 
 #[tokio::test]
-async fn plain_http_only_when_asked() {
+async fn https_with_http2_and_plain_http_only_when_asked() {
     let mock = start_with(MockConfig {
         tls: false,
         ..MockConfig::default()
@@ -953,6 +954,7 @@ async fn plain_http_only_when_asked() {
     assert!(mock.ca_pem().is_none());
     let api = Api::new(&mock);
     assert_eq!(api.get(&format!("{V3}/users/me")).await.status, 200);
+
     let tls = start().await;
     assert!(tls.base_url().starts_with("https://127.0.0.1:"));
     let untrusting = common::client_trusting(None);
@@ -964,4 +966,29 @@ async fn plain_http_only_when_asked() {
             .is_err(),
         "the generated CA is not in the system store"
     );
+
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(tls.ca_pem().unwrap().as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let h2 = reqwest::Client::builder()
+        .tls_backend_preconfigured(config)
+        .build()
+        .unwrap();
+    let reply = h2
+        .get(format!("{}{V3}/users/me", tls.base_url()))
+        .basic_auth("admin", Some("mock-password"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.version(), reqwest::Version::HTTP_2);
+    assert_eq!(reply.status(), 200);
 }
