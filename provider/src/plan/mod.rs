@@ -2,9 +2,13 @@
 //! the actuator looked up comes in as [`ResolvedReferences`], and what the controller must do
 //! goes out as values.
 
+pub mod addresses;
+pub mod annotations;
 pub mod cloud_init;
+pub mod csr;
 pub mod errors;
 pub mod identity;
+pub mod lifecycle;
 pub mod request;
 pub mod resolve;
 pub mod secret;

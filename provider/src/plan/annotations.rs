@@ -1,0 +1,210 @@
+//! Scale-from-zero annotations of a MachineSet: what one of its Machines would bring, so the
+//! cluster autoscaler can simulate a node of a set that has no Machine yet.
+//!
+//! Both key sets are written every time: the autoscaler prefers the upstream keys
+//! (`capacity.cluster-autoscaler.kubernetes.io/*`), and the cluster-autoscaler-operator copies the
+//! deprecated `machine.openshift.io/*` keys over only when the upstream ones are missing, so
+//! writing only the old keys would leave stale upstream values after a change. Memory is a
+//! quantity on the upstream key (`16Gi`; a bare number would be read as bytes) and MiB on the
+//! deprecated one. The `labels` key carries `kubernetes.io/os` (`windows` for Windows sets:
+//! without it the autoscaler would simulate a Linux node) and `kubernetes.io/arch`.
+
+use std::collections::BTreeMap;
+
+use crate::api::quantity::{format_mib, mib_floor, quantity_bytes};
+use crate::api::{MachineSet, ParseError};
+
+pub const VCPU: &str = "machine.openshift.io/vCPU";
+pub const MEMORY_MB: &str = "machine.openshift.io/memoryMb";
+pub const GPU: &str = "machine.openshift.io/GPU";
+pub const CAPACITY_CPU: &str = "capacity.cluster-autoscaler.kubernetes.io/cpu";
+pub const CAPACITY_MEMORY: &str = "capacity.cluster-autoscaler.kubernetes.io/memory";
+pub const CAPACITY_GPU_COUNT: &str = "capacity.cluster-autoscaler.kubernetes.io/gpu-count";
+pub const CAPACITY_GPU_TYPE: &str = "capacity.cluster-autoscaler.kubernetes.io/gpu-type";
+pub const CAPACITY_LABELS: &str = "capacity.cluster-autoscaler.kubernetes.io/labels";
+
+/// Every key this module writes; a controller applying them owns exactly these.
+pub const KEYS: [&str; 8] = [
+    VCPU,
+    MEMORY_MB,
+    GPU,
+    CAPACITY_CPU,
+    CAPACITY_MEMORY,
+    CAPACITY_GPU_COUNT,
+    CAPACITY_GPU_TYPE,
+    CAPACITY_LABELS,
+];
+
+/// The architecture of every Nutanix AHV VM this provider creates.
+pub const ARCH: &str = "amd64";
+
+/// The extended resource the autoscaler simulates for GPUs. Prism names the GPU vendor only
+/// once a device is assigned, and NVIDIA is what AHV passthrough and vGPU offer in practice.
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+
+/// Why a MachineSet gets no annotations. The MachineSet controller reports it as
+/// `InvalidConfiguration` and does not retry until the MachineSet changes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AnnotationError {
+    #[error("spec.template.spec.providerSpec.value is missing")]
+    NoProviderSpec,
+    #[error("spec.template.spec.providerSpec.value: {0}")]
+    Parse(#[from] ParseError),
+    #[error("spec.template.spec.providerSpec.value.{field}: {message}")]
+    Field {
+        field: &'static str,
+        message: String,
+    },
+}
+
+/// The annotations for `set`.
+pub fn machine_set_annotations(
+    set: &MachineSet,
+) -> Result<BTreeMap<String, String>, AnnotationError> {
+    let config = set
+        .provider_config()
+        .ok_or(AnnotationError::NoProviderSpec)??;
+    let field_error =
+        |field: &'static str, message: String| AnnotationError::Field { field, message };
+    let positive = |value: i32, field: &'static str| {
+        u32::try_from(value)
+            .ok()
+            .filter(|v| *v >= 1)
+            .ok_or_else(|| field_error(field, format!("must be at least 1, got {value}")))
+    };
+    let vcpus = u64::from(positive(config.vcpu_sockets, "vcpuSockets")?)
+        * u64::from(positive(config.vcpus_per_socket, "vcpusPerSocket")?);
+    let memory_mib = mib_floor(
+        quantity_bytes(&config.memory_size)
+            .map_err(|e| field_error("memorySize", e.to_string()))?,
+    );
+    let gpus = config.gpus.as_ref().map_or(0, Vec::len);
+    let os = if set.is_windows() { "windows" } else { "linux" };
+
+    let mut annotations = BTreeMap::from([
+        (VCPU, vcpus.to_string()),
+        (CAPACITY_CPU, vcpus.to_string()),
+        (MEMORY_MB, memory_mib.to_string()),
+        (CAPACITY_MEMORY, format_mib(memory_mib)),
+        (GPU, gpus.to_string()),
+        (CAPACITY_GPU_COUNT, gpus.to_string()),
+        (
+            CAPACITY_LABELS,
+            format!("kubernetes.io/arch={ARCH},kubernetes.io/os={os}"),
+        ),
+    ]);
+    if gpus > 0 {
+        annotations.insert(CAPACITY_GPU_TYPE, GPU_RESOURCE.to_owned());
+    }
+    Ok(annotations
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn machine_set(windows: bool, provider_spec: serde_json::Value) -> MachineSet {
+        let mut labels = json!({"machine.openshift.io/cluster-api-cluster": "ocp"});
+        if windows {
+            labels["machine.openshift.io/os-id"] = json!("Windows");
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "machine.openshift.io/v1beta1", "kind": "MachineSet",
+            "metadata": {"name": "ms", "namespace": "openshift-machine-api"},
+            "spec": {"template": {"metadata": {"labels": labels}, "spec": {"providerSpec": {"value": provider_spec}}}}
+        }))
+        .unwrap()
+    }
+
+    fn spec(sockets: i32, per_socket: i32, memory: &str) -> serde_json::Value {
+        json!({"vcpuSockets": sockets, "vcpusPerSocket": per_socket, "memorySize": memory})
+    }
+
+    fn annotations(windows: bool, provider_spec: serde_json::Value) -> BTreeMap<String, String> {
+        machine_set_annotations(&machine_set(windows, provider_spec)).unwrap()
+    }
+
+    #[test]
+    fn upstream_table_values_on_both_key_sets() {
+        // The Go provider's own table: 2 vCPU / 8192 Mi and 4 / 16Gi.
+        for (sockets, per_socket, memory, cpu, mib, quantity) in [
+            (2, 1, "8192Mi", "2", "8192", "8Gi"),
+            (2, 2, "16Gi", "4", "16384", "16Gi"),
+            (1, 3, "1536Mi", "3", "1536", "1536Mi"),
+        ] {
+            let a = annotations(false, spec(sockets, per_socket, memory));
+            assert_eq!((a[VCPU].as_str(), a[CAPACITY_CPU].as_str()), (cpu, cpu));
+            assert_eq!(
+                (a[MEMORY_MB].as_str(), a[CAPACITY_MEMORY].as_str()),
+                (mib, quantity)
+            );
+        }
+    }
+
+    #[test]
+    fn os_and_arch_labels() {
+        assert_eq!(
+            annotations(false, spec(1, 1, "4Gi"))[CAPACITY_LABELS],
+            "kubernetes.io/arch=amd64,kubernetes.io/os=linux"
+        );
+        assert_eq!(
+            annotations(true, spec(1, 1, "4Gi"))[CAPACITY_LABELS],
+            "kubernetes.io/arch=amd64,kubernetes.io/os=windows"
+        );
+    }
+
+    #[test]
+    fn gpus_counted_with_a_type_only_when_present() {
+        let none = annotations(false, spec(1, 1, "4Gi"));
+        assert_eq!(
+            (none[GPU].as_str(), none[CAPACITY_GPU_COUNT].as_str()),
+            ("0", "0")
+        );
+        assert!(!none.contains_key(CAPACITY_GPU_TYPE));
+        let mut with_gpus = spec(1, 1, "4Gi");
+        with_gpus["gpus"] =
+            json!([{"type": "Name", "name": "Tesla T4"}, {"type": "DeviceID", "deviceID": 7864}]);
+        let two = annotations(false, with_gpus);
+        assert_eq!(
+            (
+                two[GPU].as_str(),
+                two[CAPACITY_GPU_COUNT].as_str(),
+                two[CAPACITY_GPU_TYPE].as_str()
+            ),
+            ("2", "2", "nvidia.com/gpu")
+        );
+        assert!(two.keys().all(|k| KEYS.contains(&k.as_str())));
+    }
+
+    #[test]
+    fn bad_provider_specs_are_errors_naming_the_field() {
+        assert_eq!(
+            machine_set_annotations(&machine_set(false, spec(0, 1, "4Gi")))
+                .unwrap_err()
+                .to_string(),
+            "spec.template.spec.providerSpec.value.vcpuSockets: must be at least 1, got 0"
+        );
+        assert!(matches!(
+            machine_set_annotations(&machine_set(false, spec(1, 1, "four"))),
+            Err(AnnotationError::Field {
+                field: "memorySize",
+                ..
+            })
+        ));
+        assert!(matches!(
+            machine_set_annotations(&machine_set(false, json!({"vcpuSockets": "x"}))),
+            Err(AnnotationError::Parse(_))
+        ));
+        let mut no_spec = machine_set(false, json!({}));
+        no_spec.spec.template.spec.provider_spec.value = None;
+        assert_eq!(
+            machine_set_annotations(&no_spec),
+            Err(AnnotationError::NoProviderSpec)
+        );
+    }
+}
