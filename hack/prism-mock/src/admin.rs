@@ -173,11 +173,6 @@ impl Admin {
         self.app.lock().power_off_out_of_band(uuid, Instant::now())
     }
 
-    /// Scheduled events not yet applied.
-    pub fn pending_events(&self) -> usize {
-        self.app.lock().pending_events()
-    }
-
     /// Addresses in use in a subnet's pool, for tests on address reuse.
     pub fn subnet_addresses_in_use(&self, subnet_uuid: &str) -> Vec<Ipv4Addr> {
         let store = self.app.lock();

@@ -196,11 +196,6 @@ impl Store {
         }
     }
 
-    /// Number of scheduled events not yet applied (for tests and the load report).
-    pub(crate) fn pending_events(&self) -> usize {
-        self.schedule.len()
-    }
-
     pub(crate) fn tick_logical(&mut self) -> u64 {
         self.logical_clock += 1;
         self.logical_clock
