@@ -10,3 +10,4 @@
 
 pub mod api;
 pub mod plan;
+pub mod render;

@@ -22,6 +22,8 @@
 
 use std::time::Duration;
 
+use prism_client::v3::{EntityState, Vm};
+
 use super::errors::{ErrorClass, ValidationErrors};
 use crate::api::{
     CLUSTER_ID_LABEL, EXCLUDE_NODE_DRAINING_ANNOTATION, MACHINE_FINALIZER, Machine, phase,
@@ -129,6 +131,35 @@ pub enum VmState {
     Error(String),
     /// `DELETE_PENDING`: a delete is in progress.
     Deleting,
+}
+
+impl VmState {
+    /// The state of a VM as Prism reports it. A VM without a state (still being created) counts
+    /// as usable-soon.
+    pub fn of(vm: &Vm) -> Self {
+        match vm.state() {
+            Some(EntityState::Error) => {
+                let messages: Vec<&str> = vm
+                    .status
+                    .iter()
+                    .flat_map(|s| &s.message_list)
+                    .filter_map(|m| m.message.as_deref().or(m.reason.as_deref()))
+                    .collect();
+                Self::Error(if messages.is_empty() {
+                    "VM is in state ERROR".to_owned()
+                } else {
+                    messages.join("; ")
+                })
+            }
+            Some(EntityState::DeletePending) => Self::Deleting,
+            _ => Self::Ok,
+        }
+    }
+}
+
+/// `spec.providerID` of a Machine whose VM has this UUID (the CCM's format: lower case).
+pub fn provider_id(vm_uuid: &str) -> String {
+    format!("nutanix://{}", vm_uuid.to_ascii_lowercase())
 }
 
 /// The next thing to do for a Machine.

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use prism_client::v3::HostGpu;
 use serde::{Deserialize, Serialize};
 
-use crate::api::{BootType, NutanixResourceIdentifier};
+use crate::api::{BootType, IdentifierType, NutanixResourceIdentifier};
 
 /// How to treat references the actuator did not resolve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +123,35 @@ pub struct FailureDomain {
     pub subnets: Vec<NutanixResourceIdentifier>,
 }
 
+impl FailureDomain {
+    /// A failure domain from `Infrastructure.spec.platformSpec.nutanix.failureDomains`, whose
+    /// identifiers are config/v1 (`type: UUID|Name`), in the machine/v1 form (`uuid|name`).
+    pub fn from_infrastructure(
+        name: String,
+        cluster: (&str, Option<String>, Option<String>),
+        subnets: impl IntoIterator<Item = (String, Option<String>, Option<String>)>,
+    ) -> Self {
+        let identifier =
+            |type_: &str, uuid: Option<String>, name: Option<String>| NutanixResourceIdentifier {
+                type_: match type_ {
+                    "UUID" => IdentifierType::Uuid,
+                    "Name" => IdentifierType::Name,
+                    other => IdentifierType::Unknown(other.to_owned()),
+                },
+                uuid,
+                name,
+            };
+        Self {
+            name,
+            cluster: identifier(cluster.0, cluster.1, cluster.2),
+            subnets: subnets
+                .into_iter()
+                .map(|(type_, uuid, name)| identifier(&type_, uuid, name))
+                .collect(),
+        }
+    }
+}
+
 /// How one reference came out.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Resolution<'a, T> {
@@ -187,6 +216,20 @@ mod tests {
         assert_eq!(
             resolved.failure_domains.unwrap()[0].subnets[0],
             NutanixResourceIdentifier::by_name("vlan-10")
+        );
+    }
+
+    #[test]
+    fn infrastructure_identifiers_are_mapped_to_machine_v1() {
+        let domain = FailureDomain::from_infrastructure(
+            "fd-a".into(),
+            ("UUID", Some("c-1".into()), None),
+            [("Name".to_owned(), None, Some("vlan-10".into()))],
+        );
+        assert_eq!(domain.cluster, NutanixResourceIdentifier::by_uuid("c-1"));
+        assert_eq!(
+            domain.subnets,
+            [NutanixResourceIdentifier::by_name("vlan-10")]
         );
     }
 

@@ -452,3 +452,35 @@ fn state_is_read_from_the_machine() {
         }
     );
 }
+
+#[test]
+fn vm_state_from_prism() {
+    let vm = |status: serde_json::Value| -> prism_client::v3::Vm {
+        serde_json::from_value(json!({"metadata": {"kind": "vm", "uuid": "u"}, "status": status}))
+            .unwrap()
+    };
+    assert_eq!(VmState::of(&vm(json!({"state": "COMPLETE"}))), VmState::Ok);
+    assert_eq!(VmState::of(&vm(json!({"state": "PENDING"}))), VmState::Ok);
+    assert_eq!(
+        VmState::of(&vm(json!({"state": "DELETE_PENDING"}))),
+        VmState::Deleting
+    );
+    assert_eq!(
+        VmState::of(&vm(
+            json!({"state": "ERROR", "message_list": [{"message": "no host has room"}, {"reason": "INTERNAL_ERROR"}]})
+        )),
+        VmState::Error("no host has room; INTERNAL_ERROR".into())
+    );
+    assert_eq!(
+        VmState::of(&vm(json!({"state": "ERROR"}))),
+        VmState::Error("VM is in state ERROR".into())
+    );
+}
+
+#[test]
+fn provider_id_is_lower_case() {
+    assert_eq!(
+        provider_id("6E8A0C2F-4D6B-4F8A-0C2E-3A5B7D9F1C04"),
+        "nutanix://6e8a0c2f-4d6b-4f8a-0c2e-3a5b7d9f1c04"
+    );
+}

@@ -1,0 +1,200 @@
+//! `nutanix-machine-controller render`: what a Machine or MachineSet would create, without
+//! contacting Prism.
+//!
+//! The output is one JSON document (the request's method, path and body, plus the follow-up
+//! update of a clone or template deploy), then, for a Windows Machine with Sysprep, the
+//! unattend.xml with the Administrator password replaced by a placeholder. A MachineSet is
+//! rendered as one of its Machines (`<name>-xxxxx`). Names stay names unless the `--resolve` file
+//! maps them to UUIDs; UUIDs the apiserver or Prism would assign (the Machine's uid, the reserved
+//! VM UUID) are shown as the nil UUID.
+
+use serde_json::{Value, json};
+
+use crate::api::{Machine, MachineSet};
+use crate::plan::request::build_request;
+use crate::plan::unattend::PasswordValue;
+use crate::plan::vm_plan::GuestPlan;
+use crate::plan::{
+    PlanContext, ResolutionMode, ResolvedReferences, UserData, ValidationErrors, plan_vm,
+};
+
+/// Shown wherever Kubernetes or Prism would assign a UUID.
+pub const PLACEHOLDER_UUID: &str = "00000000-0000-0000-0000-000000000000";
+
+/// Suffix a MachineSet's preview Machine gets (the machine-api gives five random characters).
+pub const PREVIEW_SUFFIX: &str = "-xxxxx";
+
+/// What `render` prints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rendered {
+    /// The request description, pretty-printed JSON.
+    pub request_json: String,
+    /// The unattend.xml (password as a placeholder), for Sysprep.
+    pub unattend_xml: Option<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Why nothing could be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("the Machine file is not YAML: {0}")]
+    Yaml(String),
+    #[error("the resolve file is not a resolved-references JSON document: {0}")]
+    Resolve(String),
+    #[error(
+        "expected kind Machine or MachineSet (apiVersion machine.openshift.io/v1beta1), found {0:?}"
+    )]
+    Kind(String),
+    #[error("the {kind} does not parse: {message}")]
+    Object { kind: &'static str, message: String },
+    #[error("{0}")]
+    Invalid(ValidationErrors),
+}
+
+/// Renders a Machine or MachineSet from its YAML.
+pub fn render(
+    machine_yaml: &str,
+    user_data: Option<&[u8]>,
+    resolve_json: Option<&str>,
+) -> Result<Rendered, RenderError> {
+    let document: Value =
+        serde_saphyr::from_str(machine_yaml).map_err(|e| RenderError::Yaml(e.to_string()))?;
+    let resolved: ResolvedReferences = match resolve_json {
+        Some(text) => {
+            serde_json::from_str(text).map_err(|e| RenderError::Resolve(e.to_string()))?
+        }
+        None => ResolvedReferences::default(),
+    };
+    let machine = machine_of(document)?;
+    let user_data = user_data.map(UserData::new);
+    let context = PlanContext {
+        resolved: &resolved,
+        mode: ResolutionMode::Preview,
+        user_data: user_data.as_ref(),
+        admin_password: Some(PasswordValue::Placeholder),
+    };
+    let plan = plan_vm(&machine, &context).map_err(RenderError::Invalid)?;
+    let request = build_request(&plan, PLACEHOLDER_UUID);
+    let (method, path) = request.endpoint();
+    let mut description = json!({"method": method, "path": path, "body": request.body_json()});
+    if let Some(follow_up) = request.follow_up() {
+        description["followUp"] = serde_json::to_value(follow_up).unwrap_or(Value::Null);
+    }
+    let unattend_xml = match &plan.guest {
+        GuestPlan::Sysprep(unattend) => Some(unattend.xml.expose().to_owned()),
+        GuestPlan::None | GuestPlan::CloudInit { .. } => None,
+    };
+    Ok(Rendered {
+        request_json: serde_json::to_string_pretty(&description).unwrap_or_default(),
+        unattend_xml,
+        warnings: plan.warnings,
+    })
+}
+
+/// The Machine to render: the document itself, or one Machine of a MachineSet.
+fn machine_of(document: Value) -> Result<Machine, RenderError> {
+    let kind = document
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let object_error = |kind, error: serde_json::Error| RenderError::Object {
+        kind,
+        message: error.to_string(),
+    };
+    let mut machine = match kind.as_str() {
+        "Machine" => {
+            serde_json::from_value::<Machine>(document).map_err(|e| object_error("Machine", e))?
+        }
+        "MachineSet" => {
+            let set: MachineSet =
+                serde_json::from_value(document).map_err(|e| object_error("MachineSet", e))?;
+            let template = set.spec.template;
+            let mut machine = Machine::new(
+                &format!("{}{PREVIEW_SUFFIX}", set.metadata.name.unwrap_or_default()),
+                template.spec,
+            );
+            let template_meta = template.metadata.unwrap_or_default();
+            machine.metadata.namespace = set.metadata.namespace;
+            machine.metadata.labels = template_meta.labels;
+            machine.metadata.annotations = template_meta.annotations;
+            machine
+        }
+        _ => return Err(RenderError::Kind(kind)),
+    };
+    machine
+        .metadata
+        .uid
+        .get_or_insert_with(|| PLACEHOLDER_UUID.to_owned());
+    Ok(machine)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MACHINE: &str = r#"
+apiVersion: machine.openshift.io/v1beta1
+kind: Machine
+metadata:
+  name: ocp-worker-0-abcde
+  namespace: openshift-machine-api
+  labels: {machine.openshift.io/cluster-api-cluster: ocp}
+spec:
+  providerSpec:
+    value:
+      cluster: {type: name, name: pe-1}
+      image: {type: name, name: rhcos}
+      subnets: [{type: name, name: vlan-10}]
+      vcpuSockets: 2
+      vcpusPerSocket: 1
+      memorySize: 8Gi
+      systemDiskSize: 120Gi
+      credentialsSecret: {name: nutanix-credentials}
+"#;
+
+    #[test]
+    fn renders_a_machine_with_names_left_as_names() {
+        let rendered = render(MACHINE, None, None).unwrap();
+        let json: Value = serde_json::from_str(&rendered.request_json).unwrap();
+        assert_eq!(json["path"], "/api/nutanix/v3/vms");
+        assert_eq!(
+            json["body"]["spec"]["cluster_reference"],
+            json!({"kind": "cluster", "uuid": "", "name": "pe-1"})
+        );
+        assert_eq!(json["body"]["metadata"]["uuid"], PLACEHOLDER_UUID);
+        assert_eq!(json.get("followUp"), None);
+        assert_eq!(rendered.unattend_xml, None);
+    }
+
+    #[test]
+    fn the_resolve_file_turns_names_into_uuids() {
+        let resolve = r#"{"clusters": {"pe-1": {"uuid": "c0ffee00-0000-4000-8000-000000000001"}}}"#;
+        let rendered = render(MACHINE, None, Some(resolve)).unwrap();
+        let json: Value = serde_json::from_str(&rendered.request_json).unwrap();
+        assert_eq!(
+            json["body"]["spec"]["cluster_reference"],
+            json!({"kind": "cluster", "uuid": "c0ffee00-0000-4000-8000-000000000001"})
+        );
+    }
+
+    #[test]
+    fn bad_input_is_reported() {
+        assert!(
+            matches!(render("kind: Pod\n", None, None), Err(RenderError::Kind(kind)) if kind == "Pod")
+        );
+        assert!(matches!(
+            render(": : :\n", None, None),
+            Err(RenderError::Yaml(_))
+        ));
+        assert!(matches!(
+            render(MACHINE, None, Some("{\"image\": {}}")),
+            Err(RenderError::Resolve(_))
+        ));
+        let invalid = MACHINE.replace("vcpuSockets: 2", "vcpuSockets: 0");
+        let Err(RenderError::Invalid(errors)) = render(&invalid, None, None) else {
+            panic!()
+        };
+        assert_eq!(errors.0[0].path, "providerSpec.vcpuSockets");
+    }
+}
