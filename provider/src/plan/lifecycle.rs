@@ -220,9 +220,12 @@ pub enum Step {
 
 impl Step {
     /// When to look at the Machine again if nothing else changes; `None` when the step ends the
-    /// reconcile until the Machine changes (or is a write that triggers the next reconcile).
+    /// reconcile until the Machine changes (or is a write that triggers the next reconcile). A
+    /// `Provisioned` Machine is looked at every 30 s until its Node is linked.
     pub fn requeue_after(&self) -> Option<Duration> {
         match self {
+            // A Running Machine is left to watch events and the periodic resync, as MAO does.
+            Self::UpdateFromVm { phase } if *phase == phase::RUNNING => None,
             Self::WaitForVmDeletion
             | Self::UpdateFromVm { .. }
             | Self::ReportVmError { .. }

@@ -173,10 +173,7 @@ impl Validator<'_, '_> {
             Some(ImageKind::Unknown(other)) => {
                 self.errors.invalid(
                     &spec.field("imageKind"),
-                    format!(
-                        "unknown image kind {other:?}, expected one of {:?}",
-                        ImageKind::KNOWN
-                    ),
+                    unknown_value("image kind", other, ImageKind::KNOWN),
                 );
                 ImageKind::Image
             }
@@ -588,13 +585,8 @@ impl Validator<'_, '_> {
         let path = self.spec.field("bootType");
         let wanted = &self.config.boot_type;
         if let BootType::Unknown(other) = wanted {
-            self.errors.invalid(
-                &path,
-                format!(
-                    "unknown boot type {other:?}, expected one of {:?}",
-                    BootType::KNOWN
-                ),
-            );
+            self.errors
+                .invalid(&path, unknown_value("boot type", other, BootType::KNOWN));
             return BootPlan::Default;
         }
         if matches!(kind, ImageKind::Template | ImageKind::Vm) {
@@ -681,10 +673,7 @@ impl Validator<'_, '_> {
                     DiskDeviceType::Unknown(other) => {
                         self.errors.invalid(
                             &properties_path.field("deviceType"),
-                            format!(
-                                "unknown device type {other:?}, expected one of {:?}",
-                                DiskDeviceType::KNOWN
-                            ),
+                            unknown_value("device type", other, DiskDeviceType::KNOWN),
                         );
                         None
                     }
@@ -700,10 +689,7 @@ impl Validator<'_, '_> {
                     Some(DiskAdapterType::Unknown(other)) => {
                         self.errors.invalid(
                             &adapter_path,
-                            format!(
-                                "unknown adapter type {other:?}, expected one of {:?}",
-                                DiskAdapterType::KNOWN
-                            ),
+                            unknown_value("adapter type", other, DiskAdapterType::KNOWN),
                         );
                         None
                     }
@@ -744,10 +730,7 @@ impl Validator<'_, '_> {
                     DiskMode::Unknown(other) => {
                         self.errors.invalid(
                             &storage_path.field("diskMode"),
-                            format!(
-                                "unknown disk mode {other:?}, expected one of {:?}",
-                                DiskMode::KNOWN
-                            ),
+                            unknown_value("disk mode", other, DiskMode::KNOWN),
                         );
                         None
                     }
@@ -1299,6 +1282,11 @@ impl HasUuid for ResolvedSource {
     fn uuid(&self) -> &str {
         &self.uuid
     }
+}
+
+/// The message for an enum value this version does not know.
+fn unknown_value(what: &str, value: &str, known: &[&str]) -> String {
+    format!("unknown {what} {value:?}, expected one of {known:?}")
 }
 
 fn as_written(id: &NutanixResourceIdentifier) -> EntityRef {

@@ -387,6 +387,14 @@ fn waits_requeue_after_thirty_seconds_and_writes_do_not() {
         .requeue_after(),
         Some(REQUEUE_AFTER)
     );
+    let running = Step::UpdateFromVm {
+        phase: phase::RUNNING,
+    };
+    assert_eq!(
+        running.requeue_after(),
+        None,
+        "a Running Machine waits for events"
+    );
     assert_eq!(Step::AddFinalizer.requeue_after(), None);
     assert_eq!(Step::Stop.requeue_after(), None);
 }
