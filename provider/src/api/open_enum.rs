@@ -14,7 +14,7 @@ macro_rules! open_enum {
         }
     ) => {
         $(#[$meta])*
-        #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+        #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
         $vis enum $name {
             $( $(#[$vmeta])* $variant, )+
             /// A value this version does not know, kept as written.

@@ -89,7 +89,7 @@ where
 }
 
 /// A reference to a Prism entity by UUID or by name (`type: uuid|name`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NutanixResourceIdentifier {
     /// `uuid`, `name`, or `""` when the optional field is unset (`project: {type: ""}`).
     #[serde(default, rename = "type")]

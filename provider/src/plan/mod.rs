@@ -18,7 +18,7 @@ pub mod vm_plan;
 
 pub use errors::{ErrorClass, FieldError, ValidationErrors};
 pub use identity::{MachineIdentity, identity_of};
-pub use resolve::{Lookup, ResolutionMode, ResolvedReferences};
+pub use resolve::{Lookup, RequiredLookups, ResolutionMode, ResolvedReferences};
 pub use secret::{AdminPassword, UserData};
 pub use validate::{PlanContext, plan_vm};
 pub use vm_plan::VmPlan;

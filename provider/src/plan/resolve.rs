@@ -20,12 +20,14 @@
 //! A lookup that failed carries `{"error": "…"}`. What is absent was not looked up: the plan
 //! reports it as unresolved, except in [`ResolutionMode::Preview`], where names stay names.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use prism_client::v3::HostGpu;
 use serde::{Deserialize, Serialize};
 
-use crate::api::{BootType, IdentifierType, NutanixResourceIdentifier};
+use crate::api::{
+    BootType, IdentifierType, ImageKind, NutanixMachineProviderConfig, NutanixResourceIdentifier,
+};
 
 /// How to treat references the actuator did not resolve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,6 +154,89 @@ impl FailureDomain {
     }
 }
 
+/// The lookups the actuator must make before [`crate::plan::plan_vm`] can decide, keyed as
+/// [`ResolvedReferences`] expects them. Identifiers that are malformed are left out: validation
+/// reports them without any lookup.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequiredLookups {
+    pub clusters: BTreeSet<NutanixResourceIdentifier>,
+    pub images: BTreeSet<NutanixResourceIdentifier>,
+    pub templates: BTreeSet<NutanixResourceIdentifier>,
+    pub source_vms: BTreeSet<NutanixResourceIdentifier>,
+    pub subnets: BTreeSet<NutanixResourceIdentifier>,
+    pub projects: BTreeSet<NutanixResourceIdentifier>,
+    /// Category pairs whose existence must be checked (the user's and the owned one).
+    pub categories: BTreeSet<(String, String)>,
+    /// The target cluster's host GPU inventory is needed.
+    pub host_gpus: bool,
+    /// Infrastructure's failure domains are needed (read them, then ask again: the failure
+    /// domain's cluster and subnets replace the providerSpec's).
+    pub failure_domains: bool,
+}
+
+impl RequiredLookups {
+    /// What `config` needs looked up. `failure_domains` are Infrastructure's, once read.
+    pub fn of(
+        config: &NutanixMachineProviderConfig,
+        infra_id: &str,
+        failure_domains: Option<&[FailureDomain]>,
+    ) -> Self {
+        let usable = |id: &NutanixResourceIdentifier| id.key().is_some_and(|key| !key.is_empty());
+        let add = |set: &mut BTreeSet<NutanixResourceIdentifier>,
+                   id: &NutanixResourceIdentifier| {
+            if usable(id) {
+                set.insert(id.clone());
+            }
+        };
+        let mut lookups = Self::default();
+        match (&config.failure_domain, failure_domains) {
+            (None, _) => {
+                add(&mut lookups.clusters, &config.cluster);
+                config
+                    .subnets
+                    .iter()
+                    .for_each(|s| add(&mut lookups.subnets, s));
+            }
+            (Some(_), None) => lookups.failure_domains = true,
+            (Some(reference), Some(domains)) => {
+                if let Some(domain) = domains.iter().find(|d| d.name == reference.name) {
+                    add(&mut lookups.clusters, &domain.cluster);
+                    domain
+                        .subnets
+                        .iter()
+                        .for_each(|s| add(&mut lookups.subnets, s));
+                }
+            }
+        }
+        let sources = match config.image_kind {
+            Some(ImageKind::Template) => &mut lookups.templates,
+            Some(ImageKind::Vm) => &mut lookups.source_vms,
+            None | Some(ImageKind::Image | ImageKind::Unknown(_)) => &mut lookups.images,
+        };
+        add(sources, &config.image);
+        for disk in config.data_disks.iter().flatten() {
+            if let Some(source) = &disk.data_source {
+                add(&mut lookups.images, source);
+            }
+        }
+        if !config.project.is_unset() {
+            add(&mut lookups.projects, &config.project);
+        }
+        lookups.categories = config
+            .categories
+            .iter()
+            .flatten()
+            .map(|c| (c.key.clone(), c.value.clone()))
+            .chain([(
+                format!("kubernetes-io-cluster-{infra_id}"),
+                "owned".to_owned(),
+            )])
+            .collect();
+        lookups.host_gpus = config.gpus.as_ref().is_some_and(|g| !g.is_empty());
+        lookups
+    }
+}
+
 /// How one reference came out.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Resolution<'a, T> {
@@ -230,6 +315,74 @@ mod tests {
         assert_eq!(
             domain.subnets,
             [NutanixResourceIdentifier::by_name("vlan-10")]
+        );
+    }
+
+    #[test]
+    fn required_lookups_follow_the_spec() {
+        let config = NutanixMachineProviderConfig::from_value(&serde_json::json!({
+            "cluster": {"type": "uuid", "uuid": "c-1"},
+            "image": {"type": "name", "name": "golden"},
+            "imageKind": "VM",
+            "subnets": [{"type": "name", "name": "vlan-10"}, {"type": "uuid"}],
+            "project": {"type": ""},
+            "categories": [{"key": "Team", "value": "infra"}],
+            "dataDisks": [{"diskSize": "1Gi", "dataSource": {"type": "name", "name": "tools"}}],
+            "gpus": [{"type": "Name", "name": "T4"}]
+        }))
+        .unwrap();
+        let lookups = RequiredLookups::of(&config, "ocp", None);
+        assert_eq!(
+            lookups.clusters,
+            BTreeSet::from([NutanixResourceIdentifier::by_uuid("c-1")])
+        );
+        assert_eq!(
+            lookups.source_vms,
+            BTreeSet::from([NutanixResourceIdentifier::by_name("golden")])
+        );
+        assert_eq!(
+            lookups.images,
+            BTreeSet::from([NutanixResourceIdentifier::by_name("tools")])
+        );
+        assert_eq!(
+            lookups.subnets,
+            BTreeSet::from([NutanixResourceIdentifier::by_name("vlan-10")]),
+            "malformed ones left to validation"
+        );
+        assert!(lookups.projects.is_empty() && lookups.templates.is_empty());
+        assert_eq!(
+            lookups.categories,
+            BTreeSet::from([
+                ("Team".into(), "infra".into()),
+                ("kubernetes-io-cluster-ocp".into(), "owned".into())
+            ])
+        );
+        assert!(lookups.host_gpus && !lookups.failure_domains);
+    }
+
+    #[test]
+    fn a_failure_domain_is_read_first_then_replaces_placement() {
+        let config = NutanixMachineProviderConfig::from_value(&serde_json::json!({
+            "cluster": {"type": "uuid", "uuid": "c-1"},
+            "subnets": [{"type": "uuid", "uuid": "s-1"}],
+            "failureDomain": {"name": "fd-a"}
+        }))
+        .unwrap();
+        let first = RequiredLookups::of(&config, "ocp", None);
+        assert!(first.failure_domains && first.clusters.is_empty() && first.subnets.is_empty());
+        let domains = [FailureDomain {
+            name: "fd-a".into(),
+            cluster: NutanixResourceIdentifier::by_uuid("c-2"),
+            subnets: vec![NutanixResourceIdentifier::by_name("vlan-20")],
+        }];
+        let then = RequiredLookups::of(&config, "ocp", Some(&domains));
+        assert_eq!(
+            then.clusters,
+            BTreeSet::from([NutanixResourceIdentifier::by_uuid("c-2")])
+        );
+        assert_eq!(
+            then.subnets,
+            BTreeSet::from([NutanixResourceIdentifier::by_name("vlan-20")])
         );
     }
 

@@ -1360,3 +1360,23 @@ fn resolved_entities_are_looked_up_by_uuid_too() {
         "UUIDs are compared in lower case"
     );
 }
+
+#[test]
+fn debug_of_a_plan_shows_no_secret() {
+    let plan = Case::windows().plan().unwrap();
+    let debug = format!("{plan:?}");
+    assert!(!debug.contains("Ex4mple-Passw0rd!"));
+    assert!(!debug.contains("Write-Host hello"));
+    let GuestPlan::Sysprep(unattend) = &plan.guest else {
+        panic!()
+    };
+    assert!(
+        !debug.contains(&unattend.to_base64().expose()[..40]),
+        "not even the encoded unattend"
+    );
+    let linux = Case::linux().plan().unwrap();
+    let GuestPlan::CloudInit { user_data, .. } = &linux.guest else {
+        panic!()
+    };
+    assert!(!format!("{linux:?}").contains(user_data.expose()));
+}
