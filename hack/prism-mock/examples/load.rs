@@ -23,6 +23,9 @@ struct Args {
     /// Length of the measurement.
     #[arg(long, default_value_t = 20)]
     seconds: u64,
+    /// Percent of requests that list 500 VMs (the expensive call); 20% more are filtered lists, the rest GETs.
+    #[arg(long, default_value_t = 10)]
+    full_list_percent: u64,
 }
 
 #[tokio::main]
@@ -132,6 +135,7 @@ async fn main() {
     // The mix a controller produces: mostly GET VM and GET task, some lists (one page of 20 and one of 500).
     let total = args.rps * args.seconds;
     let interval = Duration::from_secs_f64(1.0 / args.rps as f64);
+    let cpu_before = process_cpu_seconds();
     let started = Instant::now();
     let mut handles = Vec::with_capacity(total as usize);
     for n in 0..total {
@@ -140,13 +144,15 @@ async fn main() {
         let client = client.clone();
         let (base, user, password) = (base.clone(), user.clone(), password.clone());
         let uuid = uuids[(n as usize * 7919) % uuids.len()].clone();
+        let full_list_percent = args.full_list_percent;
         handles.push(tokio::spawn(async move {
             let sent = Instant::now();
-            let request = match n % 10 {
-                0 => client
+            // Spread the kinds evenly over time: 37 is coprime with 100.
+            let request = match (n * 37) % 100 {
+                k if k < full_list_percent => client
                     .post(format!("{base}/vms/list"))
                     .json(&json!({"kind": "vm", "length": 500})),
-                1 | 2 => client
+                k if k < full_list_percent + 20 => client
                     .post(format!("{base}/vms/list"))
                     .json(&json!({"kind": "vm", "filter": format!("vm_name=={}", n % 1000)})),
                 _ => client.get(format!("{base}/vms/{uuid}")),
@@ -169,6 +175,9 @@ async fn main() {
         failures += usize::from(!ok);
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu = process_cpu_seconds()
+        .zip(cpu_before)
+        .map(|(after, before)| after - before);
     latencies.sort();
     let pct =
         |p: f64| latencies[((latencies.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1000.0;
@@ -186,8 +195,27 @@ async fn main() {
         pct(1.0)
     );
     println!(
-        "mix: 10% list of 500 VMs, 20% filtered list (default page), 70% GET /vms/{{uuid}}; {} VMs held",
+        "mix: {}% list of 500 VMs, 20% filtered list (default page), {}% GET /vms/{{uuid}}; {} VMs held",
+        args.full_list_percent,
+        80u64.saturating_sub(args.full_list_percent),
         mock.admin().vms().len()
     );
+    if let Some(cpu) = cpu {
+        println!(
+            "process CPU (mock and load client together): {cpu:.2} s in {elapsed:.2} s = {:.0}% of one core, {:.2} ms per request",
+            100.0 * cpu / elapsed,
+            1000.0 * cpu / latencies.len() as f64
+        );
+    }
     mock.shutdown().await;
+}
+
+/// User + system CPU time of this process from /proc (Linux; clock ticks of 1/100 s), `None` elsewhere.
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let after_name = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
 }

@@ -164,7 +164,8 @@ const UNAUTHORIZED_PAGE: &str = "<!DOCTYPE html>\n<html><head><title>401 Unautho
 <body><h1>Unauthorized</h1><p>Authentication is required to access this resource.</p></body></html>\n";
 
 fn json_response(status: StatusCode, body: &Value) -> Response {
-    let mut response = (status, body.to_string()).into_response();
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut response = (status, bytes).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

@@ -187,7 +187,11 @@ impl ListQuery {
         if let (Some(filter), Some(obj)) = (&self.filter_text, metadata.as_object_mut()) {
             obj.insert("filter".to_owned(), Value::String(filter.clone()));
         }
-        json!({"api_version": "3.1", "metadata": metadata, "entities": entities})
+        super::object([
+            ("api_version", json!("3.1")),
+            ("metadata", metadata),
+            ("entities", Value::Array(entities)),
+        ])
     }
 }
 

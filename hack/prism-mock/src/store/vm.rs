@@ -1887,13 +1887,16 @@ impl Store {
                 }
             }
         }
-        let mut status = json!({
-            "state": vm.state(),
-            "name": vm.name(),
-            "cluster_reference": reference("cluster", cluster_uuid, cluster_name),
-            "execution_context": {"task_uuid": vm.task_uuids},
-            "resources": resources,
-        });
+        let mut status = super::object([
+            ("state", json!(vm.state())),
+            ("name", json!(vm.name())),
+            (
+                "cluster_reference",
+                reference("cluster", cluster_uuid, cluster_name),
+            ),
+            ("execution_context", json!({"task_uuid": vm.task_uuids})),
+            ("resources", resources),
+        ]);
         if let Some(obj) = status.as_object_mut() {
             if let Some(description) = vm.spec.get("description") {
                 obj.insert("description".to_owned(), description.clone());
@@ -1905,7 +1908,12 @@ impl Store {
                 );
             }
         }
-        json!({"api_version": "3.1", "metadata": metadata, "spec": vm.spec, "status": status})
+        super::object([
+            ("api_version", json!("3.1")),
+            ("metadata", metadata),
+            ("spec", vm.spec.clone()),
+            ("status", status),
+        ])
     }
 
     pub(crate) fn get_vm(&self, uuid: &str) -> Result<Value, ApiError> {
