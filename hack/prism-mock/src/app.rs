@@ -21,15 +21,19 @@ use crate::store::{FailPlan, Store};
 pub(crate) struct Shared {
     store: Mutex<Store>,
     pub(crate) credentials: Credentials,
+    /// Served over TLS: the session cookie is marked `Secure` only then (a cookie store would not send a
+    /// `Secure` cookie over plain HTTP).
+    pub(crate) tls: bool,
 }
 
 pub(crate) type App = Arc<Shared>;
 
 impl Shared {
-    pub(crate) fn new(store: Store, credentials: Credentials) -> Self {
+    pub(crate) fn new(store: Store, credentials: Credentials, tls: bool) -> Self {
         Self {
             store: Mutex::new(store),
             credentials,
+            tls,
         }
     }
 

@@ -94,7 +94,11 @@ impl MockPrism {
         } else {
             (None, None)
         };
-        let shared = Arc::new(app::Shared::new(store, config.credentials.clone()));
+        let shared = Arc::new(app::Shared::new(
+            store,
+            config.credentials.clone(),
+            config.tls,
+        ));
         let router = app::router(shared.clone());
         let (shutdown, receiver) = watch::channel(false);
         let task = tokio::spawn(server::serve(listener, router, acceptor, receiver));

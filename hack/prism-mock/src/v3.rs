@@ -91,8 +91,9 @@ async fn users_me(
     if directives.auth == AuthMethod::Basic {
         let token = store.new_session(Instant::now());
         let max_age = store.session_ttl.as_secs();
+        let secure = if app.tls { "; Secure" } else { "" };
         let cookie =
-            format!("{SESSION_COOKIE}={token}; Path=/; Max-Age={max_age}; Secure; HttpOnly");
+            format!("{SESSION_COOKIE}={token}; Path=/; Max-Age={max_age}{secure}; HttpOnly");
         if let Ok(value) = HeaderValue::from_str(&cookie) {
             response.headers_mut().insert(header::SET_COOKIE, value);
         }

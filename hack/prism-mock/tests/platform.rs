@@ -51,6 +51,10 @@ async fn basic_session_and_api_key_auth_and_a_non_json_401() {
     assert_eq!(login.body["status"]["name"], "admin");
     let set_cookie = login.headers["set-cookie"].to_str().unwrap().to_owned();
     assert!(set_cookie.starts_with("NTNX_IGW_SESSION="), "{set_cookie}");
+    assert!(
+        set_cookie.contains("; Secure"),
+        "HTTPS cookies are Secure: {set_cookie}"
+    );
     let cookie = set_cookie.split(';').next().unwrap().to_owned();
     let session = api.with_auth(Auth::Cookie(cookie.clone()));
     assert_eq!(
@@ -873,11 +877,13 @@ async fn a_seed_file_loads_and_the_same_seed_gives_the_same_uuids() {
     let fast = Timings {
         task_queued_ms: 1,
         task_running_ms: 1,
-        boot_to_address_ms: 1,
+        boot_to_address_ms: 200,
     };
 
+    // The first two runs differ only in timing: the first lets the guest boot (events run) before the next
+    // request, the second does not. Randomness drawn while events run would make their UUIDs differ.
     let mut runs = Vec::new();
-    for rng_seed in [None, None, Some(8)] {
+    for (run, rng_seed) in [None, None, Some(8)].into_iter().enumerate() {
         let mock = start_with(MockConfig {
             seed: seed.clone(),
             rng_seed,
@@ -903,6 +909,16 @@ async fn a_seed_file_loads_and_the_same_seed_gives_the_same_uuids() {
         let mac = api.get(&format!("{V3}/vms/{vm}")).await.body["spec"]["resources"]["nic_list"][0]
             ["mac_address"]
             .clone();
+        if run == 0 {
+            wait_for(|| async {
+                let vm = api.get(&format!("{V3}/vms/{vm}")).await.body;
+                vm["status"]["resources"]["nic_list"][0]["ip_endpoint_list"]
+                    .as_array()
+                    .is_some_and(|l| !l.is_empty())
+                    .then_some(())
+            })
+            .await;
+        }
         // The pool has one address: a second VM's create task fails with the pool exhausted.
         let mut second_body = body.clone();
         second_body["spec"]["name"] = json!("w");
@@ -926,10 +942,14 @@ async fn a_seed_file_loads_and_the_same_seed_gives_the_same_uuids() {
             sub["error_detail"].as_str().unwrap().contains("exhausted"),
             "{sub}"
         );
-        runs.push((pe, vm, mac));
+        let second_uuid = second.body["metadata"]["uuid"].clone();
+        runs.push((pe, vm, mac, second_uuid, sub["uuid"].clone()));
         mock.shutdown().await;
     }
-    assert_eq!(runs[0], runs[1], "same seed, same UUIDs and MACs");
+    assert_eq!(
+        runs[0], runs[1],
+        "same seed, same UUIDs and MACs, whatever the timing"
+    );
     assert_ne!(runs[0].0, runs[2].0, "another seed, other UUIDs");
 
     std::fs::write(&path, "clusters:\n  - name: a\nsubnets:\n  - {name: s, cluster: b, cidr: 10.0.0.0/24, gateway: 10.0.0.1, pool_start: 10.0.0.2, pool_end: 10.0.0.3}\n").unwrap();
@@ -953,7 +973,13 @@ async fn https_with_http2_and_plain_http_only_when_asked() {
     assert!(mock.base_url().starts_with("http://"));
     assert!(mock.ca_pem().is_none());
     let api = Api::new(&mock);
-    assert_eq!(api.get(&format!("{V3}/users/me")).await.status, 200);
+    let login = api.get(&format!("{V3}/users/me")).await;
+    assert_eq!(login.status, 200);
+    let cookie = login.headers["set-cookie"].to_str().unwrap();
+    assert!(
+        !cookie.contains("Secure"),
+        "a Secure cookie would not come back over plain HTTP: {cookie}"
+    );
 
     let tls = start().await;
     assert!(tls.base_url().starts_with("https://127.0.0.1:"));

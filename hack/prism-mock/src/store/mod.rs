@@ -102,7 +102,6 @@ pub(crate) struct Store {
     pub(crate) v4_requests: HashMap<String, String>,
     pub(crate) sessions: HashMap<String, Instant>,
     pub(crate) faults: FaultState,
-    pub(crate) hybrid_overlay_next: u64,
     started_instant: Instant,
     started_wall: jiff::Timestamp,
 }
@@ -142,7 +141,6 @@ impl Store {
             v4_requests: HashMap::new(),
             sessions: HashMap::new(),
             faults: FaultState::default(),
-            hybrid_overlay_next: 0,
             started_instant: now,
             started_wall: jiff::Timestamp::now(),
         };

@@ -76,7 +76,9 @@ pub(crate) struct Task {
     pub(crate) started: Option<String>,
     pub(crate) completed: Option<String>,
     pub(crate) logical: u64,
-    pub(crate) fail: Option<FailPlan>,
+    /// How the task fails, with the UUID of its failed subtask: drawn when the task is created, never while
+    /// events run (that would make later UUIDs depend on timing).
+    pub(crate) fail: Option<(FailPlan, String)>,
     pub(crate) error: Option<(String, String)>,
     pub(crate) subtasks: Vec<String>,
     pub(crate) parent: Option<String>,
@@ -95,6 +97,7 @@ impl Store {
         fail: Option<FailPlan>,
     ) -> String {
         let uuid = self.new_uuid();
+        let fail = fail.map(|plan| (plan, self.new_uuid()));
         let logical = self.tick_logical();
         let task = Task {
             uuid: uuid.clone(),
@@ -154,7 +157,8 @@ impl Store {
             Some(plan) => {
                 task.status = TaskStatus::Failed;
                 task.error = Some(("INTERNAL_ERROR".to_owned(), "Internal Error".to_owned()));
-                let sub_uuid = self.new_uuid();
+                let sub_uuid = plan.1.clone();
+                let plan = &plan.0;
                 let sub_logical = self.tick_logical();
                 let created = self
                     .tasks
@@ -183,7 +187,7 @@ impl Store {
                 }
             }
         }
-        self.apply_task_effect(uuid, effect, fail.as_ref(), at);
+        self.apply_task_effect(uuid, effect, fail.as_ref().map(|(plan, _)| plan), at);
     }
 
     fn apply_task_effect(

@@ -91,7 +91,8 @@ pub(crate) struct Vm {
     pub(crate) powered_on: bool,
     pub(crate) boot_gen: u64,
     pub(crate) phase: AddressPhase,
-    pub(crate) apipa: Option<u32>,
+    /// The link-local address a Windows guest reports first under the APIPA misbehaviour (drawn at create).
+    pub(crate) apipa: u32,
     pub(crate) overlay: Option<u32>,
     pub(crate) nics: Vec<NicRuntime>,
     pub(crate) gpus: Vec<(String, usize)>,
@@ -141,8 +142,8 @@ impl Vm {
                 match self.phase {
                     AddressPhase::None => {}
                     AddressPhase::Apipa => {
-                        if let (0, Some(ip)) = (index, self.apipa) {
-                            list.push((Ipv4Addr::from(ip).to_string(), "LEARNED"));
+                        if index == 0 {
+                            list.push((Ipv4Addr::from(self.apipa).to_string(), "LEARNED"));
                         }
                     }
                     AddressPhase::Real | AddressPhase::Overlay => {
@@ -1135,6 +1136,13 @@ impl Store {
         self.next_vm_seq += 1;
         let wall = self.wall(now);
         let bios_uuid = self.new_uuid();
+        let apipa_octets: [u8; 2] = self.rng.random();
+        let apipa = Ipv4Addr::new(
+            169,
+            254,
+            1 + apipa_octets[0] % 254,
+            1 + apipa_octets[1] % 254,
+        );
         let vm = Vm {
             uuid: uuid.to_owned(),
             seq,
@@ -1149,7 +1157,7 @@ impl Store {
             powered_on: false,
             boot_gen: 0,
             phase: AddressPhase::None,
-            apipa: None,
+            apipa: u32::from(apipa),
             overlay: None,
             nics,
             gpus: prepared.gpus,
@@ -1798,21 +1806,7 @@ impl Store {
         at: Instant,
     ) {
         let hybrid = self.guest.hybrid_overlay_after_ms;
-        let apipa: u32 = {
-            let (a, b): (u8, u8) = (
-                self.rng.random_range(1..=254),
-                self.rng.random_range(1..=254),
-            );
-            u32::from(Ipv4Addr::new(169, 254, a, b))
-        };
-        let overlay = if phase == AddressPhase::Overlay {
-            let index = self.hybrid_overlay_next;
-            self.hybrid_overlay_next += 1;
-            Ipv4Net::parse(&self.guest.hybrid_overlay_cidr)
-                .map(|net| u32::from(net.host(index + 1)))
-        } else {
-            None
-        };
+        let overlay_net = Ipv4Net::parse(&self.guest.hybrid_overlay_cidr);
         let Some(vm) = self.vms.get_mut(uuid) else {
             return;
         };
@@ -1820,10 +1814,10 @@ impl Store {
             return;
         }
         vm.phase = phase;
-        match phase {
-            AddressPhase::Apipa => vm.apipa = Some(apipa),
-            AddressPhase::Overlay => vm.overlay = overlay,
-            AddressPhase::Real | AddressPhase::None => {}
+        if phase == AddressPhase::Overlay {
+            // Derived from the VM's creation index, not drawn here: events run at request-dependent moments,
+            // and drawing from the generator now would make later UUIDs depend on timing.
+            vm.overlay = overlay_net.map(|net| u32::from(net.host(vm.seq + 1)));
         }
         if phase == AddressPhase::Real
             && vm.os == GuestOs::Windows
