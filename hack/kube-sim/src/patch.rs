@@ -87,7 +87,7 @@ pub fn apply_patch(kind: PatchKind, current: &Value, patch: &Value) -> Result<Va
 }
 
 /// How a list field merges in a strategic merge patch.
-enum ListStrategy {
+pub(crate) enum ListStrategy {
     /// Elements are maps merged by this key.
     MergeKey(&'static str),
     /// Elements are primitives; the patch's are added to the target's.
@@ -98,7 +98,7 @@ enum ListStrategy {
 
 /// Merge strategies of the built-in types' lists (their Go struct tags `patchStrategy:"merge"` and
 /// `patchMergeKey`), by field name.
-fn list_strategy(field: &str) -> ListStrategy {
+pub(crate) fn list_strategy(field: &str) -> ListStrategy {
     match field {
         "containers"
         | "initContainers"

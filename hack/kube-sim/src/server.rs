@@ -21,7 +21,7 @@ use crate::patch::{PatchKind, apply_patch, parse_body};
 use crate::reqlog::{RequestLog, RequestRecord};
 use crate::resources::ResourceDef;
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{DeleteOptions, ListParams, Store, Stored, WriteTarget};
+use crate::store::{DeleteOptions, ListParams, Store, Stored, WriteTarget, field_scope};
 use crate::table;
 use crate::watch::{self, WatchRequest, WatchStart};
 
@@ -434,6 +434,25 @@ async fn resource_request(
         .to_string();
     let method = request.method().clone();
     let version = path.version.clone();
+    // The field manager: as given, or the user agent's product name (what the real server defaults to).
+    let user_agent = request
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let manager = query
+        .get("fieldManager")
+        .filter(|m| !m.is_empty())
+        .cloned()
+        .unwrap_or_else(|| {
+            user_agent
+                .split('/')
+                .next()
+                .filter(|m| !m.is_empty())
+                .unwrap_or("unknown")
+                .to_string()
+        });
+    let force = query.get("force").is_some_and(|v| v == "true");
     let parse_object = |body: &[u8]| parse_object(&content_type, body);
     match (method, path.name.clone(), path.subresource.as_deref()) {
         (Method::GET, None, None) if is_watch(query) => {
@@ -463,7 +482,16 @@ async fn resource_request(
             Ok(json_bytes(200, object_bytes(&def, &version, &stored)))
         }
         (Method::POST, None, None) => {
-            let body = parse_object(&read_body(request).await?)?;
+            let mut body = parse_object(&read_body(request).await?)?;
+            let scope = field_scope(&def, WriteTarget::Main);
+            crate::fields::record_update(
+                &json!({}),
+                &mut body,
+                &manager,
+                scope,
+                "",
+                &now_rfc3339(),
+            );
             let stored = store.create(&def, &namespace, body, dry_run(query))?;
             Ok(json_bytes(201, object_bytes(&def, &version, &stored)))
         }
@@ -493,6 +521,7 @@ async fn resource_request(
                     body,
                     WriteTarget::Main,
                     dry_run(query),
+                    Some(&manager),
                 )?,
                 Some("status") => store.update(
                     &def,
@@ -501,6 +530,7 @@ async fn resource_request(
                     body,
                     WriteTarget::Status,
                     dry_run(query),
+                    Some(&manager),
                 )?,
                 Some("approval") => {
                     check_approval(&def, &name, &body)?;
@@ -511,11 +541,19 @@ async fn resource_request(
                         stamp_conditions(body),
                         WriteTarget::Status,
                         dry_run(query),
+                        Some(&manager),
                     )?
                 }
                 Some("scale") => {
-                    let stored =
-                        write_scale(store, &def, &namespace, &name, dry_run(query), |_| Ok(body))?;
+                    let stored = write_scale(
+                        store,
+                        &def,
+                        &namespace,
+                        &name,
+                        dry_run(query),
+                        &manager,
+                        |_| Ok(body),
+                    )?;
                     return Ok(json_response(200, &to_scale(&def, &stored.value)?));
                 }
                 Some(_) => {
@@ -553,6 +591,7 @@ async fn resource_request(
                 kind,
                 &patch,
                 dry_run(query),
+                (&manager, force),
             )
         }
         (Method::DELETE, Some(name), None) => {
@@ -632,6 +671,7 @@ fn patch_request(
     kind: PatchKind,
     patch: &Value,
     dry_run: bool,
+    (manager, force): (&str, bool),
 ) -> ApiResult<Response<Body>> {
     let patch_error = |e: crate::patch::PatchError| match e {
         crate::patch::PatchError::JsonPatch(m) => ApiError {
@@ -643,7 +683,7 @@ fn patch_request(
         other => ApiError::bad_request(other.to_string()),
     };
     if sub == Some("scale") {
-        let stored = write_scale(store, def, namespace, name, dry_run, |scale| {
+        let stored = write_scale(store, def, namespace, name, dry_run, manager, |scale| {
             apply_patch(kind, scale, patch).map_err(patch_error)
         })?;
         return Ok(json_response(200, &to_scale(def, &stored.value)?));
@@ -657,11 +697,29 @@ fn patch_request(
             ));
         }
     };
+    let scope = field_scope(def, target);
+    let subresource = sub.unwrap_or_default();
+    let now = now_rfc3339();
     let result = store.modify(def, namespace, name, target, dry_run, |current| {
-        let patched = apply_patch(kind, current, patch).map_err(patch_error)?;
+        let mut patched = apply_patch(kind, current, patch).map_err(patch_error)?;
         if sub == Some("approval") {
             check_approval(def, name, &patched)?;
-            return Ok(stamp_conditions(patched));
+            patched = stamp_conditions(patched);
+        }
+        if kind == PatchKind::Apply {
+            crate::fields::record_apply(
+                current,
+                patch,
+                &mut patched,
+                manager,
+                force,
+                scope,
+                subresource,
+                &now,
+            )
+            .map_err(|conflicts| apply_conflict(def, name, &conflicts))?;
+        } else {
+            crate::fields::record_update(current, &mut patched, manager, scope, subresource, &now);
         }
         Ok(patched)
     });
@@ -671,10 +729,41 @@ fn patch_request(
             let mut object = patch.clone();
             let meta = crate::meta::metadata_mut(&mut object);
             meta.insert("name".into(), json!(name));
+            crate::fields::record_apply(
+                &json!({}),
+                patch,
+                &mut object,
+                manager,
+                force,
+                scope,
+                "",
+                &now,
+            )
+            .map_err(|conflicts| apply_conflict(def, name, &conflicts))?;
             let stored = store.create(def, namespace, object, dry_run)?;
             Ok(json_bytes(201, object_bytes(def, version, &stored)))
         }
         Err(e) => Err(e),
+    }
+}
+
+/// 409 for a server-side apply that conflicts with other field managers.
+fn apply_conflict(
+    def: &ResourceDef,
+    name: &str,
+    conflicts: &[crate::fields::Conflict],
+) -> ApiError {
+    let causes: Vec<Value> = conflicts
+        .iter()
+        .map(|c| json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{}\"", c.manager), "field": c.field}))
+        .collect();
+    ApiError {
+        code: 409,
+        reason: "Conflict",
+        message: crate::fields::conflict_message(conflicts),
+        details: Some(
+            json!({"name": name, "group": def.group, "kind": def.plural, "causes": causes}),
+        ),
     }
 }
 
@@ -767,6 +856,7 @@ fn write_scale<F>(
     namespace: &str,
     name: &str,
     dry_run: bool,
+    manager: &str,
     change: F,
 ) -> ApiResult<Stored>
 where
@@ -807,6 +897,15 @@ where
                 next["metadata"]["resourceVersion"] = json!(wanted_rv);
             }
             set_json_path(&mut next, &paths.spec_replicas, json!(replicas));
+            let scope = field_scope(def, WriteTarget::Main);
+            crate::fields::record_update(
+                current,
+                &mut next,
+                manager,
+                scope,
+                "scale",
+                &now_rfc3339(),
+            );
             Ok(next)
         },
     )

@@ -588,6 +588,7 @@ impl Store {
 
     /// Replaces an object (PUT), or its status. `require_rv` rejects updates without a resourceVersion (custom
     /// resources do not allow unconditional updates).
+    #[allow(clippy::too_many_arguments)] // the parts of a PUT; a struct would only rename them
     pub fn update(
         &self,
         def: &ResourceDef,
@@ -596,6 +597,7 @@ impl Store {
         mut object: Value,
         target: WriteTarget,
         dry_run: bool,
+        manager: Option<&str>,
     ) -> ApiResult<Stored> {
         self.check_type(def, &mut object)?;
         let body_name = meta_str(&object, "name");
@@ -615,7 +617,24 @@ impl Store {
                 "Invalid value: 0x0: must be specified for an update",
             ));
         }
-        self.modify(def, namespace, name, target, dry_run, |_| Ok(object))
+        self.modify(def, namespace, name, target, dry_run, |current| {
+            if let Some(manager) = manager {
+                let subresource = if target == WriteTarget::Status {
+                    "status"
+                } else {
+                    ""
+                };
+                crate::fields::record_update(
+                    current,
+                    &mut object,
+                    manager,
+                    field_scope(def, target),
+                    subresource,
+                    &now_rfc3339(),
+                );
+            }
+            Ok(object)
+        })
     }
 
     /// Atomically reads, transforms and writes an object (patches). The closure sees the current object and
@@ -1285,6 +1304,15 @@ fn parse_continue(token: &str) -> ApiResult<(u64, String, String)> {
     Ok((rv, ns, name))
 }
 
+/// Which fields a write to `target` of a resource may own (server-side apply bookkeeping).
+pub fn field_scope(def: &ResourceDef, target: WriteTarget) -> crate::fields::Scope {
+    match target {
+        WriteTarget::Status => crate::fields::Scope::StatusOnly,
+        WriteTarget::Main if def.status_subresource => crate::fields::Scope::MainWithoutStatus,
+        WriteTarget::Main | WriteTarget::Whole => crate::fields::Scope::Everything,
+    }
+}
+
 /// Type-specific create rules (what the real registry strategies do in PrepareForCreate).
 fn prepare_create(def: &ResourceDef, object: &mut Value) -> ApiResult<()> {
     let Some(map) = object.as_object_mut() else {
@@ -1343,6 +1371,9 @@ fn merge_for_update(
     let mut next = match target {
         WriteTarget::Status => {
             let mut next = current.clone();
+            if let Some(managed) = desired.pointer("/metadata/managedFields") {
+                metadata_mut(&mut next).insert("managedFields".into(), managed.clone());
+            }
             match desired.get("status") {
                 Some(status) => next["status"] = status.clone(),
                 None => {

@@ -250,7 +250,8 @@ async fn patch_types_and_finalizers() {
         Some(vec!["x/one".to_string(), "x/two".to_string()])
     );
 
-    // Server-side apply creates and then merges
+    // Server-side apply creates, then owns what it applied: a field it stops applying goes away, another
+    // manager's different value conflicts unless forced.
     let applied = cms
         .patch(
             "q",
@@ -268,7 +269,44 @@ async fn patch_types_and_finalizers() {
         )
         .await
         .unwrap();
-    assert_eq!(applied.data.unwrap().len(), 2);
+    assert_eq!(
+        applied.data.unwrap(),
+        [("b".to_string(), "2".to_string())].into()
+    );
+    let other = Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"b": "3"}}));
+    let kube::Error::Api(status) = cms
+        .patch("q", &PatchParams::apply("other-manager"), &other)
+        .await
+        .unwrap_err()
+    else {
+        panic!()
+    };
+    assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+    assert!(
+        status
+            .message
+            .contains("conflict with \"test-manager\": .data.b"),
+        "{}",
+        status.message
+    );
+    let forced = cms
+        .patch("q", &PatchParams::apply("other-manager").force(), &other)
+        .await
+        .unwrap();
+    assert_eq!(forced.data.unwrap()["b"], "3");
+    let managers: Vec<String> = cms
+        .get("q")
+        .await
+        .unwrap()
+        .managed_fields()
+        .iter()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert_eq!(
+        managers,
+        vec!["other-manager".to_string()],
+        "test-manager lost its only field"
+    );
 
     // Delete with finalizers: deletionTimestamp set, object kept until the last finalizer goes
     let deleted = cms.delete("p", &DeleteParams::default()).await.unwrap();
@@ -901,6 +939,54 @@ async fn kubeconfig_works_for_kube_rs() {
             .items
             .iter()
             .any(|n| n.name_any() == "kube-system")
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn lease_manager_elects_one_leader_and_hands_over() {
+    use kube_lease_manager::LeaseManagerBuilder;
+    let (sim, client) = start(Config::default()).await;
+    let build = |identity: &'static str| {
+        LeaseManagerBuilder::new(client.clone(), "cluster-api-provider-nutanix-leader")
+            .with_namespace("default")
+            .with_identity(identity)
+            .with_duration(3)
+            .with_grace(1)
+            .build()
+    };
+    let (rx_a, task_a) = build("a").await.unwrap().watch().await;
+    let (rx_b, task_b) = build("b").await.unwrap().watch().await;
+    eventually("one leader", || async { *rx_a.borrow() || *rx_b.borrow() }).await;
+    for _ in 0..40 {
+        assert!(!(*rx_a.borrow() && *rx_b.borrow()), "two leaders at once");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The leader steps down (its channel closes, so it releases the lease); the other takes over.
+    let (leader_rx, follower_rx) = if *rx_a.borrow() {
+        (rx_a, rx_b)
+    } else {
+        (rx_b, rx_a)
+    };
+    drop(leader_rx);
+    eventually("follower becomes leader", || async {
+        *follower_rx.borrow()
+    })
+    .await;
+    task_a.abort();
+    task_b.abort();
+    let lease = sim
+        .get(
+            "coordination.k8s.io",
+            "leases",
+            "default",
+            "cluster-api-provider-nutanix-leader",
+        )
+        .unwrap();
+    assert!(
+        lease["metadata"]["managedFields"]
+            .as_array()
+            .is_some_and(|m| !m.is_empty())
     );
     sim.shutdown().await;
 }
