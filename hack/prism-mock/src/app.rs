@@ -17,7 +17,6 @@ use crate::errors::ApiError;
 use crate::store::{FailPlan, Store};
 
 /// State shared by all handlers.
-#[derive(Debug)]
 pub(crate) struct Shared {
     store: Mutex<Store>,
     pub(crate) credentials: Credentials,
@@ -27,6 +26,16 @@ pub(crate) struct Shared {
 }
 
 pub(crate) type App = Arc<Shared>;
+
+/// Shows no store content: it holds session tokens and guest user data.
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("credentials", &self.credentials)
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
+    }
+}
 
 impl Shared {
     pub(crate) fn new(store: Store, credentials: Credentials, tls: bool) -> Self {

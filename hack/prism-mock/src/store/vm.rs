@@ -39,8 +39,9 @@ pub(crate) enum AddressPhase {
     Overlay,
 }
 
-/// A VM's guest customization, decoded from base64, as the guest would receive it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A VM's guest customization, decoded from base64, as the guest would receive it. `Debug` shows only sizes:
+/// user data carries secrets.
+#[derive(Clone, PartialEq, Eq, Serialize)]
 pub struct GuestCustomization {
     /// `cloud_init` or `sysprep`.
     pub kind: String,
@@ -56,6 +57,24 @@ pub struct GuestCustomization {
     pub custom_key_values: Option<Value>,
     /// `is_overridable` as sent.
     pub is_overridable: bool,
+}
+
+impl std::fmt::Debug for GuestCustomization {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let size = |text: &Option<String>| text.as_ref().map(|t| format!("<{} bytes>", t.len()));
+        f.debug_struct("GuestCustomization")
+            .field("kind", &self.kind)
+            .field("user_data", &size(&self.user_data))
+            .field("meta_data", &size(&self.meta_data))
+            .field("unattend_xml", &size(&self.unattend_xml))
+            .field("install_type", &self.install_type)
+            .field(
+                "custom_key_values",
+                &self.custom_key_values.as_ref().map(|_| "<redacted>"),
+            )
+            .field("is_overridable", &self.is_overridable)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -2025,4 +2044,28 @@ pub(crate) struct DeployVm {
     inner: Prepared,
     os: GuestOs,
     now: Instant,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guest_customization_debug_shows_no_content() {
+        let gc = GuestCustomization {
+            kind: "cloud_init".to_owned(),
+            user_data: Some("password: hunter2".to_owned()),
+            meta_data: None,
+            unattend_xml: None,
+            install_type: None,
+            custom_key_values: Some(json!({"k": "secret"})),
+            is_overridable: false,
+        };
+        let text = format!("{gc:?}");
+        assert!(
+            !text.contains("hunter2") && !text.contains("secret"),
+            "{text}"
+        );
+        assert!(text.contains("<17 bytes>"), "{text}");
+    }
 }
