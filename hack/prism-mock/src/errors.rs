@@ -92,22 +92,28 @@ impl ApiError {
         Self::v3(StatusCode::CONFLICT, kind, reason, message.into(), None)
     }
 
+    /// A v4 error of the `vmm` namespace (templates).
     pub(crate) fn v4(
         status: StatusCode,
         group: &str,
         code: &str,
         message: impl Into<String>,
     ) -> Self {
-        Self::V4 {
-            status,
-            namespace: "vmm",
-            group: group.to_owned(),
-            code: code.to_owned(),
-            message: message.into(),
-        }
+        Self::v4_in("vmm", status, group, code, message)
     }
 
+    /// A v4 error of the `prism` namespace (tasks).
     pub(crate) fn v4_prism(
+        status: StatusCode,
+        group: &str,
+        code: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self::v4_in("prism", status, group, code, message)
+    }
+
+    fn v4_in(
+        namespace: &'static str,
         status: StatusCode,
         group: &str,
         code: &str,
@@ -115,7 +121,7 @@ impl ApiError {
     ) -> Self {
         Self::V4 {
             status,
-            namespace: "prism",
+            namespace,
             group: group.to_owned(),
             code: code.to_owned(),
             message: message.into(),

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::app::{App, AuthMethod, Directives, SESSION_COOKIE, parse_json};
 use crate::errors::{ApiError, json_ok};
 use crate::store::list::ListQuery;
-use crate::store::{CategoryKey, Store, Table};
+use crate::store::{Store, Table};
 
 type Answer = Result<Response, ApiError>;
 /// Picks one entity table out of the store.
@@ -185,25 +185,39 @@ fn key_not_found(key: &str) -> ApiError {
     ApiError::not_found("category", format!("category key {key} was not found"))
 }
 
-async fn list_category_keys(State(app): State<App>, body: Bytes) -> Answer {
-    let query = ListQuery::parse(&body, "category", &["name"])?;
-    let store = app.lock();
-    let matching: Vec<(&String, &CategoryKey)> = store
-        .categories
-        .iter()
+/// Lists (name, item) pairs with the query's filter, order and page; `render` turns an item into JSON.
+fn list_by_name<'a, T>(
+    query: &ListQuery,
+    items: impl Iterator<Item = (&'a str, T)>,
+    render: impl Fn(&str, T) -> Value,
+) -> Value {
+    let matching: Vec<(&str, T)> = items
         .filter(|(name, _)| {
             query
                 .filter
                 .as_ref()
-                .is_none_or(|f| f.matches(|_| Some(name.as_str())))
+                .is_none_or(|f| f.matches(|_| Some(*name)))
         })
         .collect();
-    let (total, page) = query.page(matching, |(name, _)| name.as_str());
+    let (total, page) = query.page(matching, |(name, _)| name);
     let entities = page
         .into_iter()
-        .map(|(name, key)| Store::category_key_json(name, key))
+        .map(|(name, item)| render(name, item))
         .collect();
-    Ok(json_ok(StatusCode::OK, query.response(total, entities)))
+    query.response(total, entities)
+}
+
+async fn list_category_keys(State(app): State<App>, body: Bytes) -> Answer {
+    let query = ListQuery::parse(&body, "category", &["name"])?;
+    let store = app.lock();
+    let keys = store
+        .categories
+        .iter()
+        .map(|(name, key)| (name.as_str(), key));
+    let response = list_by_name(&query, keys, |name, key| {
+        Store::category_key_json(name, key)
+    });
+    Ok(json_ok(StatusCode::OK, response))
 }
 
 async fn get_category_key(State(app): State<App>, Path(key): Path<String>) -> Answer {
@@ -266,22 +280,14 @@ async fn list_category_values(
         .categories
         .get(&key)
         .ok_or_else(|| key_not_found(&key))?;
-    let matching: Vec<(&String, &String)> = found
+    let values = found
         .values
         .iter()
-        .filter(|(value, _)| {
-            query
-                .filter
-                .as_ref()
-                .is_none_or(|f| f.matches(|_| Some(value.as_str())))
-        })
-        .collect();
-    let (total, page) = query.page(matching, |(value, _)| value.as_str());
-    let entities = page
-        .into_iter()
-        .map(|(value, description)| Store::category_value_json(&key, value, description))
-        .collect();
-    Ok(json_ok(StatusCode::OK, query.response(total, entities)))
+        .map(|(value, description)| (value.as_str(), description));
+    let response = list_by_name(&query, values, |value, description| {
+        Store::category_value_json(&key, value, description)
+    });
+    Ok(json_ok(StatusCode::OK, response))
 }
 
 async fn get_category_value(

@@ -272,14 +272,8 @@ async fn a_failed_task_carries_the_real_error_in_a_failed_subtask() {
         )
         .await;
     assert_eq!(reply.status, 202, "the request itself succeeds");
-    let uuid = reply.body["metadata"]["uuid"].as_str().unwrap().to_owned();
-    let task = api
-        .wait_task(
-            reply.body["status"]["execution_context"]["task_uuid"]
-                .as_str()
-                .unwrap(),
-        )
-        .await;
+    let uuid = reply.uuid();
+    let task = api.wait_task(reply.task_uuid()).await;
     assert_eq!(task["status"], "FAILED");
     assert_eq!(
         task["error_detail"], "Internal Error",
@@ -313,13 +307,8 @@ async fn a_failed_task_carries_the_real_error_in_a_failed_subtask() {
             &seeded.vm_body("error-vm", &seeded.rhcos, "ON"),
         )
         .await;
-    let uuid = reply.body["metadata"]["uuid"].as_str().unwrap().to_owned();
-    api.wait_task(
-        reply.body["status"]["execution_context"]["task_uuid"]
-            .as_str()
-            .unwrap(),
-    )
-    .await;
+    let uuid = reply.uuid();
+    api.wait_task(reply.task_uuid()).await;
     let vm = api.get(&format!("{V3}/vms/{uuid}")).await.body;
     assert_eq!(vm["status"]["state"], "ERROR");
     assert_eq!(vm["status"]["message_list"][0]["message"], "no host");
@@ -452,7 +441,7 @@ async fn the_admin_http_api_installs_faults_and_shows_and_changes_vms() {
     let mut body = seeded.vm_body("gc-vm", &seeded.rhcos, "OFF");
     body["spec"]["resources"]["guest_customization"] = json!({"cloud_init": {"user_data": b64(user_data), "meta_data": b64("{\"hostname\":\"worker-1\"}")}});
     let reply = api.post(&format!("{V3}/vms"), &body).await;
-    let uuid = reply.body["metadata"]["uuid"].as_str().unwrap().to_owned();
+    let uuid = reply.uuid();
     let gc: Value = api
         .client
         .get(admin(&format!("/vms/{uuid}/guest-customization")))
@@ -899,13 +888,8 @@ async fn a_seed_file_loads_and_the_same_seed_gives_the_same_uuids() {
             "resources": {"power_state": "ON", "disk_list": [{"data_source_reference": {"kind": "image", "uuid": image}}],
                 "nic_list": [{"subnet_reference": {"kind": "subnet", "uuid": subnet}}]}}});
         let first = api.post(&format!("{V3}/vms"), &body).await;
-        api.wait_task(
-            first.body["status"]["execution_context"]["task_uuid"]
-                .as_str()
-                .unwrap(),
-        )
-        .await;
-        let vm = first.body["metadata"]["uuid"].as_str().unwrap().to_owned();
+        api.wait_task(first.task_uuid()).await;
+        let vm = first.uuid();
         let mac = api.get(&format!("{V3}/vms/{vm}")).await.body["spec"]["resources"]["nic_list"][0]
             ["mac_address"]
             .clone();
@@ -923,13 +907,7 @@ async fn a_seed_file_loads_and_the_same_seed_gives_the_same_uuids() {
         let mut second_body = body.clone();
         second_body["spec"]["name"] = json!("w");
         let second = api.post(&format!("{V3}/vms"), &second_body).await;
-        let task = api
-            .wait_task(
-                second.body["status"]["execution_context"]["task_uuid"]
-                    .as_str()
-                    .unwrap(),
-            )
-            .await;
+        let task = api.wait_task(second.task_uuid()).await;
         assert_eq!(task["status"], "FAILED");
         let sub = api
             .get(&format!(

@@ -51,7 +51,7 @@ async fn create_goes_through_queued_running_succeeded_and_is_listed_only_after_i
         .as_str()
         .expect("task_uuid is a string on create")
         .to_owned();
-    let uuid = reply.body["metadata"]["uuid"].as_str().unwrap().to_owned();
+    let uuid = reply.uuid();
     assert_eq!(reply.body["metadata"]["spec_version"], 0);
 
     let task_reply = api.get(&format!("{V3}/tasks/{task}")).await;
@@ -123,12 +123,7 @@ async fn lists_page_with_a_default_of_twenty_and_filter_partially() {
             )
             .await;
         assert_eq!(reply.status, 202, "{}", reply.text);
-        tasks.push(
-            reply.body["status"]["execution_context"]["task_uuid"]
-                .as_str()
-                .unwrap()
-                .to_owned(),
-        );
+        tasks.push(reply.task_uuid().to_owned());
     }
     for task in &tasks {
         api.wait_task(task).await;
@@ -321,16 +316,8 @@ async fn errors_have_the_shapes_and_codes_real_prism_uses() {
             "guest_customization": {"cloud_init": {"user_data": b64("#cloud-config\n")}}}}});
     let created = api.post(&format!("{V3}/vms"), &good).await;
     assert_eq!(created.status, 202, "{}", created.text);
-    let uuid = created.body["metadata"]["uuid"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    api.wait_task(
-        created.body["status"]["execution_context"]["task_uuid"]
-            .as_str()
-            .unwrap(),
-    )
-    .await;
+    let uuid = created.uuid();
+    api.wait_task(created.task_uuid()).await;
     let vm = api.get(&format!("{V3}/vms/{uuid}")).await.body;
     assert_eq!(
         vm["metadata"]["categories_mapping"],
@@ -439,18 +426,9 @@ async fn reserved_uuids_are_used_and_a_duplicate_uuid_conflicts() {
 async fn create_and_wait(api: &Api, body: &Value) -> String {
     let created = api.post(&format!("{V3}/vms"), body).await;
     assert_eq!(created.status, 202, "{}", created.text);
-    let task = api
-        .wait_task(
-            created.body["status"]["execution_context"]["task_uuid"]
-                .as_str()
-                .unwrap(),
-        )
-        .await;
+    let task = api.wait_task(created.task_uuid()).await;
     assert_eq!(task["status"], "SUCCEEDED", "{task}");
-    created.body["metadata"]["uuid"]
-        .as_str()
-        .unwrap()
-        .to_owned()
+    created.uuid()
 }
 
 async fn addresses(api: &Api, uuid: &str) -> Vec<(String, String)> {
@@ -501,12 +479,7 @@ async fn put_changes_power_and_grows_disks_and_moves_spec_version() {
     assert_eq!(reply.status, 202, "{}", reply.text);
     assert_eq!(reply.body["status"]["state"], "PENDING");
     assert_eq!(reply.body["metadata"]["spec_version"], 1);
-    api.wait_task(
-        reply.body["status"]["execution_context"]["task_uuid"]
-            .as_str()
-            .unwrap(),
-    )
-    .await;
+    api.wait_task(reply.task_uuid()).await;
     let vm = api.get(&format!("{V3}/vms/{uuid}")).await.body;
     assert_eq!(vm["status"]["resources"]["power_state"], "OFF");
     assert_eq!(
@@ -534,12 +507,7 @@ async fn put_changes_power_and_grows_disks_and_moves_spec_version() {
     on["spec"]["resources"]["power_state"] = json!("ON");
     let reply = api.put(&format!("{V3}/vms/{uuid}"), &on).await;
     assert_eq!(reply.status, 202, "{}", reply.text);
-    api.wait_task(
-        reply.body["status"]["execution_context"]["task_uuid"]
-            .as_str()
-            .unwrap(),
-    )
-    .await;
+    api.wait_task(reply.task_uuid()).await;
     let again = wait_for(|| async {
         let a = addresses(&api, &uuid).await;
         (!a.is_empty()).then_some(a)
@@ -583,10 +551,7 @@ async fn delete_passes_through_delete_pending_then_404_and_frees_the_address() {
     let reply = api.delete(&format!("{V3}/vms/{uuid}")).await;
     assert_eq!(reply.status, 202, "{}", reply.text);
     assert_eq!(reply.body["status"]["state"], "DELETE_PENDING");
-    let task = reply.body["status"]["execution_context"]["task_uuid"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let task = reply.task_uuid().to_owned();
     assert_eq!(
         api.get(&format!("{V3}/vms/{uuid}")).await.body["status"]["state"],
         "DELETE_PENDING"

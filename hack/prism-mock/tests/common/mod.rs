@@ -41,6 +41,23 @@ pub struct Reply {
     pub text: String,
 }
 
+impl Reply {
+    /// `status.execution_context.task_uuid` of a create/update/delete answer (a string there).
+    pub fn task_uuid(&self) -> &str {
+        self.body["status"]["execution_context"]["task_uuid"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no task_uuid string in {}", self.text))
+    }
+
+    /// `metadata.uuid` of an entity answer.
+    pub fn uuid(&self) -> String {
+        self.body["metadata"]["uuid"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no metadata.uuid in {}", self.text))
+            .to_owned()
+    }
+}
+
 /// Talks to a mock with basic auth (or a cookie, or an API key).
 pub struct Api {
     pub client: Client,
