@@ -384,7 +384,10 @@ pub fn builtin_resources() -> Vec<Arc<ResourceDef>> {
                 plural: b.plural.to_string(),
                 singular: b.kind.to_ascii_lowercase(),
                 short_names: b.short.iter().map(|s| s.to_string()).collect(),
-                categories: Vec::new(),
+                categories: match b.plural {
+                    "pods" | "services" | "daemonsets" | "replicasets" => vec!["all".to_string()],
+                    _ => Vec::new(),
+                },
                 namespaced: b.namespaced,
                 status_subresource: b.status,
                 scale: None,

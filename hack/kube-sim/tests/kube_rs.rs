@@ -990,3 +990,229 @@ async fn lease_manager_elects_one_leader_and_hands_over() {
     );
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn event_recorder_creates_then_patches_a_series() {
+    use kube::runtime::events::{Event, EventType, Recorder};
+    let (sim, client) = start(Config::default()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let cm = cms
+        .create(&PostParams::default(), &config_map("subject", json!({})))
+        .await
+        .unwrap();
+    let recorder = Recorder::new(client.clone(), "nutanix-machine-controller".into());
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Created".into(),
+        note: Some("VM created".into()),
+        action: "Create".into(),
+        secondary: None,
+    };
+    let reference = kube::Resource::object_ref(&cm, &());
+    recorder.publish(&event, &reference).await.unwrap();
+    recorder.publish(&event, &reference).await.unwrap();
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    let list = events.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(list.items[0].series.as_ref().unwrap().count, 2);
+    let calls: Vec<(String, String)> = sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.resource == "events")
+        .map(|r| (r.api_group, r.verb))
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("events.k8s.io", "create"),
+        ("events.k8s.io", "patch"),
+        ("events.k8s.io", "list"),
+    ]
+    .iter()
+    .map(|(g, v)| (g.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(
+        calls, expected,
+        "the recorder creates, then patches the series; the test lists"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn http_errors_are_metav1_status() {
+    let (sim, client) = start(Config::default()).await;
+    let send = |method: &str, path: &str, content_type: &str, body: &str| {
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", content_type)
+            .body(body.as_bytes().to_vec())
+            .unwrap();
+        let client = client.clone();
+        async move {
+            match client.request_text(request).await {
+                Ok(text) => (200, text),
+                Err(kube::Error::Api(status)) => (status.code, status.reason),
+                Err(other) => panic!("unexpected error {other}"),
+            }
+        }
+    };
+    assert_eq!(
+        send("GET", "/apis/nope.example.com/v1/things", "", "").await,
+        (404, "NotFound".into())
+    );
+    assert_eq!(
+        send(
+            "PUT",
+            "/api/v1/namespaces/default/configmaps",
+            "application/json",
+            "{}"
+        )
+        .await,
+        (405, "MethodNotAllowed".into())
+    );
+    assert_eq!(
+        send(
+            "GET",
+            "/api/v1/namespaces/default/configmaps?fieldSelector=spec.foo%3Dx",
+            "",
+            ""
+        )
+        .await,
+        (400, "BadRequest".into())
+    );
+    assert_eq!(
+        send("GET", "/api/v1/pods?labelSelector=a%20in%20b", "", "").await,
+        (400, "BadRequest".into())
+    );
+    send(
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        "application/json",
+        r#"{"metadata":{"name":"c"}}"#,
+    )
+    .await;
+    assert_eq!(
+        send(
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/c",
+            "application/json",
+            "{}"
+        )
+        .await,
+        (415, "UnsupportedMediaType".into())
+    );
+    assert_eq!(
+        send(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            "application/json",
+            r#"{"kind":"Secret","metadata":{"name":"d"}}"#
+        )
+        .await
+        .0,
+        400
+    );
+    assert_eq!(
+        send(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            "application/json",
+            r#"{"metadata":{"name":"e","namespace":"other"}}"#
+        )
+        .await
+        .0,
+        400
+    );
+    // Strategic merge is refused for custom resources
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &widget_crd())
+        .await
+        .unwrap();
+    send("POST", "/apis/example.com/v1/namespaces/default/widgets", "application/json", r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w"},"spec":{"size":1}}"#).await;
+    assert_eq!(
+        send(
+            "PATCH",
+            "/apis/example.com/v1/namespaces/default/widgets/w",
+            "application/strategic-merge-patch+json",
+            "{}"
+        )
+        .await,
+        (415, "UnsupportedMediaType".into())
+    );
+    // Custom resources need a resourceVersion to be replaced
+    let (code, reason) = send("PUT", "/apis/example.com/v1/namespaces/default/widgets/w", "application/json", r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w"},"spec":{"size":2}}"#).await;
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    // Discovery and OpenAPI documents
+    let (_, core) = send("GET", "/api/v1", "", "").await;
+    let core: serde_json::Value = serde_json::from_str(&core).unwrap();
+    assert!(
+        core["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "pods/eviction")
+    );
+    let (_, widgets) = send("GET", "/apis/example.com/v1", "", "").await;
+    let widgets: serde_json::Value = serde_json::from_str(&widgets).unwrap();
+    let scale = widgets["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "widgets/scale")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (scale["group"].as_str(), scale["kind"].as_str()),
+        (Some("autoscaling"), Some("Scale"))
+    );
+    let (_, openapi) = send("GET", "/openapi/v3", "", "").await;
+    assert!(openapi.contains("apis/example.com/v1"));
+    // Deleting the CRD removes its objects and stops serving them
+    crds.delete("widgets.example.com", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        send(
+            "GET",
+            "/apis/example.com/v1/namespaces/default/widgets/w",
+            "",
+            ""
+        )
+        .await
+        .0,
+        404
+    );
+    assert!(sim.store().resource("example.com", "widgets").is_none());
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn deleting_a_namespace_removes_its_contents() {
+    let (sim, client) = start(Config {
+        gc_interval: Duration::from_millis(100),
+        namespaces: vec!["doomed".into()],
+        ..Config::default()
+    })
+    .await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "doomed");
+    cms.create(&PostParams::default(), &config_map("c", json!({})))
+        .await
+        .unwrap();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let terminating = namespaces
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .unwrap()
+        .left()
+        .unwrap();
+    assert_eq!(
+        terminating.status.unwrap().phase.as_deref(),
+        Some("Terminating")
+    );
+    eventually("namespace gone", || async {
+        namespaces.get_opt("doomed").await.unwrap().is_none()
+    })
+    .await;
+    assert!(sim.list("", "configmaps").unwrap().is_empty());
+    sim.shutdown().await;
+}
