@@ -315,6 +315,54 @@ async fn a_failed_task_carries_the_real_error_in_a_failed_subtask() {
 }
 
 #[tokio::test]
+async fn a_failed_update_restores_the_spec_and_a_failed_delete_keeps_the_vm() {
+    let mock = start().await;
+    let api = Api::new(&mock);
+    let seeded = api.seeded().await;
+    let created = api
+        .post(
+            &format!("{V3}/vms"),
+            &seeded.vm_body("keep-vm", &seeded.rhcos, "OFF"),
+        )
+        .await;
+    let uuid = created.uuid();
+    api.wait_task(created.task_uuid()).await;
+    let fail = |method: &str| {
+        FaultRule::new(
+            Some(method),
+            "/api/nutanix/v3/vms/{uuid}",
+            FaultKind::FailTask {
+                error: "host in maintenance".to_owned(),
+                leave_vm_in_error: false,
+            },
+        )
+        .times(1)
+    };
+    mock.admin().add_fault(fail("PUT"));
+    let vm = api.get(&format!("{V3}/vms/{uuid}")).await.body;
+    let mut update = json!({"metadata": vm["metadata"], "spec": vm["spec"]});
+    update["spec"]["resources"]["power_state"] = json!("ON");
+    update["spec"]["resources"]["memory_size_mib"] = json!(16384);
+    let reply = api.put(&format!("{V3}/vms/{uuid}"), &update).await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    assert_eq!(api.wait_task(reply.task_uuid()).await["status"], "FAILED");
+    let after = api.get(&format!("{V3}/vms/{uuid}")).await.body;
+    assert_eq!(
+        after["spec"]["resources"]["memory_size_mib"], 8192,
+        "the previous spec is back"
+    );
+    assert_eq!(after["status"]["resources"]["power_state"], "OFF");
+    assert_eq!(after["status"]["state"], "COMPLETE");
+
+    mock.admin().add_fault(fail("DELETE"));
+    let reply = api.delete(&format!("{V3}/vms/{uuid}")).await;
+    assert_eq!(api.wait_task(reply.task_uuid()).await["status"], "FAILED");
+    let after = api.get(&format!("{V3}/vms/{uuid}")).await;
+    assert_eq!(after.status, 200, "a failed delete leaves the VM");
+    assert_eq!(after.body["status"]["state"], "COMPLETE");
+}
+
+#[tokio::test]
 async fn create_then_500_creates_the_vm_the_client_thinks_failed() {
     let mock = start().await;
     let api = Api::new(&mock);
