@@ -456,7 +456,7 @@ async fn resource_request(
     let parse_object = |body: &[u8]| parse_object(&content_type, body);
     match (method, path.name.clone(), path.subresource.as_deref()) {
         (Method::GET, None, None) if is_watch(query) => {
-            watch_response(shared, def, version, path.namespace, query)
+            watch_response(shared, def, version, path.namespace, query, &accept)
         }
         (Method::GET, None, None) => list_response(
             store,
@@ -997,8 +997,13 @@ fn watch_response(
     version: String,
     namespace: Option<String>,
     query: &HashMap<String, String>,
+    accept: &str,
 ) -> ApiResult<Response<Body>> {
     let (labels, fields) = selectors(&def, query)?;
+    let table = table::wants_table(accept).then(|| watch::TableOutput {
+        full_objects: query.get("includeObject").is_some_and(|v| v == "Object"),
+        columns_sent: std::sync::atomic::AtomicBool::new(false),
+    });
     let bookmarks = query
         .get("allowWatchBookmarks")
         .is_some_and(|v| v == "true" || v == "1");
@@ -1045,6 +1050,7 @@ fn watch_response(
         bookmarks,
         timeout,
         bookmark_interval: shared.bookmark_interval,
+        table,
     };
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     tokio::spawn(watch::run(

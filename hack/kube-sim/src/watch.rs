@@ -1,6 +1,7 @@
 //! Watch streams: newline-delimited `WatchEvent` JSON over a chunked response.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -46,6 +47,17 @@ pub struct WatchRequest {
     pub timeout: Duration,
     /// Interval between bookmarks.
     pub bookmark_interval: Duration,
+    /// Events carry one-row `Table`s (`kubectl get --watch`) instead of objects.
+    pub table: Option<TableOutput>,
+}
+
+/// Table watch output: column definitions go with the first event only, as the real server sends them.
+#[derive(Debug)]
+pub struct TableOutput {
+    /// Embed whole objects (`includeObject=Object`) rather than `PartialObjectMetadata`.
+    pub full_objects: bool,
+    /// Whether the column definitions went out already.
+    pub columns_sent: AtomicBool,
 }
 
 impl WatchRequest {
@@ -54,6 +66,23 @@ impl WatchRequest {
     }
 
     fn line(&self, kind: &str, stored: &Stored) -> Bytes {
+        if let Some(table) = &self.table {
+            let rv = meta_rv(&stored.value);
+            let mut rows = crate::table::table(
+                &self.def,
+                &[stored.value.as_ref()],
+                rv,
+                None,
+                table.full_objects,
+            );
+            if table.columns_sent.swap(true, Ordering::Relaxed) {
+                rows["columnDefinitions"] = json!([]);
+            }
+            let mut line =
+                serde_json::to_vec(&json!({"type": kind, "object": rows})).unwrap_or_default();
+            line.push(b'\n');
+            return Bytes::from(line);
+        }
         let wanted = self.def.api_version(&self.version);
         let json =
             if stored.value.get("apiVersion").and_then(Value::as_str) == Some(wanted.as_str()) {
@@ -106,6 +135,14 @@ impl WatchRequest {
         };
         Some(self.line(kind.as_str(), &change.object))
     }
+}
+
+fn meta_rv(object: &Value) -> u64 {
+    object
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|rv| rv.parse().ok())
+        .unwrap_or(0)
 }
 
 fn error_line(error: &ApiError) -> Bytes {

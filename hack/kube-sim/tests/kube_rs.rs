@@ -1216,3 +1216,34 @@ async fn deleting_a_namespace_removes_its_contents() {
     assert!(sim.list("", "configmaps").unwrap().is_empty());
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn table_watch_sends_rows_with_columns_first() {
+    let (sim, client) = start(Config::default()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &config_map("t1", json!({})))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &config_map("t2", json!({})))
+        .await
+        .unwrap();
+    let request =
+        http::Request::get("/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1")
+            .header(
+                "accept",
+                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+            )
+            .body(Vec::new())
+            .unwrap();
+    let text = client.request_text(request).await.unwrap();
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0]["object"]["kind"], "Table");
+    assert_eq!(events[0]["object"]["columnDefinitions"][0]["name"], "Name");
+    assert_eq!(events[1]["object"]["columnDefinitions"], json!([]));
+    assert_eq!(events[1]["object"]["rows"][0]["cells"][0], "t2");
+    sim.shutdown().await;
+}
