@@ -1,0 +1,21 @@
+//! Simulators of the cluster's other actors, for the sandbox and the end-to-end tests.
+//!
+//! The Nutanix machine controller is one actor among several in a real cluster. These simulate
+//! the others, each as a task talking to the Kubernetes API over HTTP with kube-rs, as the real
+//! component does (so they run against kube-sim and would against a real cluster):
+//! - [`machineset`]: the machine-api-operator's MachineSet replica controller;
+//! - [`nodelink`]: the machine-api-operator's nodelink controller;
+//! - [`node_agent`]: the kubelet of each VM (and WMCO for Windows VMs), registering Nodes through
+//!   the kubelet's CSR flow for the VMs running in prism-mock;
+//! - [`approver`]: the cluster-machine-approver;
+//! - [`autoscaler`]: the OpenShift cluster autoscaler's API actions (commands, not a loop).
+//!
+//! See the README for what each simulates and what it does not.
+
+pub mod actor;
+pub mod machineset;
+
+pub use actor::ActorHandle;
+
+/// The namespace of the machine API's objects in OpenShift.
+pub const MACHINE_API_NAMESPACE: &str = "openshift-machine-api";
