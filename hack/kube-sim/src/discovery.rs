@@ -76,15 +76,22 @@ pub fn group(defs: &[Arc<ResourceDef>], name: &str) -> Option<Value> {
     Some(entry)
 }
 
-/// `/api/v1` or `/apis/{group}/{version}`, if served.
-pub fn resource_list(defs: &[Arc<ResourceDef>], group: &str, version: &str) -> Option<Value> {
+/// The resources of a group-version, or `None` if it is not served.
+fn served<'a>(
+    defs: &'a [Arc<ResourceDef>],
+    group: &str,
+    version: &str,
+) -> Option<Vec<&'a Arc<ResourceDef>>> {
     let served: Vec<&Arc<ResourceDef>> = defs
         .iter()
         .filter(|d| d.group == group && d.serves(version))
         .collect();
-    if served.is_empty() {
-        return None;
-    }
+    (!served.is_empty()).then_some(served)
+}
+
+/// `/api/v1` or `/apis/{group}/{version}`, if served.
+pub fn resource_list(defs: &[Arc<ResourceDef>], group: &str, version: &str) -> Option<Value> {
+    let served = served(defs, group, version)?;
     let mut resources = vec![];
     for def in served {
         resources.push(json!({
@@ -157,13 +164,7 @@ pub fn openapi_v3_group_version(
     group: &str,
     version: &str,
 ) -> Option<Value> {
-    let served: Vec<&Arc<ResourceDef>> = defs
-        .iter()
-        .filter(|d| d.group == group && d.serves(version))
-        .collect();
-    if served.is_empty() {
-        return None;
-    }
+    let served = served(defs, group, version)?;
     let prefix = if group.is_empty() {
         format!("/api/{version}")
     } else {

@@ -453,6 +453,25 @@ pub fn conflict_message(conflicts: &[Conflict]) -> String {
 mod tests {
     use super::*;
 
+    fn apply(
+        live: &Value,
+        applied: &Value,
+        merged: &mut Value,
+        manager: &str,
+        force: bool,
+    ) -> Result<(), Vec<Conflict>> {
+        record_apply(
+            live,
+            applied,
+            merged,
+            manager,
+            force,
+            Scope::Everything,
+            "",
+            "t",
+        )
+    }
+
     fn lease(holder: &str) -> Value {
         json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l", "uid": "u", "labels": {"a": "b"}},
             "spec": {"holderIdentity": holder, "leaseDurationSeconds": 10}})
@@ -515,32 +534,12 @@ mod tests {
     fn apply_conflicts_with_another_manager_unless_forced_or_equal() {
         let mut live = lease("a");
         let mut merged = live.clone();
-        record_apply(
-            &json!({}),
-            &lease("a"),
-            &mut merged,
-            "mgr-a",
-            false,
-            Scope::Everything,
-            "",
-            "t",
-        )
-        .unwrap();
+        apply(&json!({}), &lease("a"), &mut merged, "mgr-a", false).unwrap();
         live = merged;
         let applied = json!({"spec": {"holderIdentity": "b"}});
         let mut merged = live.clone();
         merged["spec"]["holderIdentity"] = json!("b");
-        let conflicts = record_apply(
-            &live,
-            &applied,
-            &mut merged,
-            "mgr-b",
-            false,
-            Scope::Everything,
-            "",
-            "t",
-        )
-        .unwrap_err();
+        let conflicts = apply(&live, &applied, &mut merged, "mgr-b", false).unwrap_err();
         assert_eq!(
             conflicts,
             vec![Conflict {
@@ -555,28 +554,8 @@ mod tests {
         // The same value is shared ownership, not a conflict.
         let same = json!({"spec": {"holderIdentity": "a"}});
         let mut merged_same = live.clone();
-        record_apply(
-            &live,
-            &same,
-            &mut merged_same,
-            "mgr-b",
-            false,
-            Scope::Everything,
-            "",
-            "t",
-        )
-        .unwrap();
-        record_apply(
-            &live,
-            &applied,
-            &mut merged,
-            "mgr-b",
-            true,
-            Scope::Everything,
-            "",
-            "t",
-        )
-        .unwrap();
+        apply(&live, &same, &mut merged_same, "mgr-b", false).unwrap();
+        apply(&live, &applied, &mut merged, "mgr-b", true).unwrap();
         let entries = read(&merged);
         assert!(
             !entries
@@ -591,30 +570,10 @@ mod tests {
     #[test]
     fn apply_removes_fields_the_manager_stopped_applying() {
         let mut live = lease("a");
-        record_apply(
-            &json!({}),
-            &lease("a"),
-            &mut live,
-            "m",
-            false,
-            Scope::Everything,
-            "",
-            "t",
-        )
-        .unwrap();
+        apply(&json!({}), &lease("a"), &mut live, "m", false).unwrap();
         let applied = json!({"spec": {"holderIdentity": "a"}});
         let mut merged = live.clone();
-        record_apply(
-            &live,
-            &applied,
-            &mut merged,
-            "m",
-            false,
-            Scope::Everything,
-            "",
-            "t",
-        )
-        .unwrap();
+        apply(&live, &applied, &mut merged, "m", false).unwrap();
         assert!(merged["spec"].get("leaseDurationSeconds").is_none());
         assert!(merged["metadata"]["labels"].get("a").is_none());
     }
@@ -622,17 +581,7 @@ mod tests {
     #[test]
     fn updates_take_ownership_of_changed_fields() {
         let mut live = lease("a");
-        record_apply(
-            &json!({}),
-            &lease("a"),
-            &mut live,
-            "applier",
-            false,
-            Scope::Everything,
-            "",
-            "t",
-        )
-        .unwrap();
+        apply(&json!({}), &lease("a"), &mut live, "applier", false).unwrap();
         let mut after = live.clone();
         after["spec"]["holderIdentity"] = json!("z");
         record_update(&live, &mut after, "editor", Scope::Everything, "", "t");

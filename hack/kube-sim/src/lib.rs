@@ -304,21 +304,21 @@ impl RunningKubeSim {
         namespace: &str,
         name: &str,
     ) -> Result<Value, ApiError> {
-        let def = self
-            .store
-            .resource(group, plural)
-            .ok_or_else(|| ApiError::unknown_path(plural))?;
+        let def = self.def(group, plural)?;
         self.store
             .get(&def, namespace, name)
             .map(|s| (*s.value).clone())
     }
 
+    fn def(&self, group: &str, plural: &str) -> Result<Arc<resources::ResourceDef>, ApiError> {
+        self.store
+            .resource(group, plural)
+            .ok_or_else(|| ApiError::unknown_path(plural))
+    }
+
     /// Lists all objects of a resource (all namespaces).
     pub fn list(&self, group: &str, plural: &str) -> Result<Vec<Value>, ApiError> {
-        let def = self
-            .store
-            .resource(group, plural)
-            .ok_or_else(|| ApiError::unknown_path(plural))?;
+        let def = self.def(group, plural)?;
         let result = self.store.list(&def, &store::ListParams::default())?;
         Ok(result
             .items
@@ -336,10 +336,7 @@ impl RunningKubeSim {
         name: &str,
         status: Value,
     ) -> Result<Value, ApiError> {
-        let def = self
-            .store
-            .resource(group, plural)
-            .ok_or_else(|| ApiError::unknown_path(plural))?;
+        let def = self.def(group, plural)?;
         self.store
             .modify(
                 &def,

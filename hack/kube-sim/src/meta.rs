@@ -99,10 +99,9 @@ pub fn meta_str<'a>(object: &'a Value, field: &str) -> &'a str {
         .unwrap_or_default()
 }
 
-/// `metadata.finalizers`.
-pub fn finalizers(object: &Value) -> Vec<String> {
-    object
-        .pointer("/metadata/finalizers")
+/// The strings of a JSON array (other items skipped); empty if absent.
+pub fn string_list(value: Option<&Value>) -> Vec<String> {
+    value
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()
@@ -111,6 +110,11 @@ pub fn finalizers(object: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// `metadata.finalizers`.
+pub fn finalizers(object: &Value) -> Vec<String> {
+    string_list(object.pointer("/metadata/finalizers"))
 }
 
 /// Sets `metadata.finalizers`, removing the field when empty.

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::meta::string_list;
+
 /// Verbs every served resource supports.
 pub const STANDARD_VERBS: [&str; 8] = [
     "create",
@@ -432,18 +434,6 @@ fn str_at<'a>(value: &'a Value, pointer: &str) -> Option<&'a str> {
         .pointer(pointer)
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
-}
-
-fn string_list(value: Option<&Value>) -> Vec<String> {
-    value
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Builds the resource definition a `CustomResourceDefinition` object declares.

@@ -654,13 +654,7 @@ impl Store {
     {
         let namespace = if def.namespaced { namespace } else { "" };
         let mut inner = self.write();
-        let key = (def.group.clone(), def.plural.clone());
-        let current = inner
-            .collections
-            .get(&key)
-            .and_then(|c| c.objects.get(&(namespace.to_string(), name.to_string())))
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(subject(def, name)))?;
+        let current = inner.lookup(def, namespace, name)?;
         let mut desired = change(&current.value)?;
         if !desired.is_object() {
             return Err(ApiError::bad_request("the result is not a JSON object"));
@@ -742,34 +736,27 @@ impl Store {
         name: &str,
         options: &DeleteOptions,
     ) -> ApiResult<Stored> {
-        let key = (def.group.clone(), def.plural.clone());
-        let current = inner
-            .collections
-            .get(&key)
-            .and_then(|c| c.objects.get(&(namespace.to_string(), name.to_string())))
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(subject(def, name)))?;
-        if let Some(uid) = &options.uid
-            && uid != meta_str(&current.value, "uid")
-        {
-            return Err(ApiError::conflict(
-                subject(def, name),
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta_str(&current.value, "uid")
-                ),
-            ));
-        }
-        if let Some(rv) = &options.resource_version
-            && rv != meta_str(&current.value, "resourceVersion")
-        {
-            return Err(ApiError::conflict(
-                subject(def, name),
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    meta_str(&current.value, "resourceVersion")
-                ),
-            ));
+        let current = inner.lookup(def, namespace, name)?;
+        let preconditions = [
+            ("UID", "uid", &options.uid),
+            (
+                "ResourceVersion",
+                "resourceVersion",
+                &options.resource_version,
+            ),
+        ];
+        for (label, field, wanted) in preconditions {
+            let actual = meta_str(&current.value, field);
+            if let Some(wanted) = wanted
+                && wanted != actual
+            {
+                return Err(ApiError::conflict(
+                    subject(def, name),
+                    &format!(
+                        "Precondition failed: {label} in precondition: {wanted}, {label} in object meta: {actual}"
+                    ),
+                ));
+            }
         }
         let mut next = (*current.value).clone();
         let mut list = finalizers(&next);
@@ -1255,6 +1242,14 @@ impl Store {
 }
 
 impl Inner {
+    fn lookup(&self, def: &ResourceDef, namespace: &str, name: &str) -> ApiResult<Stored> {
+        self.collections
+            .get(&(def.group.clone(), def.plural.clone()))
+            .and_then(|c| c.objects.get(&(namespace.to_string(), name.to_string())))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(subject(def, name)))
+    }
+
     fn check_namespace_open(&self, namespace: &str) -> ApiResult<()> {
         let ns = self
             .collections
@@ -1359,6 +1354,19 @@ fn crd_status(crd: &Value) -> Value {
     })
 }
 
+/// Makes `to`'s status that of `from` (absent if `from` has none).
+fn copy_status(from: &Value, to: &mut Value) {
+    match (from.get("status"), to.as_object_mut()) {
+        (Some(status), Some(map)) => {
+            map.insert("status".into(), status.clone());
+        }
+        (None, Some(map)) => {
+            map.remove("status");
+        }
+        (_, None) => {}
+    }
+}
+
 /// Applies the rules of an update: immutable metadata kept, status or main part kept per target, generation
 /// bumped on spec change, finalizers not added while deleting.
 fn merge_for_update(
@@ -1374,14 +1382,7 @@ fn merge_for_update(
             if let Some(managed) = desired.pointer("/metadata/managedFields") {
                 metadata_mut(&mut next).insert("managedFields".into(), managed.clone());
             }
-            match desired.get("status") {
-                Some(status) => next["status"] = status.clone(),
-                None => {
-                    if let Some(map) = next.as_object_mut() {
-                        map.remove("status");
-                    }
-                }
-            }
+            copy_status(desired, &mut next);
             next
         }
         WriteTarget::Main | WriteTarget::Whole => {
@@ -1390,14 +1391,7 @@ fn merge_for_update(
                 && def.status_subresource
                 && def.group != "apiextensions.k8s.io"
             {
-                match current.get("status") {
-                    Some(status) => next["status"] = status.clone(),
-                    None => {
-                        if let Some(map) = next.as_object_mut() {
-                            map.remove("status");
-                        }
-                    }
-                }
+                copy_status(current, &mut next);
             }
             next
         }
