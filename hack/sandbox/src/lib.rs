@@ -14,6 +14,7 @@
 
 pub mod actor;
 pub mod machineset;
+pub mod nodelink;
 
 pub use actor::ActorHandle;
 

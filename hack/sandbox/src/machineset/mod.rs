@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use jiff::Timestamp;
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, TestOperation};
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{Selector, SelectorExt};
@@ -67,7 +67,9 @@ pub enum MachineSetError {
     Encode { set: String, message: String },
     #[error("MachineSet {set}: spec.replicas is not set")]
     NoReplicas { set: String },
-    #[error("MachineSet {set}: spec.deletePolicy {policy:?} is not one of Random, Newest or Oldest")]
+    #[error(
+        "MachineSet {set}: spec.deletePolicy {policy:?} is not one of Random, Newest or Oldest"
+    )]
     DeletePolicy { set: String, policy: String },
     #[error("MachineSet {set}: {action}: {source}")]
     Api {
@@ -144,12 +146,11 @@ async fn reconcile(set: Arc<MachineSet>, context: Arc<Context>) -> Result<Action
         return Ok(Action::await_change());
     }
     let name = set.name_any();
-    let selector = Selector::try_from(set.spec.selector.clone()).map_err(|e| {
-        MachineSetError::Selector {
+    let selector =
+        Selector::try_from(set.spec.selector.clone()).map_err(|e| MachineSetError::Selector {
             set: name.clone(),
             message: e.to_string(),
-        }
-    })?;
+        })?;
     let template_labels = set
         .spec
         .template
@@ -216,10 +217,13 @@ async fn adopt(
     machine: &Machine,
 ) -> Result<Machine, MachineSetError> {
     let name = set.name_any();
-    let owner = policy::controller_ref(set).ok_or_else(|| MachineSetError::NoUid {
-        set: name.clone(),
-    })?;
-    let mut owners = machine.metadata.owner_references.clone().unwrap_or_default();
+    let owner =
+        policy::controller_ref(set).ok_or_else(|| MachineSetError::NoUid { set: name.clone() })?;
+    let mut owners = machine
+        .metadata
+        .owner_references
+        .clone()
+        .unwrap_or_default();
     owners.push(owner);
     let owners = serde_json::to_value(owners).map_err(|e| MachineSetError::Encode {
         set: name.clone(),
@@ -244,7 +248,10 @@ async fn adopt(
             &Patch::<()>::Json(patch),
         )
         .await
-        .map_err(api_error(&name, format!("adopt Machine {}", machine.name_any())))?;
+        .map_err(api_error(
+            &name,
+            format!("adopt Machine {}", machine.name_any()),
+        ))?;
     tracing::info!(machineset = %name, machine = %machine.name_any(), "adopted orphan Machine");
     Ok(adopted)
 }
@@ -343,7 +350,11 @@ async fn write_status(
     }});
     context
         .machine_sets
-        .patch_status(&set.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+        .patch_status(
+            &set.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
         .await
         .map_err(api_error(&set.name_any(), "patch status"))?;
     Ok(())

@@ -55,7 +55,10 @@ impl DeletePolicy {
 }
 
 fn annotation_set(machine: &Machine, key: &str) -> bool {
-    machine.annotations().get(key).is_some_and(|v| !v.is_empty())
+    machine
+        .annotations()
+        .get(key)
+        .is_some_and(|v| !v.is_empty())
 }
 
 fn has_error(machine: &Machine) -> bool {
@@ -66,7 +69,10 @@ fn has_error(machine: &Machine) -> bool {
 }
 
 fn has_node_ref(machine: &Machine) -> bool {
-    machine.status.as_ref().is_some_and(|s| s.node_ref.is_some())
+    machine
+        .status
+        .as_ref()
+        .is_some_and(|s| s.node_ref.is_some())
 }
 
 fn oldest_priority(machine: &Machine, now: Timestamp) -> f64 {
@@ -244,8 +250,8 @@ pub fn count_replicas(
             continue;
         };
         counts.ready += 1;
-        let available = min_ready == 0
-            || since.is_some_and(|t| now.duration_since(t).as_secs() >= min_ready);
+        let available =
+            min_ready == 0 || since.is_some_and(|t| now.duration_since(t).as_secs() >= min_ready);
         if available {
             counts.available += 1;
         }
@@ -290,9 +296,18 @@ mod tests {
     fn delete_policy_values() {
         assert_eq!(DeletePolicy::parse(None), Ok(DeletePolicy::Random));
         assert_eq!(DeletePolicy::parse(Some("")), Ok(DeletePolicy::Random));
-        assert_eq!(DeletePolicy::parse(Some("Oldest")), Ok(DeletePolicy::Oldest));
-        assert_eq!(DeletePolicy::parse(Some("Newest")), Ok(DeletePolicy::Newest));
-        assert_eq!(DeletePolicy::parse(Some("oldest")), Err("oldest".to_owned()));
+        assert_eq!(
+            DeletePolicy::parse(Some("Oldest")),
+            Ok(DeletePolicy::Oldest)
+        );
+        assert_eq!(
+            DeletePolicy::parse(Some("Newest")),
+            Ok(DeletePolicy::Newest)
+        );
+        assert_eq!(
+            DeletePolicy::parse(Some("oldest")),
+            Err("oldest".to_owned())
+        );
     }
 
     #[test]
@@ -323,7 +338,13 @@ mod tests {
         ];
         assert_eq!(
             names(machines_to_delete(&machines, 5, DeletePolicy::Random, now)),
-            ["d-deleting", "c-annotated", "e-failed", "b-nodeless", "a-linked"]
+            [
+                "d-deleting",
+                "c-annotated",
+                "e-failed",
+                "b-nodeless",
+                "a-linked"
+            ]
         );
         assert_eq!(
             names(machines_to_delete(&machines, 2, DeletePolicy::Random, now)),
@@ -345,7 +366,10 @@ mod tests {
             delete_priority(DeletePolicy::Random, &old, now),
             COULD_DELETE
         );
-        assert_eq!(delete_priority(DeletePolicy::Oldest, &old, now), MUST_DELETE);
+        assert_eq!(
+            delete_priority(DeletePolicy::Oldest, &old, now),
+            MUST_DELETE
+        );
         assert_eq!(
             delete_priority(DeletePolicy::Newest, &old, now),
             MUST_NOT_DELETE
@@ -504,6 +528,9 @@ mod tests {
         );
         let mut no_wait = set.clone();
         no_wait.spec.min_ready_seconds = None;
-        assert_eq!(count_replicas(&no_wait, &machines, &nodes, now).available, 2);
+        assert_eq!(
+            count_replicas(&no_wait, &machines, &nodes, now).available,
+            2
+        );
     }
 }
