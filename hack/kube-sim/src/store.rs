@@ -1065,7 +1065,29 @@ impl Store {
         changed
     }
 
+    /// Whether a pass could change anything: some object is being deleted or has an owner reference to a
+    /// missing uid. Checked under the read lock so that idle passes do not block writers.
+    fn gc_needed(&self) -> bool {
+        let inner = self.read();
+        let objects = || inner.collections.values().flat_map(|c| c.objects.values());
+        let uids: HashSet<&str> = objects().map(|s| meta_str(&s.value, "uid")).collect();
+        objects().any(|s| {
+            is_deleting(&s.value)
+                || s.value
+                    .pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .is_some_and(|refs| {
+                        refs.iter().any(|r| {
+                            !uids.contains(r.get("uid").and_then(Value::as_str).unwrap_or_default())
+                        })
+                    })
+        })
+    }
+
     fn gc_pass(&self) -> usize {
+        if !self.gc_needed() {
+            return 0;
+        }
         let mut inner = self.write();
         let mut uids: HashMap<String, Arc<Value>> = HashMap::new();
         let mut all: Vec<(Arc<ResourceDef>, Stored)> = vec![];

@@ -310,13 +310,14 @@ async fn kubectl_drives_machines_nodes_pods_and_csrs() {
         .await,
         "0"
     );
+    // The first eviction is tried at once and refused (429); the timeout leaves room for a slow start.
     let blocked = k
         .run(&[
             "drain",
             "worker-0",
             "--ignore-daemonsets",
             "--force",
-            "--timeout=3s",
+            "--timeout=10s",
         ])
         .await;
     assert!(!blocked.status.success());
