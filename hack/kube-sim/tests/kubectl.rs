@@ -376,6 +376,44 @@ async fn kubectl_drives_machines_nodes_pods_and_csrs() {
     assert!(described.contains("Replicas:  3"), "{described}");
     k.ok(&["describe", "node", "worker-0"]).await;
 
+    // A cluster-scoped custom resource (test-only Infrastructure CRD)
+    k.ok(&[
+        "apply",
+        "-f",
+        &repo_path("tests/fixtures/infrastructure-crd.yaml"),
+    ])
+    .await;
+    k.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/infrastructures.config.openshift.io",
+        "--timeout=20s",
+    ])
+    .await;
+    k.ok(&[
+        "apply",
+        "-f",
+        &repo_path("tests/fixtures/infrastructure-cluster.yaml"),
+    ])
+    .await;
+    let address = k
+        .ok(&[
+            "get",
+            "infrastructure",
+            "cluster",
+            "-o",
+            "jsonpath={.spec.platformSpec.nutanix.prismCentral.address}",
+        ])
+        .await;
+    assert_eq!(address, "prism-central.example");
+    let infra = sim
+        .get("config.openshift.io", "infrastructures", "", "cluster")
+        .unwrap();
+    assert!(
+        infra.get("status").is_none(),
+        "status is dropped on create when the CRD has a status subresource"
+    );
+
     // The request log saw kubectl's calls, named as RBAC would name them
     let log = sim.requests();
     assert!(log.iter().all(|r| r.user_agent.starts_with("kubectl")));
