@@ -152,6 +152,15 @@ fn error_line(error: &ApiError) -> Bytes {
     Bytes::from(line)
 }
 
+/// Sends a line unless the server shuts down first (a client that stops reading must not hold the task
+/// forever). False when the line could not be delivered.
+async fn deliver(tx: &mpsc::Sender<Bytes>, line: Bytes, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        sent = tx.send(line) => sent.is_ok(),
+        () = shutdown.cancelled() => false,
+    }
+}
+
 /// Runs a watch, sending lines into `tx` until the timeout, shutdown, the client going away, or the watcher
 /// falling too far behind (then a 410 ERROR event, so the client relists).
 pub async fn run(
@@ -165,12 +174,12 @@ pub async fn run(
         WatchStart::Now | WatchStart::InitialEvents => {
             let (rx, items, rv) = store.subscribe_with_snapshot(&key, request.namespace.as_deref());
             for item in items.iter().filter(|s| request.matches(&s.value)) {
-                if tx.send(request.line("ADDED", item)).await.is_err() {
+                if !deliver(&tx, request.line("ADDED", item), &shutdown).await {
                     return;
                 }
             }
             if request.start == WatchStart::InitialEvents
-                && tx.send(request.bookmark(rv, true)).await.is_err()
+                && !deliver(&tx, request.bookmark(rv, true), &shutdown).await
             {
                 return;
             }
@@ -178,7 +187,7 @@ pub async fn run(
         }
         WatchStart::After(rv) => match store.subscribe_from(rv) {
             Err(error) => {
-                let _ = tx.send(error_line(&error)).await;
+                deliver(&tx, error_line(&error), &shutdown).await;
                 return;
             }
             Ok((rx, backlog)) => {
@@ -186,7 +195,7 @@ pub async fn run(
                 for change in backlog {
                     last = last.max(change.rv);
                     if let Some(line) = request.translate(&key, &change)
-                        && tx.send(line).await.is_err()
+                        && !deliver(&tx, line, &shutdown).await
                     {
                         return;
                     }
@@ -205,7 +214,7 @@ pub async fn run(
             () = shutdown.cancelled() => return,
             () = tx.closed() => return,
             _ = bookmark_tick.tick(), if request.bookmarks => {
-                if tx.send(request.bookmark(last_rv, false)).await.is_err() {
+                if !deliver(&tx, request.bookmark(last_rv, false), &shutdown).await {
                     return;
                 }
             }
@@ -216,13 +225,13 @@ pub async fn run(
                     }
                     last_rv = change.rv;
                     if let Some(line) = request.translate(&key, &change)
-                        && tx.send(line).await.is_err()
+                        && !deliver(&tx, line, &shutdown).await
                     {
                         return;
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    let _ = tx.send(error_line(&ApiError::expired(format!("too old resource version: {last_rv}: the watcher fell behind")))).await;
+                    deliver(&tx, error_line(&ApiError::expired(format!("too old resource version: {last_rv}: the watcher fell behind"))), &shutdown).await;
                     return;
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
