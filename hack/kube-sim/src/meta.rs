@@ -78,6 +78,78 @@ pub fn invalid_label(name: &str) -> Option<&'static str> {
     invalid_subdomain(name)
 }
 
+fn qualified_name_part(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !name.is_empty()
+        && name.len() <= 63
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Why a label or annotation key is not a qualified name (`[prefix/]name`), or `None` if it is.
+pub fn invalid_qualified_name(key: &str) -> Option<&'static str> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if prefix.is_some_and(|p| invalid_subdomain(p).is_some()) {
+        return Some("prefix part must be a lowercase RFC 1123 subdomain");
+    }
+    if !qualified_name_part(name) {
+        return Some(
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (63 characters at most)",
+        );
+    }
+    None
+}
+
+/// Why a label value is invalid, or `None` if it is valid (empty is valid).
+pub fn invalid_label_value(value: &str) -> Option<&'static str> {
+    if value.is_empty() || qualified_name_part(value) {
+        None
+    } else {
+        Some(
+            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (63 characters at most)",
+        )
+    }
+}
+
+/// The first invalid label or annotation in an object's metadata: (field path, message).
+pub fn invalid_labels_or_annotations(object: &Value) -> Option<(String, String)> {
+    for (field, check_values) in [("labels", true), ("annotations", false)] {
+        let Some(map) = object
+            .pointer(&format!("/metadata/{field}"))
+            .and_then(Value::as_object)
+        else {
+            continue;
+        };
+        for (key, value) in map {
+            if let Some(why) = invalid_qualified_name(key) {
+                return Some((
+                    format!("metadata.{field}"),
+                    format!("Invalid value: {key:?}: {why}"),
+                ));
+            }
+            let Some(text) = value.as_str() else {
+                return Some((
+                    format!("metadata.{field}"),
+                    format!("Invalid value: the value of {key:?} must be a string"),
+                ));
+            };
+            if check_values && let Some(why) = invalid_label_value(text) {
+                return Some((
+                    format!("metadata.{field}"),
+                    format!("Invalid value: {text:?}: {why}"),
+                ));
+            }
+        }
+    }
+    None
+}
+
 /// `metadata` as a mutable map, creating it if absent or not an object.
 pub fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
     if !object.get("metadata").is_some_and(Value::is_object) {
@@ -281,6 +353,28 @@ mod tests {
         assert!(invalid_subdomain("-a").is_some());
         assert!(invalid_label("a.b").is_some());
         assert_eq!(random_suffix().len(), 5);
+    }
+
+    #[test]
+    fn label_keys_and_values_follow_the_api_rules() {
+        assert_eq!(
+            invalid_qualified_name("machine.openshift.io/instance-type"),
+            None
+        );
+        assert_eq!(invalid_qualified_name("app"), None);
+        assert!(invalid_qualified_name("Bad.Prefix/x").is_some());
+        assert!(invalid_qualified_name("a/-x").is_some());
+        assert_eq!(invalid_label_value(""), None);
+        assert_eq!(invalid_label_value("m1.xlarge_2"), None);
+        assert!(invalid_label_value("has space").is_some());
+        assert!(invalid_label_value(&"x".repeat(64)).is_some());
+        let bad = json!({"metadata": {"labels": {"ok": "v", "machine.openshift.io/zone": "PE 1"}}});
+        assert_eq!(
+            invalid_labels_or_annotations(&bad).unwrap().0,
+            "metadata.labels"
+        );
+        let annotated = json!({"metadata": {"annotations": {"note": "free text, with spaces"}}});
+        assert_eq!(invalid_labels_or_annotations(&annotated), None);
     }
 
     #[test]

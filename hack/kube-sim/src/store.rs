@@ -469,6 +469,14 @@ impl Store {
                 json!(def.api_version(def.preferred_version())),
             );
         }
+        if let Some((field, message)) = crate::meta::invalid_labels_or_annotations(&object) {
+            return Err(ApiError::invalid(
+                subject(def, &name),
+                &def.kind,
+                &field,
+                &message,
+            ));
+        }
         prepare_create(def, &mut object)?;
         let crd_def = if def.group == "apiextensions.k8s.io" {
             let new_def = resource_from_crd(&object).map_err(|e| {
@@ -1450,6 +1458,18 @@ fn merge_for_update(
     }
     if def.group == "apiextensions.k8s.io" {
         next["status"] = crd_status(&next);
+    }
+    if let Some((field, message)) = crate::meta::invalid_labels_or_annotations(&next) {
+        return Err(ApiError::invalid(
+            Subject {
+                group: &def.group,
+                resource: &def.plural,
+                name: &name,
+            },
+            &def.kind,
+            &field,
+            &message,
+        ));
     }
     if is_deleting(current) {
         let before = finalizers(current);

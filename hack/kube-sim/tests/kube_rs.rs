@@ -99,6 +99,33 @@ async fn crud_errors_and_selectors() {
     };
     assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
 
+    // Invalid label value (a real server refuses spaces), on create and on patch
+    let kube::Error::Api(status) = cms
+        .create(
+            &PostParams::default(),
+            &config_map("l", json!({"zone": "PE 1"})),
+        )
+        .await
+        .unwrap_err()
+    else {
+        panic!()
+    };
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+    assert!(
+        status.message.contains("metadata.labels"),
+        "{}",
+        status.message
+    );
+    let patch = Patch::Merge(json!({"metadata": {"labels": {"bad key": "v"}}}));
+    let kube::Error::Api(status) = cms
+        .patch("a", &PatchParams::default(), &patch)
+        .await
+        .unwrap_err()
+    else {
+        panic!()
+    };
+    assert_eq!(status.code, 422);
+
     // Conflict on a stale resourceVersion
     let mut stale = created.clone();
     cms.patch(
