@@ -38,7 +38,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use error::ApiError;
-pub use reqlog::{RequestLog, RequestRecord};
+pub use reqlog::{RbacCall, RequestLog, RequestRecord, rbac_calls};
 pub use store::{Store, StoreConfig};
 
 /// Server settings.

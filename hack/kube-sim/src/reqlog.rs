@@ -1,6 +1,7 @@
 //! The request log: one record per API request, named as RBAC would name it, for tests that check a
 //! controller's calls against its RBAC rules.
 
+use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError};
 
 use serde::Serialize;
@@ -41,6 +42,40 @@ impl RequestRecord {
     pub fn is_resource_request(&self) -> bool {
         !self.resource.is_empty()
     }
+
+    /// The resource as an RBAC rule names it: `pods`, `pods/eviction`, `machines/status`.
+    pub fn rbac_resource(&self) -> String {
+        if self.subresource.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}/{}", self.resource, self.subresource)
+        }
+    }
+}
+
+/// One (API group, resource[/subresource], verb) an RBAC rule must allow.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RbacCall {
+    /// API group ("" for core).
+    pub api_group: String,
+    /// Resource, with `/subresource` if any.
+    pub resource: String,
+    /// RBAC verb.
+    pub verb: String,
+}
+
+/// The distinct RBAC calls among resource requests whose user agent starts with `user_agent_prefix` (all if
+/// empty): what a controller's ClusterRole must allow.
+pub fn rbac_calls(records: &[RequestRecord], user_agent_prefix: &str) -> BTreeSet<RbacCall> {
+    records
+        .iter()
+        .filter(|r| r.is_resource_request() && r.user_agent.starts_with(user_agent_prefix))
+        .map(|r| RbacCall {
+            api_group: r.api_group.clone(),
+            resource: r.rbac_resource(),
+            verb: r.verb.clone(),
+        })
+        .collect()
 }
 
 /// Bounded, shared request log.

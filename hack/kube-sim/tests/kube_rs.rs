@@ -816,6 +816,23 @@ async fn controller_with_finalizer_and_status_runs_to_completion() {
     );
     assert!(calls.contains(&("watch", "")));
     assert!(calls.contains(&("patch", "scale")));
+    let rbac = kube_sim::rbac_calls(&log, "");
+    let call = |resource: &str, verb: &str| kube_sim::RbacCall {
+        api_group: "example.com".into(),
+        resource: resource.into(),
+        verb: verb.into(),
+    };
+    for expected in [
+        call("widgets", "list"),
+        call("widgets", "watch"),
+        call("widgets", "patch"),
+        call("widgets/status", "patch"),
+    ] {
+        assert!(
+            rbac.contains(&expected),
+            "{expected:?} missing from {rbac:?}"
+        );
+    }
     task.abort();
     sim.shutdown().await;
 }
