@@ -8,6 +8,7 @@
 //!
 //! The actuator, controllers and runtime come on top of these.
 
+pub mod actuator;
 pub mod api;
 pub mod plan;
 pub mod render;

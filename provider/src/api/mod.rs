@@ -17,7 +17,7 @@ pub use provider::{
     NutanixFailureDomainReference, NutanixGpu, NutanixMachineProviderConfig,
     NutanixMachineProviderStatus, NutanixResourceIdentifier, NutanixStorageResourceIdentifier,
     NutanixVmDisk, NutanixVmDiskDeviceProperties, NutanixVmStorageConfig, PROVIDER_API_VERSION,
-    PROVIDER_CONFIG_KIND, PROVIDER_STATUS_KIND, ParseError,
+    PROVIDER_CONFIG_KIND, PROVIDER_STATUS_KIND, ParseError, PendingTask, TaskOperation,
 };
 
 /// Label that marks a Windows Machine (read by WMCO and by us).

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::LocalObjectReference;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -356,11 +356,64 @@ pub struct NutanixMachineProviderStatus {
     pub kind: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
-    /// Set once the VM exists; never changed afterwards.
+    /// The VM's UUID. For a create or clone it is the reserved UUID, recorded *before* the
+    /// request is sent (so a retry or a restarted controller finds or re-creates the same VM);
+    /// for a template deploy it is read from the deploy task. Never changed once the VM exists.
     #[serde(default, rename = "vmUUID", skip_serializing_if = "Option::is_none")]
     pub vm_uuid: Option<String>,
+    /// Ours: the `NTNX-Request-Id` of a template deploy, recorded before the deploy is sent; a
+    /// repeat with the same id returns the same task instead of deploying again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deploy_request_id: Option<String>,
+    /// Ours: a Prism task this controller started and has not yet seen end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_task: Option<PendingTask>,
+    /// Ours: what a clone or template deploy could not set and must still be applied to the VM
+    /// (description, categories, project, disk size, power), as `plan::request::FollowUpUpdate`.
+    /// Holds no secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_follow_up: Option<Value>,
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
+}
+
+/// Ours: a Prism task recorded on the Machine so that a reconcile reads it once and requeues
+/// instead of waiting for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingTask {
+    /// v3 task UUID, or v4 task extId for a deploy.
+    pub id: String,
+    pub operation: TaskOperation,
+    /// When the task was recorded (for the task-duration metric).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<Time>,
+}
+
+open_enum! {
+    /// Ours: what a [`PendingTask`] does.
+    pub enum TaskOperation {
+        /// `POST /vms` (v3 task).
+        Create = "Create",
+        /// `POST /vms/{uuid}/clone` (v3 task).
+        Clone = "Clone",
+        /// Template deploy (v4 task).
+        Deploy = "Deploy",
+        /// `PUT /vms/{uuid}` applying the pending follow-up (v3 task).
+        FollowUp = "FollowUp",
+    }
+}
+
+impl TaskOperation {
+    /// Whether the task is a v4 task (read with the v4 task endpoint).
+    pub fn is_v4(&self) -> bool {
+        *self == Self::Deploy
+    }
+
+    /// Whether the task creates the VM.
+    pub fn creates_vm(&self) -> bool {
+        matches!(self, Self::Create | Self::Clone | Self::Deploy)
+    }
 }
 
 impl NutanixMachineProviderStatus {

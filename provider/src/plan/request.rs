@@ -20,7 +20,7 @@ use prism_client::v3::{
     VmCloneInput, VmCloneMetadata, VmCloneOverrideSpec, VmIntentInput, VmResources, VmSpec,
 };
 use prism_client::v4::{self, GuestCustomizationConfig, TemplateDeployRequest, VmConfigOverride};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::vm_plan::{
     BootPlan, EntityRef, GuestPlan, PlannedDataDisk, PlannedGpu, SourcePlan, VmPlan,
@@ -348,15 +348,20 @@ fn v4_guest(guest: &GuestPlan) -> Option<v4::GuestCustomization> {
 /// What a clone or deploy cannot set, applied with `PUT /vms/{uuid}` to the body read by GET
 /// (`Vm::into_update_input`) once the new VM exists: the identity description, categories,
 /// project, a larger boot disk, and power on.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+///
+/// The actuator records it on the Machine (`providerStatus.pendingFollowUp`) before the clone or
+/// deploy is sent, so it survives a restart; it holds no secret.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FollowUpUpdate {
     pub description: String,
+    #[serde(default)]
     pub categories: BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_uuid: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resize_system_disk_mib: Option<u64>,
+    #[serde(default)]
     pub power_on: bool,
 }
 

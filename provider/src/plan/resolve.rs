@@ -50,6 +50,16 @@ pub enum Lookup<T> {
     Found(T),
 }
 
+impl<T> Lookup<T> {
+    /// Transforms what was found; a failure stays as it is.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Lookup<U> {
+        match self {
+            Self::Found(found) => Lookup::Found(f(found)),
+            Self::Failed { error } => Lookup::Failed { error },
+        }
+    }
+}
+
 /// Results of the Prism lookups one Machine needs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

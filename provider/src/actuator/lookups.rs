@@ -1,0 +1,622 @@
+//! Name → UUID resolution through Prism, cached.
+//!
+//! Each kind (clusters, images, subnets, projects, templates) is listed once and kept for the
+//! cache's time to live (default 5 minutes); every Machine resolving names or checking UUIDs in
+//! that time uses the same listing. Names are compared exactly, client-side (Prism's `==` filter
+//! matches partially). Category pairs are checked one by one (`GET /categories/{key}/{value}`)
+//! and cached too. Source VMs come from the shared VM inventory (a UUID it lacks is read with
+//! one GET). Host GPUs are never cached: their `UNUSED` status changes as VMs take them.
+//!
+//! Everything is dropped when a create meets a 404 for something resolved here
+//! ([`LookupCache::invalidate`]), so a deleted image is not used again for the rest of the TTL.
+//! A lookup that fails (not found, ambiguous, Prism unreachable) becomes
+//! [`Lookup::Failed`], which the plan reports as *unresolved*: the Machine is retried, never
+//! failed, for it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use prism_client::v3::{Cluster, Image, Project, Subnet, Vm};
+use prism_client::v4::Template;
+use prism_client::{Client, Error};
+use serde_json::Value;
+
+use super::inventory::Inventory;
+use crate::api::quantity::MIB;
+use crate::api::{BootType, IdentifierType, NutanixResourceIdentifier};
+use crate::plan::resolve::{
+    FailureDomain, Lookup, RequiredLookups, ResolvedEntity, ResolvedReferences, ResolvedSource,
+    ResolvedSubnet,
+};
+
+#[derive(Debug)]
+struct Cached<T> {
+    at: Instant,
+    value: Arc<T>,
+}
+
+#[derive(Debug, Default)]
+struct Caches {
+    clusters: Option<Cached<Vec<Cluster>>>,
+    images: Option<Cached<Vec<Image>>>,
+    subnets: Option<Cached<Vec<Subnet>>>,
+    projects: Option<Cached<Vec<Project>>>,
+    templates: Option<Cached<Vec<Template>>>,
+    categories: BTreeMap<(String, String), Cached<bool>>,
+}
+
+/// Cached lookups for one Prism Central.
+#[derive(Debug)]
+pub struct LookupCache {
+    ttl: Duration,
+    caches: Mutex<Caches>,
+    /// One resolution at a time: Machines created together share the listings instead of each
+    /// listing everything.
+    resolving: tokio::sync::Mutex<()>,
+}
+
+/// Picks a cache slot.
+type Slot<T> = fn(&mut Caches) -> &mut Option<Cached<Vec<T>>>;
+
+impl LookupCache {
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            caches: Mutex::new(Caches::default()),
+            resolving: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Forgets every cached lookup (after a 404 for something that was resolved).
+    pub fn invalidate(&self) {
+        *self.caches.lock().unwrap_or_else(PoisonError::into_inner) = Caches::default();
+    }
+
+    async fn listing<T, F>(&self, slot: Slot<T>, fetch: F) -> Result<Arc<Vec<T>>, Error>
+    where
+        F: Future<Output = Result<Vec<T>, Error>>,
+    {
+        {
+            let mut caches = self.caches.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(cached) = slot(&mut caches)
+                && cached.at.elapsed() < self.ttl
+            {
+                return Ok(cached.value.clone());
+            }
+        }
+        let value = Arc::new(fetch.await?);
+        let mut caches = self.caches.lock().unwrap_or_else(PoisonError::into_inner);
+        *slot(&mut caches) = Some(Cached {
+            at: Instant::now(),
+            value: value.clone(),
+        });
+        Ok(value)
+    }
+
+    async fn clusters(&self, client: &Client) -> Result<Arc<Vec<Cluster>>, Error> {
+        self.listing(|c| &mut c.clusters, client.list_all::<Cluster>())
+            .await
+    }
+
+    /// The Prism Central's name (the cluster entity that runs the `PRISM_CENTRAL` service), for
+    /// the `region` label.
+    pub async fn prism_central_name(&self, client: &Client) -> Result<Option<String>, Error> {
+        Ok(self
+            .clusters(client)
+            .await?
+            .iter()
+            .find(|cluster| cluster.is_prism_central())
+            .and_then(|cluster| cluster.name().map(str::to_owned)))
+    }
+
+    async fn category_exists(&self, client: &Client, key: &str, value: &str) -> Lookup<bool> {
+        let cache_key = (key.to_owned(), value.to_owned());
+        {
+            let caches = self.caches.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(cached) = caches.categories.get(&cache_key)
+                && cached.at.elapsed() < self.ttl
+            {
+                return Lookup::Found(*cached.value);
+            }
+        }
+        let exists = match client.get_category_value(key, value).await {
+            Ok(_) => true,
+            Err(error) if error.is_not_found() => false,
+            Err(error) => {
+                return Lookup::Failed {
+                    error: error.to_string(),
+                };
+            }
+        };
+        self.caches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .categories
+            .insert(
+                cache_key,
+                Cached {
+                    at: Instant::now(),
+                    value: Arc::new(exists),
+                },
+            );
+        Lookup::Found(exists)
+    }
+
+    /// Looks up everything `lookups` asks for. `failure_domains` are Infrastructure's.
+    pub async fn resolve(
+        &self,
+        client: &Client,
+        inventory: &Inventory,
+        lookups: &RequiredLookups,
+        failure_domains: &[FailureDomain],
+    ) -> ResolvedReferences {
+        let _one_at_a_time = self.resolving.lock().await;
+        let mut resolved = ResolvedReferences {
+            failure_domains: Some(failure_domains.to_vec()),
+            ..ResolvedReferences::default()
+        };
+
+        if !lookups.clusters.is_empty() {
+            let listing = self.clusters(client).await;
+            for id in &lookups.clusters {
+                let lookup = find(&listing, id, "cluster", |c: &Cluster| {
+                    let (uuid, name) = entity(c.uuid(), c.name())?;
+                    (!c.is_prism_central()).then_some((uuid, name, ()))
+                })
+                .map(|(uuid, ())| ResolvedEntity { uuid });
+                insert(&mut resolved.clusters, id, lookup);
+            }
+        }
+        if !lookups.images.is_empty() {
+            let listing = self
+                .listing(|c| &mut c.images, client.list_all::<Image>())
+                .await;
+            for id in &lookups.images {
+                let lookup = find(&listing, id, "image", |i: &Image| {
+                    entity(i.uuid(), i.name()).map(|(uuid, name)| (uuid, name, image_size(i)))
+                })
+                .map(|(uuid, size_bytes)| ResolvedSource {
+                    uuid,
+                    size_bytes,
+                    boot_type: None,
+                    version_id: None,
+                });
+                insert(&mut resolved.images, id, lookup);
+            }
+        }
+        if !lookups.templates.is_empty() {
+            let listing = self
+                .listing(|c| &mut c.templates, client.list_all_templates())
+                .await;
+            for id in &lookups.templates {
+                let lookup = find(&listing, id, "template", |t: &Template| {
+                    let (uuid, name) = entity(t.ext_id.as_deref(), t.template_name.as_deref())?;
+                    Some((uuid, name, t))
+                })
+                .map(|(uuid, template)| template_source(uuid, template));
+                insert(&mut resolved.templates, id, lookup);
+            }
+        }
+        if !lookups.source_vms.is_empty() {
+            for id in &lookups.source_vms {
+                let lookup = self.source_vm(client, inventory, id).await;
+                insert(&mut resolved.source_vms, id, lookup);
+            }
+        }
+        if !lookups.subnets.is_empty() {
+            let listing = self
+                .listing(|c| &mut c.subnets, client.list_all::<Subnet>())
+                .await;
+            for id in &lookups.subnets {
+                let lookup = find(&listing, id, "subnet", |s: &Subnet| {
+                    entity(s.uuid(), s.name())
+                        .map(|(uuid, name)| (uuid, name, s.cluster_uuid().map(str::to_owned)))
+                })
+                .map(|(uuid, cluster_uuid)| ResolvedSubnet { uuid, cluster_uuid });
+                insert(&mut resolved.subnets, id, lookup);
+            }
+        }
+        if !lookups.projects.is_empty() {
+            let listing = self
+                .listing(|c| &mut c.projects, client.list_all::<Project>())
+                .await;
+            for id in &lookups.projects {
+                let lookup = find(&listing, id, "project", |p: &Project| {
+                    entity(p.uuid(), p.name()).map(|(uuid, name)| (uuid, name, ()))
+                })
+                .map(|(uuid, ())| ResolvedEntity { uuid });
+                insert(&mut resolved.projects, id, lookup);
+            }
+        }
+        for (key, value) in &lookups.categories {
+            let lookup = self.category_exists(client, key, value).await;
+            resolved
+                .categories
+                .entry(key.clone())
+                .or_default()
+                .insert(value.clone(), lookup);
+        }
+        if lookups.host_gpus {
+            resolved.host_gpus = Some(self.host_gpus(client, &resolved).await);
+        }
+        resolved
+    }
+
+    async fn source_vm(
+        &self,
+        client: &Client,
+        inventory: &Inventory,
+        id: &NutanixResourceIdentifier,
+    ) -> Lookup<ResolvedSource> {
+        let snapshot = match inventory.snapshot(client).await {
+            Ok(snapshot) => snapshot,
+            Err(error) => {
+                return Lookup::Failed {
+                    error: error.to_string(),
+                };
+            }
+        };
+        match (&id.type_, id.key()) {
+            (IdentifierType::Uuid, Some(uuid)) => match snapshot.vm(uuid) {
+                Some(vm) => Lookup::Found(vm_source(vm)),
+                None => match client.get_vm(uuid).await {
+                    Ok(vm) => Lookup::Found(vm_source(&vm)),
+                    Err(error) if error.is_not_found() => Lookup::Failed {
+                        error: format!("no VM with UUID {uuid}"),
+                    },
+                    Err(error) => Lookup::Failed {
+                        error: error.to_string(),
+                    },
+                },
+            },
+            (_, Some(name)) => {
+                let matches: Vec<&Vm> = snapshot
+                    .vms()
+                    .filter(|vm| vm.name() == Some(name))
+                    .collect();
+                match matches.as_slice() {
+                    [vm] => Lookup::Found(vm_source(vm)),
+                    [] => Lookup::Failed {
+                        error: format!("no VM named {name:?}"),
+                    },
+                    several => Lookup::Failed {
+                        error: format!(
+                            "{} VMs are named {name:?}: {}",
+                            several.len(),
+                            several
+                                .iter()
+                                .filter_map(|vm| vm.uuid())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    },
+                }
+            }
+            (_, None) => Lookup::Failed {
+                error: "no usable identifier".into(),
+            },
+        }
+    }
+
+    async fn host_gpus(
+        &self,
+        client: &Client,
+        resolved: &ResolvedReferences,
+    ) -> Lookup<Vec<prism_client::v3::HostGpu>> {
+        let clusters: Vec<&str> = resolved
+            .clusters
+            .values()
+            .filter_map(|lookup| match lookup {
+                Lookup::Found(entity) => Some(entity.uuid.as_str()),
+                Lookup::Failed { .. } => None,
+            })
+            .collect();
+        let [cluster] = clusters.as_slice() else {
+            return Lookup::Failed {
+                error: "the GPU inventory needs the cluster, which is not resolved".into(),
+            };
+        };
+        match client.list_hosts_of_cluster(cluster).await {
+            Ok(hosts) => Lookup::Found(
+                hosts
+                    .iter()
+                    .flat_map(|host| host.gpus().iter().cloned())
+                    .collect(),
+            ),
+            Err(error) => Lookup::Failed {
+                error: error.to_string(),
+            },
+        }
+    }
+}
+
+fn insert<T>(
+    table: &mut BTreeMap<String, Lookup<T>>,
+    id: &NutanixResourceIdentifier,
+    lookup: Lookup<T>,
+) {
+    if let Some(key) = id.key() {
+        table.insert(key.to_owned(), lookup);
+    }
+}
+
+fn entity<'a>(uuid: Option<&'a str>, name: Option<&'a str>) -> Option<(&'a str, Option<&'a str>)> {
+    uuid.map(|uuid| (uuid, name))
+}
+
+/// The one entry of `listing` that `id` names, by UUID (case-insensitive) or exact name.
+/// `view` gives an entry's UUID, name and what to return for it.
+fn find<'a, E, T, V>(
+    listing: &'a Result<Arc<Vec<E>>, Error>,
+    id: &NutanixResourceIdentifier,
+    what: &str,
+    view: V,
+) -> Lookup<(String, T)>
+where
+    V: Fn(&'a E) -> Option<(&'a str, Option<&'a str>, T)>,
+    E: 'a,
+{
+    let entries = match listing {
+        Ok(entries) => entries,
+        Err(error) => {
+            return Lookup::Failed {
+                error: error.to_string(),
+            };
+        }
+    };
+    let views = entries.iter().filter_map(view);
+    let mut matches: Vec<(&str, T)> = match (&id.type_, id.key()) {
+        (IdentifierType::Uuid, Some(uuid)) => views
+            .filter(|(entry_uuid, _, _)| entry_uuid.eq_ignore_ascii_case(uuid))
+            .map(|(entry_uuid, _, value)| (entry_uuid, value))
+            .collect(),
+        (IdentifierType::Name, Some(name)) => views
+            .filter(|(_, entry_name, _)| *entry_name == Some(name))
+            .map(|(entry_uuid, _, value)| (entry_uuid, value))
+            .collect(),
+        _ => {
+            return Lookup::Failed {
+                error: "no usable identifier".into(),
+            };
+        }
+    };
+    let key = id.key().unwrap_or_default();
+    match matches.len() {
+        1 => {
+            let (uuid, value) = matches.remove(0);
+            Lookup::Found((uuid.to_ascii_lowercase(), value))
+        }
+        0 if id.type_ == IdentifierType::Uuid => Lookup::Failed {
+            error: format!("no {what} with UUID {key}"),
+        },
+        0 => Lookup::Failed {
+            error: format!("no {what} named {key:?}"),
+        },
+        count => Lookup::Failed {
+            error: format!(
+                "{count} {what}s are named {key:?}: {}",
+                matches
+                    .iter()
+                    .map(|(uuid, _)| *uuid)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
+    }
+}
+
+fn image_size(image: &Image) -> Option<u64> {
+    image
+        .status
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.size_bytes)
+        .or_else(|| {
+            image
+                .spec
+                .as_ref()
+                .and_then(|s| s.resources.as_ref())
+                .and_then(|r| r.size_bytes)
+        })
+}
+
+/// A template's boot disk size and boot type, from its active version's v4 VM spec.
+pub fn template_source(uuid: String, template: &Template) -> ResolvedSource {
+    let vm_spec = template
+        .template_version_spec
+        .as_ref()
+        .and_then(|v| v.vm_spec.as_ref());
+    let disks = vm_spec
+        .and_then(|spec| spec.get("disks"))
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let size = |disk: &Value| {
+        disk.pointer("/backingInfo/diskSizeBytes")
+            .and_then(Value::as_u64)
+    };
+    let at_scsi_0 = |disk: &&Value| {
+        disk.pointer("/diskAddress/busType").and_then(Value::as_str) == Some("SCSI")
+            && disk.pointer("/diskAddress/index").and_then(Value::as_u64) == Some(0)
+    };
+    let size_bytes = disks
+        .iter()
+        .find(at_scsi_0)
+        .and_then(size)
+        .or_else(|| disks.iter().find_map(size));
+    let boot_type = vm_spec
+        .and_then(|spec| spec.get("bootConfig"))
+        .and_then(|boot| {
+            let kind = boot.get("$objectType").and_then(Value::as_str)?;
+            if kind.ends_with("LegacyBoot") {
+                Some(BootType::Legacy)
+            } else if kind.ends_with("UefiBoot") {
+                let secure = boot
+                    .get("isSecureBootEnabled")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                Some(if secure {
+                    BootType::SecureBoot
+                } else {
+                    BootType::Uefi
+                })
+            } else {
+                None
+            }
+        });
+    ResolvedSource {
+        uuid,
+        size_bytes,
+        boot_type,
+        version_id: None,
+    }
+}
+
+/// A source VM's boot disk size (the disk at SCSI 0, else the first DISK) and boot type.
+pub fn vm_source(vm: &Vm) -> ResolvedSource {
+    let resources = vm.spec.as_ref().map(|spec| &spec.resources);
+    let disks = resources
+        .map(|r| r.disk_list.as_slice())
+        .unwrap_or_default();
+    let is_disk = |disk: &&prism_client::v3::Disk| {
+        disk.device_properties
+            .as_ref()
+            .is_none_or(|p| p.device_type == prism_client::v3::DeviceType::Disk)
+    };
+    let at_scsi_0 = |disk: &&prism_client::v3::Disk| {
+        disk.device_properties
+            .as_ref()
+            .and_then(|p| p.disk_address.as_ref())
+            .is_some_and(|a| {
+                a.adapter_type == prism_client::v3::AdapterType::Scsi && a.device_index == 0
+            })
+    };
+    let boot_disk = disks
+        .iter()
+        .filter(is_disk)
+        .find(at_scsi_0)
+        .or_else(|| disks.iter().find(is_disk));
+    let size_bytes = boot_disk.and_then(|disk| {
+        disk.disk_size_bytes
+            .or(disk.disk_size_mib.map(|mib| mib * MIB))
+    });
+    let boot_type = resources.and_then(|r| r.boot_config.as_ref()).map(|boot| {
+        match boot.boot_type.as_ref() {
+            Some(prism_client::v3::BootType::Uefi) => BootType::Uefi,
+            Some(prism_client::v3::BootType::SecureBoot) => BootType::SecureBoot,
+            // No boot type is AHV's default, Legacy.
+            _ => BootType::Legacy,
+        }
+    });
+    ResolvedSource {
+        uuid: vm.uuid().unwrap_or_default().to_ascii_lowercase(),
+        size_bytes,
+        boot_type,
+        version_id: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn template_disk_and_boot() {
+        let template: Template = serde_json::from_value(json!({
+            "extId": "t-1", "templateName": "win",
+            "templateVersionSpec": {"vmSpec": {
+                "bootConfig": {"$objectType": "vmm.v4.ahv.config.UefiBoot", "isSecureBootEnabled": false},
+                "disks": [
+                    {"diskAddress": {"busType": "SATA", "index": 0}, "backingInfo": {"diskSizeBytes": 1}},
+                    {"diskAddress": {"busType": "SCSI", "index": 0}, "backingInfo": {"diskSizeBytes": 128849018880u64}}
+                ]}}
+        }))
+        .unwrap();
+        let source = template_source("t-1".into(), &template);
+        assert_eq!(source.size_bytes, Some(128_849_018_880));
+        assert_eq!(source.boot_type, Some(BootType::Uefi));
+
+        let bare: Template = serde_json::from_value(json!({"extId": "t-2"})).unwrap();
+        let source = template_source("t-2".into(), &bare);
+        assert_eq!((source.size_bytes, source.boot_type), (None, None));
+    }
+
+    #[test]
+    fn source_vm_disk_and_boot() {
+        let vm: Vm = serde_json::from_value(json!({
+            "metadata": {"kind": "vm", "uuid": "V-1"},
+            "spec": {"name": "golden", "resources": {
+                "num_sockets": 2, "num_vcpus_per_socket": 1, "memory_size_mib": 8192, "power_state": "OFF",
+                "boot_config": {"boot_type": "SECURE_BOOT"},
+                "disk_list": [
+                    {"device_properties": {"device_type": "CDROM", "disk_address": {"adapter_type": "IDE", "device_index": 0}}},
+                    {"disk_size_mib": 122880, "device_properties": {"device_type": "DISK", "disk_address": {"adapter_type": "SCSI", "device_index": 0}}}
+                ]}}
+        }))
+        .unwrap();
+        let source = vm_source(&vm);
+        assert_eq!(source.uuid, "v-1");
+        assert_eq!(source.size_bytes, Some(122_880 * MIB));
+        assert_eq!(source.boot_type, Some(BootType::SecureBoot));
+    }
+
+    #[test]
+    fn exact_names_and_uuids() {
+        let images: Vec<Image> = serde_json::from_value(json!([
+            {"metadata": {"kind": "image", "uuid": "I-1"}, "spec": {"name": "rhcos"}},
+            {"metadata": {"kind": "image", "uuid": "i-2"}, "spec": {"name": "rhcos-old"}},
+            {"metadata": {"kind": "image", "uuid": "i-3"}, "spec": {"name": "dup"}},
+            {"metadata": {"kind": "image", "uuid": "i-4"}, "spec": {"name": "dup"}}
+        ]))
+        .unwrap();
+        let listing: Result<Arc<Vec<Image>>, Error> = Ok(Arc::new(images));
+        fn view(image: &Image) -> Option<(&str, Option<&str>, ())> {
+            entity(image.uuid(), image.name()).map(|(uuid, name)| (uuid, name, ()))
+        }
+        let by_name = |name: &str| {
+            find(
+                &listing,
+                &NutanixResourceIdentifier::by_name(name),
+                "image",
+                view,
+            )
+        };
+        assert_eq!(by_name("rhcos"), Lookup::Found(("i-1".into(), ())));
+        assert_eq!(
+            by_name("rhc"),
+            Lookup::Failed {
+                error: "no image named \"rhc\"".into()
+            },
+            "no partial match"
+        );
+        assert_eq!(
+            by_name("dup"),
+            Lookup::Failed {
+                error: "2 images are named \"dup\": i-3, i-4".into()
+            }
+        );
+        assert_eq!(
+            find(
+                &listing,
+                &NutanixResourceIdentifier::by_uuid("i-1"),
+                "image",
+                view
+            ),
+            Lookup::Found(("i-1".into(), ()))
+        );
+        assert_eq!(
+            find(
+                &listing,
+                &NutanixResourceIdentifier::by_uuid("i-9"),
+                "image",
+                view
+            ),
+            Lookup::Failed {
+                error: "no image with UUID i-9".into()
+            }
+        );
+    }
+}

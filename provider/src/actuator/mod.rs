@@ -1,0 +1,316 @@
+//! The actuator: everything this controller asks of Prism Central, through `prism-client`.
+//!
+//! [`Actuator::connection`] gives the [`Connection`] for a Prism Central endpoint and
+//! credentials: one client (with its rate limit), one VM [`inventory`], one [`lookups`] cache
+//! and one pool of reserved UUIDs ([`uuid_pool`]), shared by every Machine that uses the same
+//! endpoint and credentials. A rotated credentials Secret yields a new connection (the
+//! fingerprint of the credentials is part of the key), without a restart.
+//!
+//! # The create protocol: one VM per Machine, whatever fails in between
+//!
+//! The controller (`crate::controller::provision`) drives it; each step records on the Machine
+//! (a status merge patch carrying `metadata.resourceVersion`, so a concurrent writer makes it
+//! fail instead of being overwritten) what the next step needs *before* the step that creates
+//! something in Prism:
+//!
+//! 1. **Recovery first.** A Machine with no `vmUUID` and no deploy request id is looked up in the
+//!    shared inventory by the identity marker in VM descriptions (`openshift-machine: ns/name
+//!    uid=<uid>`); a VM found is adopted (its UUID recorded) instead of creating another.
+//! 2. **Image or source VM** (`POST /vms`, `POST /vms/{uuid}/clone`): a UUID reserved through
+//!    `POST /idempotence_identifiers` is recorded as `providerStatus.vmUUID` *first*; only then
+//!    is the request sent, with `metadata.uuid` = that UUID. Whatever happens next, the VM can
+//!    only ever have that UUID: a later reconcile `GET`s it (a PENDING VM is found even though
+//!    lists do not show it yet); a 404 means the create never got through, so it is sent again
+//!    with the same UUID, and a 409 to that repeat means it got through after all. A 500 after
+//!    Prism created the VM, or a controller killed right after sending, are both harmless. A
+//!    422 about `metadata.uuid` (the reservation expired) is answered by confirming with a GET
+//!    that no VM has the UUID, and recording a new one before sending again.
+//! 3. **Template** (v4 deploy, which takes no VM UUID): a request id is recorded as
+//!    `providerStatus.deployRequestId` first, then the deploy is sent with it as
+//!    `NTNX-Request-Id`; a repeat with the same id returns the same task instead of deploying
+//!    again. The VM's UUID is read from the task's affected entities and recorded.
+//! 4. **Tasks are never waited for.** The create, clone or deploy task is recorded as
+//!    `providerStatus.pendingTask`; each reconcile reads it once and requeues. A failed task's
+//!    error (with its subtasks' errors, where Prism puts the real cause) goes into the
+//!    condition and the event; `crate::plan::provision` decides whether it fails the Machine
+//!    (invalid configuration) or is retried (a retried create first confirms the VM is gone
+//!    and takes a new UUID or request id).
+//! 5. **Follow-up.** What a clone or deploy cannot set (identity description, categories,
+//!    project, a larger boot disk, power on) is recorded as `providerStatus.pendingFollowUp`
+//!    before the clone or deploy is sent, and applied once the VM exists with GET → change →
+//!    PUT (a 409 means someone else changed the VM: read it again and retry). Applying it again
+//!    changes nothing, so a crash between the PUT and recording its task is harmless.
+//!
+//! Known gap: for a template deploy, the identity marker only reaches the VM with the follow-up.
+//! A Machine whose status is lost (not merely stale) between the deploy and the follow-up cannot
+//! find its VM by identity; its deploy request id, if still recorded, still finds it.
+
+pub mod credentials;
+pub mod infrastructure;
+pub mod inventory;
+pub mod lookups;
+pub mod uuid_pool;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use prism_client::v3::Vm;
+use prism_client::{
+    CaBundle, Client, ClientConfig, ConfigError, Error, RateLimit, RequestObserver, TaskProgress,
+};
+
+use crate::api::PendingTask;
+use crate::plan::request::{FollowUpError, FollowUpUpdate, VmRequest};
+use credentials::PrismCredentials;
+use inventory::Inventory;
+use lookups::LookupCache;
+use uuid_pool::UuidPool;
+
+/// How the actuator talks to Prism.
+#[derive(Clone, Debug)]
+pub struct ActuatorSettings {
+    /// Extra CA certificates trusted for Prism Central (PEM file).
+    pub ca_file: Option<PathBuf>,
+    /// Accept any Prism certificate (labs only).
+    pub insecure: bool,
+    pub rate_limit: RateLimit,
+    /// Entities per list page (Prism allows 500).
+    pub page_length: u32,
+    /// How old the VM inventory may be before it is listed again.
+    pub inventory_max_age: Duration,
+    /// How long name → UUID lookups are kept.
+    pub lookup_ttl: Duration,
+    /// UUIDs reserved per `POST /idempotence_identifiers`.
+    pub uuid_batch: u32,
+    /// How long a reservation lasts.
+    pub uuid_validity: Duration,
+}
+
+impl Default for ActuatorSettings {
+    fn default() -> Self {
+        Self {
+            ca_file: None,
+            insecure: false,
+            rate_limit: RateLimit::default(),
+            page_length: 500,
+            inventory_max_age: Duration::from_secs(60),
+            lookup_ttl: Duration::from_secs(300),
+            uuid_batch: 32,
+            uuid_validity: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// Connections unused this long are dropped (credentials rotated away, endpoints no longer used).
+const IDLE_CONNECTION: Duration = Duration::from_secs(3600);
+
+/// Connections by endpoint and credentials fingerprint, with when each was last used.
+type Connections = HashMap<(String, u64), (Instant, Arc<Connection>)>;
+
+/// Prism access for the whole controller.
+pub struct Actuator {
+    settings: ActuatorSettings,
+    observer: Option<Arc<dyn RequestObserver>>,
+    connections: Mutex<Connections>,
+}
+
+impl std::fmt::Debug for Actuator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Actuator")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Actuator {
+    /// `observer` sees every Prism request (metrics).
+    pub fn new(settings: ActuatorSettings, observer: Option<Arc<dyn RequestObserver>>) -> Self {
+        Self {
+            settings,
+            observer,
+            connections: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn settings(&self) -> &ActuatorSettings {
+        &self.settings
+    }
+
+    /// The connection for `endpoint` (`host:port` or an `https://` URL) and `credentials`.
+    pub fn connection(
+        &self,
+        endpoint: &str,
+        credentials: &PrismCredentials,
+    ) -> Result<Arc<Connection>, ConfigError> {
+        let key = (endpoint.to_owned(), credentials.fingerprint());
+        let mut connections = self
+            .connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        connections.retain(|k, (used, _)| *k == key || used.elapsed() < IDLE_CONNECTION);
+        if let Some((used, connection)) = connections.get_mut(&key) {
+            *used = Instant::now();
+            return Ok(connection.clone());
+        }
+        let mut config = ClientConfig::new(endpoint, credentials.to_client())?;
+        config.ca_bundle = self.settings.ca_file.clone().map(CaBundle::File);
+        config.insecure = self.settings.insecure;
+        config.rate_limit = self.settings.rate_limit.clone();
+        config.list_page_size = self.settings.page_length;
+        config.observer = self.observer.clone();
+        config.user_agent = format!("nutanix-machine-controller/{}", env!("CARGO_PKG_VERSION"));
+        let client = Client::new(config)?;
+        tracing::info!(endpoint, user = %credentials.username, "connected to Prism Central");
+        let connection = Arc::new(Connection {
+            endpoint: endpoint.to_owned(),
+            client,
+            inventory: Inventory::new(self.settings.inventory_max_age, self.settings.page_length),
+            lookups: LookupCache::new(self.settings.lookup_ttl),
+            uuids: UuidPool::new(self.settings.uuid_batch, self.settings.uuid_validity),
+        });
+        connections.insert(key, (Instant::now(), connection.clone()));
+        Ok(connection)
+    }
+}
+
+/// One Prism Central with one set of credentials.
+#[derive(Debug)]
+pub struct Connection {
+    endpoint: String,
+    client: Client,
+    pub inventory: Inventory,
+    pub lookups: LookupCache,
+    pub uuids: UuidPool,
+}
+
+/// What a create call returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateSent {
+    /// The task to watch; `None` when Prism named none (the VM is then looked up by UUID).
+    pub task: Option<String>,
+}
+
+/// How applying a follow-up update went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FollowUpOutcome {
+    /// A PUT was sent; its task, if Prism named one.
+    Sent { task: Option<String> },
+    /// The VM already has everything: nothing to send.
+    NothingLeft,
+}
+
+/// Why a follow-up update was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowUpFailure {
+    #[error(transparent)]
+    Prism(#[from] Error),
+    #[error("VM {0}: {1}")]
+    Impossible(String, FollowUpError),
+    #[error("VM {0} has no spec to update")]
+    NoSpec(String),
+}
+
+/// How a delete went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// Prism accepted the delete (the VM goes through DELETE_PENDING, then 404).
+    Accepted,
+    /// There was no such VM.
+    AlreadyGone,
+}
+
+impl Connection {
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// `GET /vms/{uuid}`; `None` for 404.
+    pub async fn get_vm(&self, uuid: &str) -> Result<Option<Vm>, Error> {
+        match self.client.get_vm(uuid).await {
+            Ok(vm) => Ok(Some(vm)),
+            Err(error) if error.is_not_found() => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// One read of a recorded task (v4 for a deploy, v3 otherwise).
+    pub async fn read_task(&self, task: &PendingTask) -> Result<TaskProgress, Error> {
+        if task.operation.is_v4() {
+            self.client.get_v4_task(&task.id).await
+        } else {
+            self.client.get_task(&task.id).await
+        }
+    }
+
+    /// Sends the create, clone or deploy. `deploy_request_id` is required for a deploy (the id
+    /// recorded on the Machine).
+    pub async fn send_create(
+        &self,
+        request: &VmRequest,
+        deploy_request_id: Option<&str>,
+    ) -> Result<CreateSent, Error> {
+        match request {
+            VmRequest::Create(body) => {
+                let vm = self.client.create_vm(body).await?;
+                Ok(CreateSent {
+                    task: vm.task_uuid().map(str::to_owned),
+                })
+            }
+            VmRequest::Clone {
+                source_vm, body, ..
+            } => {
+                let task = self.client.clone_vm(source_vm, body).await?;
+                Ok(CreateSent {
+                    task: Some(task.task_uuid).filter(|t| !t.is_empty()),
+                })
+            }
+            VmRequest::Deploy { template, body, .. } => {
+                let accepted = self
+                    .client
+                    .deploy_template(template, body, deploy_request_id)
+                    .await?;
+                Ok(CreateSent {
+                    task: Some(accepted.task_ext_id),
+                })
+            }
+        }
+    }
+
+    /// Applies a follow-up update: GET, change, PUT (a 409 comes back as a Prism conflict:
+    /// read again and retry).
+    pub async fn apply_follow_up(
+        &self,
+        uuid: &str,
+        update: &FollowUpUpdate,
+    ) -> Result<FollowUpOutcome, FollowUpFailure> {
+        let vm = self.client.get_vm(uuid).await?;
+        let mut input = vm
+            .into_update_input()
+            .ok_or_else(|| FollowUpFailure::NoSpec(uuid.to_owned()))?;
+        let changed = update
+            .apply(&mut input)
+            .map_err(|error| FollowUpFailure::Impossible(uuid.to_owned(), error))?;
+        if !changed {
+            return Ok(FollowUpOutcome::NothingLeft);
+        }
+        let updated = self.client.update_vm(uuid, &input).await?;
+        Ok(FollowUpOutcome::Sent {
+            task: updated.task_uuid().map(str::to_owned),
+        })
+    }
+
+    /// `DELETE /vms/{uuid}`; a VM that is already gone is success.
+    pub async fn delete_vm(&self, uuid: &str) -> Result<DeleteOutcome, Error> {
+        match self.client.delete_vm(uuid).await {
+            Ok(_) => Ok(DeleteOutcome::Accepted),
+            Err(error) if error.is_not_found() => Ok(DeleteOutcome::AlreadyGone),
+            Err(error) => Err(error),
+        }
+    }
+}

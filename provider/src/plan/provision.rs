@@ -1,0 +1,213 @@
+//! The create protocol's decisions: how Prism's answers move a Machine's provisioning record
+//! (`providerStatus.vmUUID`, `deployRequestId`, `pendingTask`, `pendingFollowUp`) forward, so
+//! that one Machine never gets two VMs, whatever fails in between.
+//!
+//! The protocol itself (what the actuator sends, in which order, and why each step is safe) is
+//! described in `crate::actuator`'s module documentation. This module holds the parts that are
+//! pure decisions: what a task read means, how a failed task or a refused create is classified,
+//! and the follow-up update kept on the Machine.
+
+use prism_client::{Error, TaskFailure, TaskProgress};
+
+use super::request::FollowUpUpdate;
+use crate::api::{NutanixMachineProviderStatus, PendingTask, TaskOperation};
+
+/// Whether a failure can heal by itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureClass {
+    /// The request itself is wrong (an invalid configuration Prism refused): fail the Machine
+    /// with reason `InvalidConfiguration`.
+    Invalid,
+    /// Capacity, a Prism hiccup, or a cause we do not recognise: retry with backoff.
+    Transient,
+}
+
+/// Words in a task error that say the request can never work as sent.
+const INVALID_MARKERS: &[&str] = &[
+    "invalid",
+    "not supported",
+    "unsupported",
+    "must be",
+    "must not",
+    "not allowed",
+    "cannot be",
+    "malformed",
+    "schema",
+];
+
+/// Words that say the problem is capacity or Prism itself, which may pass; they win over
+/// [`INVALID_MARKERS`] ("invalid state: host busy" is still transient).
+const TRANSIENT_MARKERS: &[&str] = &[
+    "exhausted",
+    "insufficient",
+    "not enough",
+    "capacity",
+    "timeout",
+    "timed out",
+    "unavailable",
+    "busy",
+    "try again",
+    "retry",
+    "internal error",
+    "concurrent",
+];
+
+fn classify_text<'a>(texts: impl Iterator<Item = &'a str>) -> FailureClass {
+    let texts: Vec<String> = texts.map(str::to_ascii_lowercase).collect();
+    let any = |markers: &[&str]| {
+        texts
+            .iter()
+            .any(|text| markers.iter().any(|marker| text.contains(marker)))
+    };
+    if any(TRANSIENT_MARKERS) {
+        FailureClass::Transient
+    } else if any(INVALID_MARKERS) {
+        FailureClass::Invalid
+    } else {
+        // Upstream providers that failed Machines on unknown errors killed them for a timeout
+        // (CAPX #701): an unknown cause is retried.
+        FailureClass::Transient
+    }
+}
+
+/// Whether a failed create, clone, deploy or follow-up task fails the Machine or is retried.
+/// The subtasks' errors count (the parent's error is often generic, CAPX #783).
+pub fn classify_task_failure(failure: &TaskFailure) -> FailureClass {
+    let texts = failure
+        .error_code
+        .iter()
+        .chain(&failure.error_detail)
+        .chain(&failure.progress_message)
+        .map(String::as_str)
+        .chain(failure.subtask_errors.iter().flat_map(|subtask| {
+            subtask
+                .error_code
+                .iter()
+                .chain(&subtask.error_detail)
+                .map(String::as_str)
+        }));
+    classify_text(texts)
+}
+
+/// What an error from `POST /vms`, a clone or a template deploy means.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CreateCallOutcome {
+    /// 409: a VM with the recorded UUID exists already; an earlier attempt got through.
+    AlreadyExists,
+    /// 400/422 naming `metadata.uuid`: the reservation expired or was never made. Confirm that
+    /// no VM has the UUID, then take a new one (recorded before it is used).
+    ReservationRejected,
+    /// Prism refused the request as invalid: fail the Machine with this message.
+    Invalid(String),
+    /// The source (image, template, source VM) or the cluster is gone: drop the cached lookups
+    /// and retry (it may come back, or the Machine's spec may be fixed).
+    SourceMissing(String),
+    /// 429, 5xx, transport, credentials, an undecodable answer: the create may or may not have
+    /// happened. Retry with backoff: the recorded UUID or request id makes the repeat safe.
+    Retry,
+}
+
+/// Classifies an error of a create call. `reserved_uuid` says whether the request carried a
+/// reserved `metadata.uuid` (create and clone), which a 409 or a 422 can be about.
+pub fn classify_create_error(error: &Error, reserved_uuid: bool) -> CreateCallOutcome {
+    match error {
+        Error::Conflict { .. } if reserved_uuid => CreateCallOutcome::AlreadyExists,
+        Error::Invalid { messages, .. } => {
+            let about_uuid = messages.0.iter().any(|message| {
+                let text = message.to_string().to_ascii_lowercase();
+                text.contains("metadata.uuid") || text.contains("idempotence")
+            });
+            if reserved_uuid && about_uuid {
+                CreateCallOutcome::ReservationRejected
+            } else {
+                CreateCallOutcome::Invalid(error.to_string())
+            }
+        }
+        Error::NotFound { .. } => CreateCallOutcome::SourceMissing(error.to_string()),
+        _ => CreateCallOutcome::Retry,
+    }
+}
+
+/// What reading a [`PendingTask`] once means.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TaskReading {
+    /// Not done: look again after the task poll interval.
+    Running { status: String },
+    /// The create, clone or deploy succeeded; clear the task. `vm_uuid` is the VM a deploy task
+    /// names (a create or clone already recorded its reserved UUID).
+    Created { vm_uuid: Option<String> },
+    /// The follow-up update succeeded: clear the task and the pending follow-up.
+    FollowUpApplied,
+    /// The task failed.
+    Failed {
+        class: FailureClass,
+        /// Prism's error, its subtasks' errors included.
+        message: String,
+    },
+}
+
+/// Entity kinds (v3) and relations (v4) that name a VM.
+fn is_vm_entity(kind: &str) -> bool {
+    kind == "vm" || kind.ends_with(":vm")
+}
+
+/// Interprets one read of `task`.
+pub fn read_task(task: &PendingTask, progress: &TaskProgress) -> TaskReading {
+    match progress {
+        TaskProgress::Running { status, .. } => TaskReading::Running {
+            status: status.clone(),
+        },
+        TaskProgress::Succeeded { entities } => match task.operation {
+            TaskOperation::FollowUp => TaskReading::FollowUpApplied,
+            TaskOperation::Deploy => {
+                match entities.iter().find(|entity| is_vm_entity(&entity.kind)) {
+                    Some(vm) => TaskReading::Created {
+                        vm_uuid: Some(vm.uuid.to_ascii_lowercase()),
+                    },
+                    None => TaskReading::Failed {
+                        class: FailureClass::Transient,
+                        message: format!(
+                            "deploy task {} succeeded but names no VM among its affected entities",
+                            task.id
+                        ),
+                    },
+                }
+            }
+            TaskOperation::Create | TaskOperation::Clone | TaskOperation::Unknown(_) => {
+                TaskReading::Created { vm_uuid: None }
+            }
+        },
+        TaskProgress::Failed(failure) => TaskReading::Failed {
+            class: classify_task_failure(failure),
+            message: failure.to_string(),
+        },
+    }
+}
+
+/// The follow-up update recorded on the Machine, if any (an unreadable one is dropped: it holds
+/// nothing that is not also in the plan, and the plan is made again on the next create).
+pub fn pending_follow_up(status: &NutanixMachineProviderStatus) -> Option<FollowUpUpdate> {
+    status
+        .pending_follow_up
+        .as_ref()
+        .and_then(|value| serde_json::from_value(value.clone()).ok())
+}
+
+/// The value to record as `pendingFollowUp`.
+pub fn follow_up_value(update: &FollowUpUpdate) -> serde_json::Value {
+    serde_json::to_value(update).unwrap_or(serde_json::Value::Null)
+}
+
+/// How the provisioning record changes after a failed task that will be retried: the task is
+/// dropped; a deploy also drops its request id (a repeat with the same id would return the same
+/// failed task). A create or clone keeps its UUID until Prism confirms that no VM has it.
+pub fn after_transient_failure(status: &mut NutanixMachineProviderStatus) {
+    if let Some(task) = status.pending_task.take()
+        && task.operation == TaskOperation::Deploy
+    {
+        status.deploy_request_id = None;
+    }
+}
+
+#[cfg(test)]
+mod tests;

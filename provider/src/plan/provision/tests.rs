@@ -1,0 +1,280 @@
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use prism_client::{
+    PrismMessage, PrismMessages, SubtaskError, TaskEnd, TaskEntity, TaskFailure, TransportKind,
+};
+
+use super::*;
+
+fn failure(detail: &str, subtasks: &[&str]) -> TaskFailure {
+    TaskFailure {
+        task: "t-1".into(),
+        end: TaskEnd::Failed,
+        error_code: None,
+        error_detail: Some(detail.into()),
+        progress_message: None,
+        subtask_errors: subtasks
+            .iter()
+            .map(|detail| SubtaskError {
+                task: "t-2".into(),
+                end: TaskEnd::Failed,
+                error_code: None,
+                error_detail: Some((*detail).into()),
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn task_failures_are_classified_by_their_causes() {
+    use FailureClass::{Invalid, Transient};
+    let rows: &[(&str, &[&str], FailureClass)] = &[
+        // The real cause is in a subtask (CAPX #783).
+        (
+            "Internal Error",
+            &["IP pool of subnet 'vm-network' is exhausted"],
+            Transient,
+        ),
+        ("Internal Error", &[], Transient),
+        ("", &["Insufficient memory on host"], Transient),
+        ("Operation timed out", &[], Transient),
+        (
+            "Invalid argument: memory_size_mib must be a multiple of 2",
+            &[],
+            Invalid,
+        ),
+        (
+            "Machine type must be set to Q35 for secure boot",
+            &[],
+            Invalid,
+        ),
+        ("Operation not supported for VM with GPU", &[], Invalid),
+        // Transient words win: this is about Prism's state, not the request.
+        ("Invalid state: the host is busy, try again", &[], Transient),
+        // Unknown causes are retried, never fatal.
+        ("Something odd happened", &[], Transient),
+        ("", &[], Transient),
+    ];
+    for (detail, subtasks, expected) in rows {
+        assert_eq!(
+            classify_task_failure(&failure(detail, subtasks)),
+            *expected,
+            "{detail:?} {subtasks:?}"
+        );
+    }
+}
+
+#[test]
+fn error_codes_count_too() {
+    let mut failure = failure("", &[]);
+    failure.error_code = Some("INVALID_ARGUMENT".into());
+    assert_eq!(classify_task_failure(&failure), FailureClass::Invalid);
+}
+
+fn messages(reason: &str, details: Option<&str>) -> PrismMessages {
+    PrismMessages(vec![PrismMessage {
+        reason: Some(reason.into()),
+        message: Some("Request could not be processed.".into()),
+        details: details.map(str::to_owned),
+    }])
+}
+
+#[test]
+fn create_errors_are_classified() {
+    let conflict = Error::Conflict {
+        endpoint: "POST /vms",
+        messages: messages("ENTITY_ALREADY_EXISTS", None),
+    };
+    let reservation = Error::Invalid {
+        endpoint: "POST /vms",
+        status: 422,
+        messages: messages(
+            "INVALID_REQUEST",
+            Some(
+                r#"{"metadata.uuid":["u was not reserved through idempotence_identifiers, or its reservation expired"]}"#,
+            ),
+        ),
+    };
+    let invalid = Error::Invalid {
+        endpoint: "POST /vms",
+        status: 422,
+        messages: messages(
+            "INVALID_REQUEST",
+            Some(r#"{"spec.resources.num_sockets":["must be at most 240"]}"#),
+        ),
+    };
+    let missing = Error::NotFound {
+        endpoint: "POST /vms/{uuid}/clone",
+        messages: messages("ENTITY_NOT_FOUND", None),
+    };
+    let rate_limited = Error::RateLimited {
+        endpoint: "POST /vms",
+        retry_after: Some(Duration::from_secs(3)),
+    };
+    let server = Error::Server {
+        endpoint: "POST /vms",
+        status: 500,
+        messages: PrismMessages::default(),
+    };
+    let transport = Error::Transport {
+        endpoint: "POST /vms",
+        kind: TransportKind::Timeout,
+        detail: "timed out".into(),
+    };
+    let unauthorized = Error::Unauthorized {
+        endpoint: "POST /vms",
+    };
+
+    assert_eq!(
+        classify_create_error(&conflict, true),
+        CreateCallOutcome::AlreadyExists
+    );
+    assert_eq!(
+        classify_create_error(&conflict, false),
+        CreateCallOutcome::Retry,
+        "a deploy carries no UUID a 409 could be about"
+    );
+    assert_eq!(
+        classify_create_error(&reservation, true),
+        CreateCallOutcome::ReservationRejected
+    );
+    assert!(matches!(
+        classify_create_error(&reservation, false),
+        CreateCallOutcome::Invalid(_)
+    ));
+    let CreateCallOutcome::Invalid(message) = classify_create_error(&invalid, true) else {
+        panic!()
+    };
+    assert!(message.contains("num_sockets"), "{message}");
+    assert!(matches!(
+        classify_create_error(&missing, true),
+        CreateCallOutcome::SourceMissing(_)
+    ));
+    for retry in [&rate_limited, &server, &transport, &unauthorized] {
+        assert_eq!(
+            classify_create_error(retry, true),
+            CreateCallOutcome::Retry,
+            "{retry}"
+        );
+    }
+}
+
+fn task(operation: TaskOperation) -> PendingTask {
+    PendingTask {
+        id: "t-1".into(),
+        operation,
+        started: None,
+    }
+}
+
+#[test]
+fn task_reads() {
+    let running = TaskProgress::Running {
+        status: "RUNNING".into(),
+        percentage_complete: Some(40),
+    };
+    assert_eq!(
+        read_task(&task(TaskOperation::Create), &running),
+        TaskReading::Running {
+            status: "RUNNING".into()
+        }
+    );
+    let vm = TaskEntity {
+        kind: "vmm:ahv:config:vm".into(),
+        uuid: "ABCDEF00-0000-4000-8000-000000000001".into(),
+    };
+    let cluster = TaskEntity {
+        kind: "clustermgmt:config:cluster".into(),
+        uuid: "c".into(),
+    };
+    let deployed = TaskProgress::Succeeded {
+        entities: vec![cluster.clone(), vm],
+    };
+    assert_eq!(
+        read_task(&task(TaskOperation::Deploy), &deployed),
+        TaskReading::Created {
+            vm_uuid: Some("abcdef00-0000-4000-8000-000000000001".into())
+        },
+        "the VM among the affected entities, lower case"
+    );
+    assert!(matches!(
+        read_task(
+            &task(TaskOperation::Deploy),
+            &TaskProgress::Succeeded {
+                entities: vec![cluster]
+            }
+        ),
+        TaskReading::Failed {
+            class: FailureClass::Transient,
+            ..
+        }
+    ));
+    let created = TaskProgress::Succeeded {
+        entities: Vec::new(),
+    };
+    assert_eq!(
+        read_task(&task(TaskOperation::Clone), &created),
+        TaskReading::Created { vm_uuid: None }
+    );
+    assert_eq!(
+        read_task(&task(TaskOperation::FollowUp), &created),
+        TaskReading::FollowUpApplied
+    );
+    let failed = TaskProgress::Failed(Box::new(failure(
+        "Internal Error",
+        &["IP pool of subnet 'vm-network' is exhausted"],
+    )));
+    let TaskReading::Failed { class, message } = read_task(&task(TaskOperation::Create), &failed)
+    else {
+        panic!()
+    };
+    assert_eq!(class, FailureClass::Transient);
+    assert!(
+        message.contains("Internal Error") && message.contains("exhausted"),
+        "the subtask's error is shown: {message}"
+    );
+}
+
+#[test]
+fn a_transient_failure_drops_the_task_and_a_deploys_request_id() {
+    let mut status = NutanixMachineProviderStatus {
+        vm_uuid: Some("u".into()),
+        pending_task: Some(task(TaskOperation::Create)),
+        ..Default::default()
+    };
+    after_transient_failure(&mut status);
+    assert_eq!(status.pending_task, None);
+    assert_eq!(
+        status.vm_uuid.as_deref(),
+        Some("u"),
+        "kept until Prism says no VM has it"
+    );
+
+    let mut status = NutanixMachineProviderStatus {
+        deploy_request_id: Some("r".into()),
+        pending_task: Some(task(TaskOperation::Deploy)),
+        ..Default::default()
+    };
+    after_transient_failure(&mut status);
+    assert_eq!(status.pending_task, None);
+    assert_eq!(status.deploy_request_id, None);
+}
+
+#[test]
+fn the_follow_up_round_trips_through_the_status() {
+    let update = FollowUpUpdate {
+        description: "openshift-machine: ns/m uid=1".into(),
+        categories: [("k".to_owned(), "v".to_owned())].into(),
+        project_uuid: None,
+        resize_system_disk_mib: Some(40960),
+        power_on: true,
+    };
+    let status = NutanixMachineProviderStatus {
+        pending_follow_up: Some(follow_up_value(&update)),
+        ..Default::default()
+    };
+    let round_tripped: NutanixMachineProviderStatus =
+        NutanixMachineProviderStatus::from_value(Some(&status.to_value())).unwrap();
+    assert_eq!(pending_follow_up(&round_tripped), Some(update));
+}

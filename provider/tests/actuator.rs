@@ -1,0 +1,426 @@
+//! The actuator against prism-mock over HTTPS (its generated CA trusted through a file): the
+//! shared inventory, cached lookups, reserved UUIDs and the create-protocol calls.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nutanix_machine_controller::actuator::credentials::PrismCredentials;
+use nutanix_machine_controller::actuator::{
+    Actuator, ActuatorSettings, Connection, DeleteOutcome, FollowUpOutcome,
+};
+use nutanix_machine_controller::api::{Machine, PendingTask, TaskOperation};
+use nutanix_machine_controller::plan::provision::{
+    CreateCallOutcome, TaskReading, classify_create_error, read_task,
+};
+use nutanix_machine_controller::plan::request::{VmRequest, build_request};
+use nutanix_machine_controller::plan::unattend::PasswordValue;
+use nutanix_machine_controller::plan::{
+    AdminPassword, PlanContext, RequiredLookups, ResolutionMode, VmPlan, plan_vm,
+};
+use prism_client::TaskProgress;
+use prism_mock::{FaultKind, FaultRule, MockConfig, MockPrism, RunningMock};
+use serde_json::json;
+
+const VMS: &str = "/api/nutanix/v3/vms";
+const VMS_LIST: &str = "/api/nutanix/v3/vms/list";
+const RESERVE: &str = "/api/nutanix/v3/idempotence_identifiers";
+
+struct Fixture {
+    mock: RunningMock,
+    _dir: tempfile::TempDir,
+    connection: Arc<Connection>,
+}
+
+async fn fixture(settings: ActuatorSettings) -> Fixture {
+    let mock = MockPrism::start(MockConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, mock.ca_pem().unwrap()).unwrap();
+    let actuator = Actuator::new(
+        ActuatorSettings {
+            ca_file: Some(ca),
+            ..settings
+        },
+        None,
+    );
+    let credentials = PrismCredentials::new("admin", "mock-password");
+    let connection = actuator.connection(mock.base_url(), &credentials).unwrap();
+    Fixture {
+        mock,
+        _dir: dir,
+        connection,
+    }
+}
+
+fn machine(name: &str, uid: &str, provider_spec: serde_json::Value, windows: bool) -> Machine {
+    let mut labels = json!({"machine.openshift.io/cluster-api-cluster": "sandbox"});
+    if windows {
+        labels["machine.openshift.io/os-id"] = json!("Windows");
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "machine.openshift.io/v1beta1",
+        "kind": "Machine",
+        "metadata": {"name": name, "namespace": "openshift-machine-api", "uid": uid, "labels": labels},
+        "spec": {"providerSpec": {"value": provider_spec}},
+    }))
+    .unwrap()
+}
+
+fn spec(image: serde_json::Value, kind: Option<&str>, disk: &str) -> serde_json::Value {
+    let mut spec = json!({
+        "cluster": {"type": "name", "name": "pe-1"},
+        "image": image,
+        "subnets": [{"type": "name", "name": "vm-network"}],
+        "vcpuSockets": 2, "vcpusPerSocket": 1, "memorySize": "8Gi", "systemDiskSize": disk,
+        "categories": [{"key": "AppType", "value": "Kubernetes"}],
+        "credentialsSecret": {"name": "nutanix-credentials"},
+    });
+    if let Some(kind) = kind {
+        spec["imageKind"] = json!(kind);
+    }
+    spec
+}
+
+async fn plan_for(connection: &Connection, machine: &Machine) -> VmPlan {
+    let config = machine.provider_config().unwrap().unwrap();
+    let lookups = RequiredLookups::of(&config, "sandbox", Some(&[]));
+    let resolved = connection
+        .lookups
+        .resolve(connection.client(), &connection.inventory, &lookups, &[])
+        .await;
+    let password = AdminPassword::new("Unused-in-these-tests-1").unwrap();
+    plan_vm(
+        machine,
+        &PlanContext {
+            resolved: &resolved,
+            mode: ResolutionMode::Strict,
+            user_data: None,
+            admin_password: Some(PasswordValue::Secret(&password)),
+        },
+    )
+    .unwrap_or_else(|errors| panic!("{errors}"))
+}
+
+async fn wait_task(connection: &Connection, task: &PendingTask) -> TaskReading {
+    for _ in 0..200 {
+        let progress = connection.read_task(task).await.unwrap();
+        if !matches!(progress, TaskProgress::Running { .. }) {
+            return read_task(task, &progress);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("task {} did not end", task.id)
+}
+
+#[tokio::test]
+async fn concurrent_inventory_reads_share_one_refresh() {
+    let f = fixture(ActuatorSettings {
+        page_length: 1,
+        ..ActuatorSettings::default()
+    })
+    .await;
+    let reads = (0..8).map(|_| f.connection.inventory.snapshot(f.connection.client()));
+    let snapshots = futures::future::join_all(reads).await;
+    let golden = snapshots[0].as_ref().unwrap();
+    assert_eq!(golden.len(), 1, "the seed has one VM");
+    assert!(snapshots.iter().all(|s| s.as_ref().unwrap().len() == 1));
+    // One refresh, paging one VM at a time: a page with the VM, and nothing more.
+    assert_eq!(f.mock.admin().count("POST", VMS_LIST), 1);
+    f.connection
+        .inventory
+        .snapshot(f.connection.client())
+        .await
+        .unwrap();
+    assert_eq!(
+        f.mock.admin().count("POST", VMS_LIST),
+        1,
+        "fresh enough: no new list"
+    );
+}
+
+#[tokio::test]
+async fn reserved_uuids_come_in_batches() {
+    let f = fixture(ActuatorSettings {
+        uuid_batch: 4,
+        ..ActuatorSettings::default()
+    })
+    .await;
+    let mut uuids = Vec::new();
+    for _ in 0..5 {
+        uuids.push(
+            f.connection
+                .uuids
+                .take(f.connection.client())
+                .await
+                .unwrap(),
+        );
+    }
+    uuids.sort();
+    uuids.dedup();
+    assert_eq!(uuids.len(), 5);
+    assert_eq!(f.mock.admin().count("POST", RESERVE), 2);
+    assert_eq!(f.connection.uuids.available(), 3);
+}
+
+#[tokio::test]
+async fn lookups_are_cached_until_invalidated() {
+    let f = fixture(ActuatorSettings::default()).await;
+    let m = machine(
+        "worker-a",
+        "uid-a",
+        spec(json!({"type": "name", "name": "rhcos-4.20"}), None, "120Gi"),
+        false,
+    );
+    let plan = plan_for(&f.connection, &m).await;
+    assert!(plan.categories.contains_key("AppType"));
+    assert!(
+        plan.categories
+            .contains_key("kubernetes-io-cluster-sandbox"),
+        "the owned category exists in the seed"
+    );
+    let calls = |f: &Fixture| -> u64 { f.mock.admin().counters().iter().map(|c| c.count).sum() };
+    let first = calls(&f);
+    plan_for(&f.connection, &m).await;
+    assert_eq!(calls(&f), first, "second resolution from the cache");
+    f.connection.lookups.invalidate();
+    plan_for(&f.connection, &m).await;
+    assert_eq!(
+        calls(&f),
+        2 * first,
+        "after a 404 everything is looked up again"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_name_is_unresolved_not_invalid() {
+    let f = fixture(ActuatorSettings::default()).await;
+    let m = machine(
+        "worker-b",
+        "uid-b",
+        spec(
+            json!({"type": "name", "name": "no-such-image"}),
+            None,
+            "120Gi",
+        ),
+        false,
+    );
+    let config = m.provider_config().unwrap().unwrap();
+    let lookups = RequiredLookups::of(&config, "sandbox", Some(&[]));
+    let resolved = f
+        .connection
+        .lookups
+        .resolve(
+            f.connection.client(),
+            &f.connection.inventory,
+            &lookups,
+            &[],
+        )
+        .await;
+    let errors = plan_vm(
+        &m,
+        &PlanContext {
+            resolved: &resolved,
+            mode: ResolutionMode::Strict,
+            user_data: None,
+            admin_password: None,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(
+        errors.class(),
+        nutanix_machine_controller::plan::ErrorClass::Unresolved
+    );
+    assert!(
+        errors
+            .to_string()
+            .contains("no image named \"no-such-image\""),
+        "{errors}"
+    );
+}
+
+#[tokio::test]
+async fn create_then_500_and_a_repeat_with_the_same_uuid_make_one_vm() {
+    let f = fixture(ActuatorSettings::default()).await;
+    let m = machine(
+        "worker-c",
+        "uid-c",
+        spec(json!({"type": "name", "name": "rhcos-4.20"}), None, "120Gi"),
+        false,
+    );
+    let plan = plan_for(&f.connection, &m).await;
+    let uuid = f
+        .connection
+        .uuids
+        .take(f.connection.client())
+        .await
+        .unwrap();
+    let request = build_request(&plan, &uuid);
+    f.mock
+        .admin()
+        .add_fault(FaultRule::new(Some("POST"), VMS, FaultKind::CreateThen500).times(1));
+    let error = f.connection.send_create(&request, None).await.unwrap_err();
+    assert_eq!(
+        classify_create_error(&error, true),
+        CreateCallOutcome::Retry
+    );
+    // The next reconcile reads the recorded UUID: the VM is there (PENDING, not yet listed).
+    let vm = f.connection.get_vm(&uuid).await.unwrap();
+    assert!(vm.is_some(), "GET finds a VM the list does not show yet");
+    let repeat = f.connection.send_create(&request, None).await.unwrap_err();
+    assert_eq!(
+        classify_create_error(&repeat, true),
+        CreateCallOutcome::AlreadyExists
+    );
+    let vms: Vec<_> = f
+        .mock
+        .admin()
+        .vms()
+        .into_iter()
+        .filter(|vm| vm.name == "worker-c")
+        .collect();
+    assert_eq!(vms.len(), 1);
+    assert_eq!(vms[0].uuid, uuid);
+}
+
+#[tokio::test]
+async fn an_expired_reservation_is_recognised() {
+    let f = fixture(ActuatorSettings::default()).await;
+    let m = machine(
+        "worker-d",
+        "uid-d",
+        spec(json!({"type": "name", "name": "rhcos-4.20"}), None, "120Gi"),
+        false,
+    );
+    let plan = plan_for(&f.connection, &m).await;
+    let never_reserved = "6a1d3c44-0000-4000-8000-000000000099";
+    let request = build_request(&plan, never_reserved);
+    let error = f.connection.send_create(&request, None).await.unwrap_err();
+    assert_eq!(
+        classify_create_error(&error, true),
+        CreateCallOutcome::ReservationRejected
+    );
+}
+
+#[tokio::test]
+async fn clone_then_follow_up_is_applied_once() {
+    let f = fixture(ActuatorSettings::default()).await;
+    let m = machine(
+        "win-clone",
+        "uid-e",
+        spec(
+            json!({"type": "name", "name": "windows-golden"}),
+            Some("VM"),
+            "140Gi",
+        ),
+        true,
+    );
+    let plan = plan_for(&f.connection, &m).await;
+    let uuid = f
+        .connection
+        .uuids
+        .take(f.connection.client())
+        .await
+        .unwrap();
+    let request = build_request(&plan, &uuid);
+    let VmRequest::Clone { follow_up, .. } = &request else {
+        panic!("a clone")
+    };
+    assert_eq!(follow_up.resize_system_disk_mib, Some(140 * 1024));
+    let sent = f.connection.send_create(&request, None).await.unwrap();
+    let task = PendingTask {
+        id: sent.task.unwrap(),
+        operation: TaskOperation::Clone,
+        started: None,
+    };
+    assert_eq!(
+        wait_task(&f.connection, &task).await,
+        TaskReading::Created { vm_uuid: None }
+    );
+    let outcome = f
+        .connection
+        .apply_follow_up(&uuid, follow_up)
+        .await
+        .unwrap();
+    let FollowUpOutcome::Sent { task: Some(update) } = outcome else {
+        panic!("{outcome:?}")
+    };
+    let update = PendingTask {
+        id: update,
+        operation: TaskOperation::FollowUp,
+        started: None,
+    };
+    assert_eq!(
+        wait_task(&f.connection, &update).await,
+        TaskReading::FollowUpApplied
+    );
+    assert_eq!(
+        f.connection
+            .apply_follow_up(&uuid, follow_up)
+            .await
+            .unwrap(),
+        FollowUpOutcome::NothingLeft
+    );
+    let vm = f.connection.get_vm(&uuid).await.unwrap().unwrap();
+    let spec = vm.spec.unwrap();
+    assert_eq!(spec.description.as_deref(), Some(plan.description.as_str()));
+    assert_eq!(spec.resources.power_state, prism_client::v3::PowerState::On);
+    assert_eq!(
+        f.connection.delete_vm(&uuid).await.unwrap(),
+        DeleteOutcome::Accepted
+    );
+}
+
+#[tokio::test]
+async fn a_repeated_deploy_with_the_recorded_request_id_returns_the_same_task() {
+    let f = fixture(ActuatorSettings::default()).await;
+    let m = machine(
+        "win-tpl",
+        "uid-f",
+        spec(
+            json!({"type": "name", "name": "windows-server-2022-template"}),
+            Some("Template"),
+            "120Gi",
+        ),
+        true,
+    );
+    let plan = plan_for(&f.connection, &m).await;
+    let request = build_request(&plan, "");
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let first = f
+        .connection
+        .send_create(&request, Some(&request_id))
+        .await
+        .unwrap();
+    let again = f
+        .connection
+        .send_create(&request, Some(&request_id))
+        .await
+        .unwrap();
+    assert_eq!(first, again);
+    let task = PendingTask {
+        id: first.task.unwrap(),
+        operation: TaskOperation::Deploy,
+        started: None,
+    };
+    let TaskReading::Created { vm_uuid: Some(vm) } = wait_task(&f.connection, &task).await else {
+        panic!("the deploy names its VM")
+    };
+    assert!(f.connection.get_vm(&vm).await.unwrap().is_some());
+    assert_eq!(
+        f.mock
+            .admin()
+            .vms()
+            .iter()
+            .filter(|v| v.name == "win-tpl")
+            .count(),
+        1
+    );
+    assert_eq!(
+        f.connection
+            .delete_vm("6a1d3c44-0000-4000-8000-000000000098")
+            .await
+            .unwrap(),
+        DeleteOutcome::AlreadyGone
+    );
+}
