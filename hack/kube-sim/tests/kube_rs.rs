@@ -300,6 +300,28 @@ async fn patch_types_and_finalizers() {
         applied.data.unwrap(),
         [("b".to_string(), "2".to_string())].into()
     );
+    // Re-applying the same configuration is a no-op: no new resourceVersion (no watch event, no reconcile loop)
+    let again = cms
+        .patch(
+            "q",
+            &PatchParams::apply("test-manager"),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"b": "2"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        again.resource_version(),
+        cms.get("q").await.unwrap().resource_version()
+    );
+    let before = sim.store().resource_version();
+    cms.patch(
+        "q",
+        &PatchParams::apply("test-manager"),
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"b": "2"}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(sim.store().resource_version(), before);
     let other = Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"b": "3"}}));
     let kube::Error::Api(status) = cms
         .patch("q", &PatchParams::apply("other-manager"), &other)
