@@ -381,6 +381,7 @@ pub fn record_apply(
     let mut entries = read(live);
     let wanted = leaves(applied, scope);
     let mut conflicts = vec![];
+    let mut conflicting = FieldSet::new();
     for entry in entries
         .iter()
         .filter(|e| !(e.manager == manager && e.operation == "Apply"))
@@ -391,6 +392,7 @@ pub fn record_apply(
                     manager: entry.manager.clone(),
                     field: dotted(path),
                 });
+                conflicting.insert(path.clone());
             }
         }
     }
@@ -414,9 +416,8 @@ pub fn record_apply(
         if entry.manager == manager && entry.operation == "Apply" {
             continue;
         }
-        if force {
-            entry.fields.retain(|p| !wanted.contains(p));
-        }
+        // Forcing takes over only the conflicting fields; equal values stay co-owned.
+        entry.fields.retain(|p| !conflicting.contains(p));
     }
     let api_version = merged
         .get("apiVersion")
@@ -536,7 +537,8 @@ mod tests {
         let mut merged = live.clone();
         apply(&json!({}), &lease("a"), &mut merged, "mgr-a", false).unwrap();
         live = merged;
-        let applied = json!({"spec": {"holderIdentity": "b"}});
+        // Same leaseDurationSeconds as live, different holder.
+        let applied = json!({"spec": {"holderIdentity": "b", "leaseDurationSeconds": 10}});
         let mut merged = live.clone();
         merged["spec"]["holderIdentity"] = json!("b");
         let conflicts = apply(&live, &applied, &mut merged, "mgr-b", false).unwrap_err();
@@ -557,6 +559,18 @@ mod tests {
         apply(&live, &same, &mut merged_same, "mgr-b", false).unwrap();
         apply(&live, &applied, &mut merged, "mgr-b", true).unwrap();
         let entries = read(&merged);
+        let mgr_a = &entries
+            .iter()
+            .find(|e| e.manager == "mgr-a")
+            .unwrap()
+            .fields;
+        assert!(
+            mgr_a.contains(&vec![
+                "f:spec".to_string(),
+                "f:leaseDurationSeconds".to_string()
+            ]),
+            "co-owned fields stay"
+        );
         assert!(
             !entries
                 .iter()
