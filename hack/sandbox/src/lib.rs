@@ -13,7 +13,10 @@
 //! See the README for what each simulates and what it does not.
 
 pub mod actor;
+pub mod approver;
+pub mod csr;
 pub mod machineset;
+pub mod node_agent;
 pub mod nodelink;
 
 pub use actor::ActorHandle;

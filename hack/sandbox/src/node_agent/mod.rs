@@ -1,0 +1,559 @@
+//! The node agent: the kubelet of every VM running in prism-mock, and WMCO for the Windows ones.
+//!
+//! The agent plays the guest. It reads prism-mock's VMs through the mock's admin handle (what a
+//! guest would know about itself: that it runs, its addresses, its size) and, for each VM that is
+//! powered on with an address, registers a Node the way a kubelet does:
+//!
+//! 1. Windows only: wait, as WMCO does, until the Machine of the same name is labelled
+//!    `machine.openshift.io/os-id=Windows` (and not `windowsmachineconfig.openshift.io/ignore`),
+//!    is `Provisioned` (or `Running`), has a providerID, and its first IPv4 `InternalIP` is an
+//!    address of the VM (WMCO connects to it over SSH);
+//! 2. pick the node IP (by default the guest's primary address: its first IPv4 address that is
+//!    neither link-local nor in the hybrid-overlay network, what `--node-ip` from the default
+//!    route gives);
+//! 3. create a client CSR (signer `kubernetes.io/kube-apiserver-client-kubelet`, the
+//!    node-bootstrapper identity, CN `system:node:<vm name>`) and wait for `Approved`;
+//! 4. create the Node (name = VM name, `InternalIP` and `Hostname` addresses, OS and arch labels,
+//!    cpu/memory capacity of the VM, `Ready`);
+//! 5. create a serving CSR (signer `kubernetes.io/kubelet-serving`, SANs = name and node IP) and
+//!    wait for `Approved`;
+//! 6. Windows only: annotate the Node `windowsmachineconfig.openshift.io/version` (WMCO is done).
+//!
+//! A VM that disappears or powers off stops its join; a joined VM is left alone (the Machine
+//! controller, not the kubelet, deletes Nodes). A failed step starts the join again after a
+//! second. [`JoinBehaviour`] provokes faults: register with the hybrid-overlay address or a fixed
+//! wrong IP (the provider's join reconciler must report `NodeIPMismatch`), or wait before joining.
+
+mod guest;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ipnet::Ipv4Net;
+use jiff::Timestamp;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
+use kube::{Client, ResourceExt};
+use nutanix_machine_controller::api::Machine;
+use prism_mock::Admin;
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::actor::ActorHandle;
+use crate::csr::{self, CsrError};
+pub use guest::{Guest, NodeIpChoice, choose_node_ip, wmco_gate};
+
+/// Node annotation WICD sets when WMCO has configured the node.
+pub const WMCO_VERSION_ANNOTATION: &str = "windowsmachineconfig.openshift.io/version";
+/// Node annotation of the IP given to the kubelet with `--node-ip` (with an external cloud
+/// provider).
+pub const PROVIDED_NODE_IP_ANNOTATION: &str = "alpha.kubernetes.io/provided-node-ip";
+
+/// How the agent joins a VM; the defaults join it correctly at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JoinBehaviour {
+    /// Which address the kubelet registers.
+    pub node_ip: NodeIpChoice,
+    /// Wait this long before the first CSR (after the WMCO gate for Windows).
+    pub delay: Duration,
+}
+
+impl Default for JoinBehaviour {
+    fn default() -> Self {
+        Self {
+            node_ip: NodeIpChoice::Primary,
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+/// Settings of the node agent.
+#[derive(Clone, Debug)]
+pub struct NodeAgentConfig {
+    /// Namespace of the Machines (WMCO reads them).
+    pub namespace: String,
+    /// How often VMs, Machines and guest addresses are looked at.
+    pub poll_interval: Duration,
+    /// The OVN-Kubernetes hybrid-overlay network (prism-mock's default), never a primary address.
+    pub hybrid_overlay_cidr: Ipv4Net,
+    /// What the Windows Nodes' `windowsmachineconfig.openshift.io/version` says.
+    pub wmco_version: String,
+    /// The behaviour of every VM without an override.
+    pub behaviour: JoinBehaviour,
+    /// Behaviours for VMs whose name starts with the prefix (first match wins), e.g. a
+    /// MachineSet name followed by `-`.
+    pub overrides: Vec<(String, JoinBehaviour)>,
+}
+
+impl Default for NodeAgentConfig {
+    fn default() -> Self {
+        Self {
+            namespace: crate::MACHINE_API_NAMESPACE.to_owned(),
+            poll_interval: Duration::from_millis(200),
+            hybrid_overlay_cidr: Ipv4Net::new(std::net::Ipv4Addr::new(10, 132, 0, 0), 14)
+                .unwrap_or_default(),
+            wmco_version: "10.20.0-sandbox".to_owned(),
+            behaviour: JoinBehaviour::default(),
+            overrides: Vec::new(),
+        }
+    }
+}
+
+impl NodeAgentConfig {
+    fn behaviour_for(&self, vm_name: &str) -> &JoinBehaviour {
+        self.overrides
+            .iter()
+            .find(|(prefix, _)| vm_name.starts_with(prefix.as_str()))
+            .map_or(&self.behaviour, |(_, b)| b)
+    }
+}
+
+/// Where a VM's join is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JoinStage {
+    /// Windows: WMCO would not act yet, for this reason.
+    WaitingForWmco { reason: String },
+    /// The guest has no address of the kind the behaviour asks for yet.
+    WaitingForAddress,
+    /// Waiting out the configured delay.
+    Delayed,
+    /// The client CSR is created and not approved yet.
+    ClientCsrPending,
+    /// The Node exists; the serving CSR is next.
+    NodeRegistered,
+    /// The serving CSR is created and not approved yet.
+    ServingCsrPending,
+    /// Done (for Windows: configured by WMCO).
+    Joined,
+    /// The VM disappeared or powered off before the join ended.
+    Stopped,
+    /// A step failed; the join starts again shortly.
+    Failed { error: String },
+}
+
+/// One VM's join, for progress displays and tests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JoinRecord {
+    pub vm_uuid: String,
+    /// VM name = Machine name = Node name.
+    pub node: String,
+    pub windows: bool,
+    pub stage: JoinStage,
+    /// The address the kubelet registers with, once chosen.
+    pub node_ip: Option<IpAddr>,
+    pub client_csr: Option<String>,
+    pub serving_csr: Option<String>,
+    pub started: Timestamp,
+    pub joined: Option<Timestamp>,
+}
+
+/// Why a join step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Csr(#[from] CsrError),
+    #[error("node {node}: {action}: {source}")]
+    Api {
+        node: String,
+        action: String,
+        source: Box<kube::Error>,
+    },
+    #[error("node {node}: waiting for CSR {csr}: {message}")]
+    Wait {
+        node: String,
+        csr: String,
+        message: String,
+    },
+    #[error("node {node}: CSR {csr} was denied")]
+    Denied { node: String, csr: String },
+    #[error("node {node}: CSR {csr} was deleted before it was approved")]
+    CsrDeleted { node: String, csr: String },
+    #[error("node {node}: the VM disappeared from prism-mock")]
+    VmGone { node: String },
+    #[error("node {node}: cannot build the Node object: {message}")]
+    NodeObject { node: String, message: String },
+}
+
+type Records = Arc<Mutex<BTreeMap<String, JoinRecord>>>;
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A running node agent.
+#[derive(Debug)]
+pub struct NodeAgentHandle {
+    actor: ActorHandle,
+    records: Records,
+}
+
+impl NodeAgentHandle {
+    /// Every join so far, by VM name.
+    pub fn joins(&self) -> Vec<JoinRecord> {
+        let mut joins: Vec<JoinRecord> = lock(&self.records).values().cloned().collect();
+        joins.sort_by(|a, b| a.node.cmp(&b.node));
+        joins
+    }
+
+    /// The latest join of the VM named `node`.
+    pub fn join(&self, node: &str) -> Option<JoinRecord> {
+        lock(&self.records)
+            .values()
+            .filter(|r| r.node == node)
+            .max_by_key(|r| r.started)
+            .cloned()
+    }
+
+    /// Stops the agent (and every join in progress) and waits for it.
+    pub async fn stop(self) {
+        self.actor.stop().await;
+    }
+}
+
+struct Shared {
+    client: Client,
+    admin: Admin,
+    config: NodeAgentConfig,
+    records: Records,
+}
+
+impl Shared {
+    fn update(&self, uuid: &str, change: impl FnOnce(&mut JoinRecord)) {
+        if let Some(record) = lock(&self.records).get_mut(uuid) {
+            change(record);
+        }
+    }
+
+    fn stage(&self, uuid: &str, stage: JoinStage) {
+        self.update(uuid, |r| {
+            if r.stage != stage {
+                tracing::debug!(node = %r.node, ?stage, "join stage");
+            }
+            r.stage = stage;
+        });
+    }
+}
+
+/// Starts the agent for the VMs of the prism-mock behind `admin`.
+pub fn start(client: Client, admin: Admin, config: NodeAgentConfig) -> NodeAgentHandle {
+    let records: Records = Arc::new(Mutex::new(BTreeMap::new()));
+    let shared = Arc::new(Shared {
+        client,
+        admin,
+        config,
+        records: records.clone(),
+    });
+    let actor = ActorHandle::spawn("node-agent", move |cancel| supervise(shared, cancel));
+    NodeAgentHandle { actor, records }
+}
+
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+async fn supervise(shared: Arc<Shared>, cancel: CancellationToken) {
+    let mut running: HashMap<String, JoinHandle<Result<(), AgentError>>> = HashMap::new();
+    let mut done: HashSet<String> = HashSet::new();
+    let mut retry_at: HashMap<String, Instant> = HashMap::new();
+    loop {
+        let guests: HashMap<String, Guest> = guest::running_guests(&shared.admin)
+            .into_iter()
+            .map(|g| (g.uuid.clone(), g))
+            .collect();
+
+        running.retain(|uuid, task| {
+            if guests.contains_key(uuid) {
+                return true;
+            }
+            task.abort();
+            shared.stage(uuid, JoinStage::Stopped);
+            false
+        });
+        let finished: Vec<String> = running
+            .iter()
+            .filter(|(_, t)| t.is_finished())
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uuid in finished {
+            let Some(task) = running.remove(&uuid) else {
+                continue;
+            };
+            match task.await {
+                Ok(Ok(())) => {
+                    done.insert(uuid);
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "join failed; starting it again");
+                    shared.stage(
+                        &uuid,
+                        JoinStage::Failed {
+                            error: error.to_string(),
+                        },
+                    );
+                    retry_at.insert(uuid, Instant::now() + RETRY_AFTER);
+                }
+                Err(error) => {
+                    shared.stage(
+                        &uuid,
+                        JoinStage::Failed {
+                            error: error.to_string(),
+                        },
+                    );
+                    retry_at.insert(uuid, Instant::now() + RETRY_AFTER);
+                }
+            }
+        }
+        for (uuid, guest) in &guests {
+            if done.contains(uuid)
+                || running.contains_key(uuid)
+                || retry_at.get(uuid).is_some_and(|t| *t > Instant::now())
+            {
+                continue;
+            }
+            retry_at.remove(uuid);
+            lock(&shared.records).insert(
+                uuid.clone(),
+                JoinRecord {
+                    vm_uuid: uuid.clone(),
+                    node: guest.name.clone(),
+                    windows: guest.windows,
+                    stage: JoinStage::WaitingForAddress,
+                    node_ip: None,
+                    client_csr: None,
+                    serving_csr: None,
+                    started: Timestamp::now(),
+                    joined: None,
+                },
+            );
+            tracing::info!(node = %guest.name, windows = guest.windows, "guest running: joining");
+            running.insert(
+                uuid.clone(),
+                tokio::spawn(join(shared.clone(), guest.clone())),
+            );
+        }
+
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            () = tokio::time::sleep(shared.config.poll_interval) => {}
+        }
+    }
+    for (_, task) in running {
+        task.abort();
+    }
+}
+
+fn api_error(node: &str, action: &str) -> impl FnOnce(kube::Error) -> AgentError {
+    let (node, action) = (node.to_owned(), action.to_owned());
+    move |source| AgentError::Api {
+        node,
+        action,
+        source: Box::new(source),
+    }
+}
+
+async fn join(shared: Arc<Shared>, guest: Guest) -> Result<(), AgentError> {
+    let node_name = guest.name.clone();
+    let uuid = guest.uuid.clone();
+    let config = &shared.config;
+    let nodes: Api<Node> = Api::all(shared.client.clone());
+    if nodes
+        .get_opt(&node_name)
+        .await
+        .map_err(api_error(&node_name, "read Node"))?
+        .is_some()
+    {
+        // The kubelet kept its certificates from an earlier run: nothing to register.
+        shared.update(&uuid, |r| {
+            r.stage = JoinStage::Joined;
+            r.joined = Some(Timestamp::now());
+        });
+        return Ok(());
+    }
+
+    if guest.windows {
+        let machines: Api<Machine> = Api::namespaced(shared.client.clone(), &config.namespace);
+        loop {
+            let machine = machines
+                .get_opt(&node_name)
+                .await
+                .map_err(api_error(&node_name, "read Machine"))?;
+            let addresses =
+                guest::addresses_of(&shared.admin, &uuid).ok_or_else(|| AgentError::VmGone {
+                    node: node_name.clone(),
+                })?;
+            match wmco_gate(&node_name, machine.as_ref(), &addresses) {
+                Ok(()) => break,
+                Err(reason) => shared.stage(&uuid, JoinStage::WaitingForWmco { reason }),
+            }
+            tokio::time::sleep(config.poll_interval).await;
+        }
+    }
+
+    let behaviour = config.behaviour_for(&node_name).clone();
+    shared.stage(&uuid, JoinStage::WaitingForAddress);
+    let node_ip = loop {
+        let addresses =
+            guest::addresses_of(&shared.admin, &uuid).ok_or_else(|| AgentError::VmGone {
+                node: node_name.clone(),
+            })?;
+        if let Some(ip) = choose_node_ip(&behaviour.node_ip, &addresses, config.hybrid_overlay_cidr)
+        {
+            break ip;
+        }
+        tokio::time::sleep(config.poll_interval).await;
+    };
+    shared.update(&uuid, |r| r.node_ip = Some(node_ip));
+    if !behaviour.delay.is_zero() {
+        shared.stage(&uuid, JoinStage::Delayed);
+        tokio::time::sleep(behaviour.delay).await;
+    }
+
+    let csrs: Api<CertificateSigningRequest> = Api::all(shared.client.clone());
+    let client_csr = csrs
+        .create(&PostParams::default(), &csr::client_csr(&node_name)?)
+        .await
+        .map_err(api_error(&node_name, "create client CSR"))?
+        .name_any();
+    shared.update(&uuid, |r| {
+        r.client_csr = Some(client_csr.clone());
+        r.stage = JoinStage::ClientCsrPending;
+    });
+    wait_for_approval(&csrs, &node_name, &client_csr).await?;
+
+    let size = guest::size_of(&shared.admin, &uuid).ok_or_else(|| AgentError::VmGone {
+        node: node_name.clone(),
+    })?;
+    let node = node_object(&node_name, &guest, node_ip, size)?;
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .map_err(api_error(&node_name, "register Node"))?;
+    shared.stage(&uuid, JoinStage::NodeRegistered);
+    tracing::info!(node = %node_name, %node_ip, "registered Node");
+
+    let serving_csr = csrs
+        .create(
+            &PostParams::default(),
+            &csr::serving_csr(&node_name, node_ip)?,
+        )
+        .await
+        .map_err(api_error(&node_name, "create serving CSR"))?
+        .name_any();
+    shared.update(&uuid, |r| {
+        r.serving_csr = Some(serving_csr.clone());
+        r.stage = JoinStage::ServingCsrPending;
+    });
+    wait_for_approval(&csrs, &node_name, &serving_csr).await?;
+
+    if guest.windows {
+        let patch =
+            json!({"metadata": {"annotations": {WMCO_VERSION_ANNOTATION: config.wmco_version}}});
+        nodes
+            .patch(&node_name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map_err(api_error(&node_name, "annotate Node as configured"))?;
+    }
+    shared.update(&uuid, |r| {
+        r.stage = JoinStage::Joined;
+        r.joined = Some(Timestamp::now());
+    });
+    tracing::info!(node = %node_name, "joined");
+    Ok(())
+}
+
+fn condition(csr: &CertificateSigningRequest, type_: &str) -> bool {
+    csr.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+async fn wait_for_approval(
+    csrs: &Api<CertificateSigningRequest>,
+    node: &str,
+    name: &str,
+) -> Result<(), AgentError> {
+    let decided = |csr: Option<&CertificateSigningRequest>| {
+        csr.is_none_or(|c| condition(c, "Approved") || condition(c, "Denied"))
+    };
+    let seen = await_condition(csrs.clone(), name, decided)
+        .await
+        .map_err(|e| AgentError::Wait {
+            node: node.to_owned(),
+            csr: name.to_owned(),
+            message: e.to_string(),
+        })?;
+    match seen {
+        None => Err(AgentError::CsrDeleted {
+            node: node.to_owned(),
+            csr: name.to_owned(),
+        }),
+        Some(csr) if condition(&csr, "Denied") => Err(AgentError::Denied {
+            node: node.to_owned(),
+            csr: name.to_owned(),
+        }),
+        Some(_) => Ok(()),
+    }
+}
+
+fn node_object(
+    name: &str,
+    guest: &Guest,
+    ip: IpAddr,
+    size: guest::GuestSize,
+) -> Result<Node, AgentError> {
+    let (os, os_id) = if guest.windows {
+        ("windows", "Windows")
+    } else {
+        ("linux", "rhcos")
+    };
+    let now = Timestamp::now().to_string();
+    let capacity = json!({
+        "cpu": size.vcpus.to_string(),
+        "memory": format!("{}Ki", size.memory_mib * 1024),
+        // OpenShift's kubelet configuration allows 250 pods per node.
+        "pods": "250",
+    });
+    let value = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/os": os, "beta.kubernetes.io/os": os,
+                "kubernetes.io/arch": "amd64", "beta.kubernetes.io/arch": "amd64",
+                "kubernetes.io/hostname": name,
+                "node.openshift.io/os_id": os_id,
+            },
+            "annotations": {PROVIDED_NODE_IP_ANNOTATION: ip.to_string()},
+        },
+        "spec": {},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": ip.to_string()}, {"type": "Hostname", "address": name}],
+            "capacity": capacity,
+            "allocatable": capacity,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                "message": "kubelet is posting ready status", "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            "nodeInfo": {
+                "operatingSystem": os, "architecture": "amd64",
+                "kubeletVersion": "v1.33.0", "kubeProxyVersion": "",
+                "containerRuntimeVersion": if guest.windows { "containerd://1.7.0" } else { "cri-o://1.33.0" },
+                "osImage": if guest.windows { "Windows Server 2022 Datacenter" } else { "Red Hat Enterprise Linux CoreOS" },
+                "kernelVersion": "", "machineID": guest.uuid.replace('-', ""), "bootID": "",
+                // A VM's firmware UUID; whether Windows reports Prism's VM UUID here is unverified
+                // (reference/03 §1).
+                "systemUUID": guest.uuid,
+            },
+        },
+    });
+    serde_json::from_value(value).map_err(|e| AgentError::NodeObject {
+        node: name.to_owned(),
+        message: e.to_string(),
+    })
+}
