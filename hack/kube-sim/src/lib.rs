@@ -24,6 +24,7 @@ pub mod selector;
 pub mod server;
 pub mod store;
 pub mod table;
+pub mod tls;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -60,6 +61,8 @@ pub struct Config {
     pub request_log_limit: usize,
     /// Namespaces created at start, besides default, kube-system, kube-public and kube-node-lease.
     pub namespaces: Vec<String>,
+    /// Serve HTTPS with a CA made at start (the kubeconfig and `client()` trust it); plain HTTP otherwise.
+    pub tls: bool,
 }
 
 impl Default for Config {
@@ -73,6 +76,7 @@ impl Default for Config {
             gc_interval: Duration::from_secs(1),
             request_log_limit: 100_000,
             namespaces: Vec::new(),
+            tls: false,
         }
     }
 }
@@ -88,6 +92,9 @@ pub enum StartError {
         /// Cause.
         source: std::io::Error,
     },
+    /// The TLS material could not be made.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     /// A namespace from the config could not be created.
     #[error("cannot create namespace {name:?}: {source}")]
     Namespace {
@@ -127,6 +134,7 @@ pub struct KubeSim;
 #[derive(Debug)]
 pub struct RunningKubeSim {
     address: SocketAddr,
+    tls: Option<tls::TlsMaterial>,
     store: Arc<Store>,
     log: Arc<RequestLog>,
     shutdown: CancellationToken,
@@ -177,9 +185,18 @@ impl KubeSim {
             max_watch: config.max_watch,
             shutdown: shutdown.clone(),
         });
-        let accept = tokio::spawn(accept_loop(listener, shared, shutdown.clone()));
+        let tls = if config.tls {
+            Some(tls::generate()?)
+        } else {
+            None
+        };
+        let acceptor = tls
+            .as_ref()
+            .map(|t| tokio_rustls::TlsAcceptor::from(t.server_config.clone()));
+        let accept = tokio::spawn(accept_loop(listener, acceptor, shared, shutdown.clone()));
         let gc = tokio::spawn(gc_loop(store.clone(), config.gc_interval, shutdown.clone()));
         Ok(RunningKubeSim {
+            tls,
             address,
             store,
             log,
@@ -191,6 +208,7 @@ impl KubeSim {
 
 async fn accept_loop(
     listener: TcpListener,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
     shared: Arc<server::Shared>,
     shutdown: CancellationToken,
 ) {
@@ -203,22 +221,39 @@ async fn accept_loop(
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let shared = shared.clone();
-                async move { Ok::<_, std::convert::Infallible>(server::handle(shared, request).await) }
-            });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                () = shutdown.cancelled() => {}
-                result = connection => {
-                    if let Err(error) = result {
-                        tracing::debug!(%error, "connection ended with an error");
-                    }
-                }
+        match acceptor.clone() {
+            None => {
+                tokio::spawn(serve_connection(stream, shared, shutdown));
             }
-        });
+            Some(acceptor) => {
+                tokio::spawn(async move {
+                    match acceptor.accept(stream).await {
+                        Ok(tls_stream) => serve_connection(tls_stream, shared, shutdown).await,
+                        Err(error) => tracing::debug!(%error, "TLS handshake failed"),
+                    }
+                });
+            }
+        }
+    }
+}
+
+async fn serve_connection<S>(stream: S, shared: Arc<server::Shared>, shutdown: CancellationToken)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |request| {
+        let shared = shared.clone();
+        async move { Ok::<_, std::convert::Infallible>(server::handle(shared, request).await) }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        result = connection => {
+            if let Err(error) = result {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        }
     }
 }
 
@@ -236,7 +271,13 @@ async fn gc_loop(store: Arc<Store>, interval: Duration, shutdown: CancellationTo
 impl RunningKubeSim {
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.address)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.address)
+    }
+
+    /// The CA certificate (PEM) clients must trust, when serving HTTPS.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.tls.as_ref().map(|t| t.ca_pem.as_str())
     }
 
     /// The bound address.
@@ -261,7 +302,7 @@ impl RunningKubeSim {
 
     /// A kubeconfig (context `kube-sim`, namespace `default`) for kubectl and kube-rs.
     pub fn kubeconfig_yaml(&self) -> String {
-        kubeconfig_yaml(&self.url())
+        kubeconfig_yaml(&self.url(), self.ca_pem())
     }
 
     /// Writes [`Self::kubeconfig_yaml`] to a file.
@@ -280,6 +321,7 @@ impl RunningKubeSim {
         let uri = http::Uri::try_from(self.url()).unwrap_or_default();
         let mut config = kube::Config::new(uri);
         config.auth_info.token = Some(KUBECONFIG_TOKEN.to_string().into());
+        config.root_cert = self.tls.as_ref().map(|t| vec![t.ca_der.clone()]);
         config
     }
 
@@ -368,15 +410,25 @@ impl Drop for RunningKubeSim {
     }
 }
 
-/// A kubeconfig for a kube-sim URL: one cluster, one user with [`KUBECONFIG_TOKEN`], context `kube-sim`.
-pub fn kubeconfig_yaml(url: &str) -> String {
+/// A kubeconfig for a kube-sim URL: one cluster (trusting `ca_pem` for HTTPS), one user with
+/// [`KUBECONFIG_TOKEN`], context `kube-sim` with namespace `default`.
+pub fn kubeconfig_yaml(url: &str, ca_pem: Option<&str>) -> String {
+    use base64::Engine;
+    let ca = ca_pem
+        .map(|pem| {
+            format!(
+                "\n    certificate-authority-data: {}",
+                base64::engine::general_purpose::STANDARD.encode(pem)
+            )
+        })
+        .unwrap_or_default();
     format!(
         "apiVersion: v1
 kind: Config
 clusters:
 - name: kube-sim
   cluster:
-    server: \"{url}\"
+    server: \"{url}\"{ca}
 users:
 - name: kube-sim-admin
   user:

@@ -25,6 +25,9 @@ struct Args {
     /// Namespaces to create at start (repeatable).
     #[arg(long = "namespace")]
     namespaces: Vec<String>,
+    /// Serve HTTPS with a CA made at start (written into the kubeconfig); plain HTTP otherwise.
+    #[arg(long)]
+    tls: bool,
     /// Files (YAML or JSON, `---`-separated documents) of objects to create at start, in order.
     #[arg(long = "load")]
     load: Vec<PathBuf>,
@@ -44,6 +47,7 @@ async fn main() -> anyhow::Result<()> {
         history_limit: args.history,
         bookmark_interval: std::time::Duration::from_secs(args.bookmark_seconds.max(1)),
         namespaces: args.namespaces,
+        tls: args.tls,
         ..kube_sim::Config::default()
     };
     let sim = kube_sim::KubeSim::start(config).await?;

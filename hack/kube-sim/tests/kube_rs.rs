@@ -1313,3 +1313,45 @@ async fn table_watch_sends_rows_with_columns_first() {
     assert_eq!(events[1]["object"]["rows"][0]["cells"][0], "t2");
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn https_with_the_generated_ca_works_for_kube_rs() {
+    let (sim, client) = start(Config {
+        tls: true,
+        ..Config::default()
+    })
+    .await;
+    assert!(sim.url().starts_with("https://127.0.0.1:"));
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let mut events = cms
+        .watch(&WatchParams::default().timeout(5), "0")
+        .await
+        .unwrap()
+        .boxed();
+    cms.create(&PostParams::default(), &config_map("over-tls", json!({})))
+        .await
+        .unwrap();
+    match events.try_next().await.unwrap() {
+        Some(WatchEvent::Added(cm)) => assert_eq!(cm.name_any(), "over-tls"),
+        other => panic!("expected ADDED, got {other:?}"),
+    }
+    // The kubeconfig carries the CA
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&path).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&path).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    let from_file: Api<ConfigMap> = Api::namespaced(Client::try_from(config).unwrap(), "default");
+    assert!(from_file.get_opt("over-tls").await.unwrap().is_some());
+    // A client that does not trust the CA is refused
+    let mut untrusting = sim.kube_config();
+    untrusting.root_cert = None;
+    let stranger: Api<ConfigMap> =
+        Api::namespaced(Client::try_from(untrusting).unwrap(), "default");
+    assert!(stranger.get_opt("over-tls").await.is_err());
+    sim.shutdown().await;
+}

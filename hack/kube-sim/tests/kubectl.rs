@@ -434,3 +434,34 @@ async fn kubectl_drives_machines_nodes_pods_and_csrs() {
     assert!(admin.as_array().unwrap().len() >= log.len());
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_over_https_trusts_the_kubeconfig_ca() {
+    if !kubectl_present() {
+        eprintln!("SKIPPED: kubectl is not installed; this test needs the real kubectl on PATH");
+        return;
+    }
+    let sim = KubeSim::start(Config {
+        tls: true,
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig).unwrap();
+    let k = Kubectl {
+        kubeconfig,
+        cache: dir.path().join("cache"),
+    };
+    let namespaces = k.ok(&["get", "namespaces"]).await;
+    assert_eq!(row(&namespaces, "kube-system")[1], "Active");
+    k.ok(&["apply", "-f", &repo_path("../../manifests/crds")])
+        .await;
+    assert!(
+        sim.requests()
+            .iter()
+            .any(|r| r.resource == "customresourcedefinitions" && r.verb == "create")
+    );
+    sim.shutdown().await;
+}
