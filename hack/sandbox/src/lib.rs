@@ -14,6 +14,7 @@
 
 pub mod actor;
 pub mod approver;
+pub mod autoscaler;
 pub mod csr;
 pub mod machineset;
 pub mod node_agent;
