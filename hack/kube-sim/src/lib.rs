@@ -13,6 +13,7 @@
 
 pub mod discovery;
 pub mod error;
+pub mod events;
 pub mod fields;
 pub mod load;
 pub mod meta;

@@ -97,6 +97,10 @@ pub enum ColumnSource {
     PodReady,
     /// CSR condition summary (`Approved,Issued`, `Pending`).
     CsrCondition,
+    /// Age of an event's last occurrence (series, lastTimestamp, eventTime, creation).
+    EventLastSeen,
+    /// `kind/name` of the object an event is about, lower-case kind.
+    EventObject,
 }
 
 /// A column of `kubectl get` output.
@@ -340,6 +344,15 @@ fn builtin_columns(group: &str, plural: &str) -> Vec<PrinterColumn> {
             age,
             column("IP", "string", path(".status.podIP"), 1),
             column("Node", "string", path(".spec.nodeName"), 1),
+        ],
+        ("", "events") => vec![
+            column("Last Seen", "string", ColumnSource::EventLastSeen, 0),
+            column("Type", "string", path(".type"), 0),
+            column("Reason", "string", path(".reason"), 0),
+            column("Object", "string", ColumnSource::EventObject, 0),
+            column("Message", "string", path(".message"), 0),
+            column("Count", "integer", path(".count"), 1),
+            column("Name", "string", path(".metadata.name"), 1),
         ],
         ("", "secrets") => vec![column("Type", "string", path(".type"), 0), age],
         ("certificates.k8s.io", _) => vec![

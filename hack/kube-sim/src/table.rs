@@ -70,6 +70,28 @@ fn cell(column: &PrinterColumn, object: &Value) -> Value {
             };
             json!(format!("{ready}/{total}"))
         }
+        ColumnSource::EventLastSeen => [
+            "/series/lastObservedTime",
+            "/lastTimestamp",
+            "/eventTime",
+            "/metadata/creationTimestamp",
+        ]
+        .iter()
+        .find_map(|p| object.pointer(p).and_then(Value::as_str))
+        .and_then(age_seconds)
+        .map(|s| json!(human_age(s)))
+        .unwrap_or(Value::Null),
+        ColumnSource::EventObject => {
+            let kind = object
+                .pointer("/involvedObject/kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let name = object
+                .pointer("/involvedObject/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            json!(format!("{}/{name}", kind.to_ascii_lowercase()))
+        }
         ColumnSource::CsrCondition => {
             let mut parts: Vec<String> = object
                 .pointer("/status/conditions")
@@ -103,16 +125,23 @@ pub fn table(
     continue_token: Option<&str>,
     full_objects: bool,
 ) -> Value {
-    let mut columns = vec![
-        json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}),
-    ];
+    // A resource whose columns name their own Name column (events: a wide-only column last) gets no leading one.
+    let leading_name = !def.columns.iter().any(|c| c.name == "Name");
+    let mut columns = vec![];
+    if leading_name {
+        columns.push(json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}));
+    }
     for c in &def.columns {
-        columns.push(json!({"name": c.name, "type": c.type_, "format": "", "description": "", "priority": c.priority}));
+        let format = if c.name == "Name" { "name" } else { "" };
+        columns.push(json!({"name": c.name, "type": c.type_, "format": format, "description": "", "priority": c.priority}));
     }
     let rows: Vec<Value> = objects
         .iter()
         .map(|object| {
-            let mut cells = vec![object.pointer("/metadata/name").cloned().unwrap_or(Value::Null)];
+            let mut cells = vec![];
+            if leading_name {
+                cells.push(object.pointer("/metadata/name").cloned().unwrap_or(Value::Null));
+            }
             cells.extend(def.columns.iter().map(|c| cell(c, object)));
             let embedded = if full_objects {
                 (*object).clone()

@@ -49,6 +49,17 @@ pub struct WatchRequest {
     pub bookmark_interval: Duration,
     /// Events carry one-row `Table`s (`kubectl get --watch`) instead of objects.
     pub table: Option<TableOutput>,
+    /// Objects are shown through another API's view of the stored resource (events.k8s.io over core events).
+    pub view: Option<View>,
+}
+
+/// Another API's view of a stored resource.
+#[derive(Debug, Clone)]
+pub struct View {
+    /// `apiVersion` of the view.
+    pub api_version: String,
+    /// Converts a stored object into the view.
+    pub convert: fn(&Value) -> Value,
 }
 
 /// Table watch output: column definitions go with the first event only, as the real server sends them.
@@ -66,6 +77,13 @@ impl WatchRequest {
     }
 
     fn line(&self, kind: &str, stored: &Stored) -> Bytes {
+        if let (Some(view), None) = (&self.view, &self.table) {
+            let mut line =
+                serde_json::to_vec(&json!({"type": kind, "object": (view.convert)(&stored.value)}))
+                    .unwrap_or_default();
+            line.push(b'\n');
+            return Bytes::from(line);
+        }
         if let Some(table) = &self.table {
             let rv = meta_rv(&stored.value);
             let mut rows = crate::table::table(
@@ -106,7 +124,11 @@ impl WatchRequest {
         if initial_events_end {
             metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
-        let event = json!({"type": "BOOKMARK", "object": {"kind": self.def.kind, "apiVersion": self.def.api_version(&self.version), "metadata": metadata}});
+        let api_version = self.view.as_ref().map_or_else(
+            || self.def.api_version(&self.version),
+            |v| v.api_version.clone(),
+        );
+        let event = json!({"type": "BOOKMARK", "object": {"kind": self.def.kind, "apiVersion": api_version, "metadata": metadata}});
         let mut line = serde_json::to_vec(&event).unwrap_or_default();
         line.push(b'\n');
         Bytes::from(line)

@@ -1100,6 +1100,23 @@ async fn event_recorder_creates_then_patches_a_series() {
         calls, expected,
         "the recorder creates, then patches the series; the test lists"
     );
+    // The same event through core/v1 (what kubectl get events and describe read)
+    let core: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let core_events = core
+        .list(&ListParams::default().fields("involvedObject.name=subject"))
+        .await
+        .unwrap();
+    assert_eq!(core_events.items.len(), 1);
+    assert_eq!(core_events.items[0].message.as_deref(), Some("VM created"));
+    assert_eq!(
+        core_events.items[0].reporting_component.as_deref(),
+        Some("nutanix-machine-controller")
+    );
+    let by_regarding = events
+        .list(&ListParams::default().fields("regarding.name=subject"))
+        .await
+        .unwrap();
+    assert_eq!(by_regarding.items.len(), 1);
     sim.shutdown().await;
 }
 

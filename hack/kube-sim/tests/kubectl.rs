@@ -218,6 +218,39 @@ async fn kubectl_drives_machines_nodes_pods_and_csrs() {
         "Running"
     );
 
+    // An event published through events.k8s.io (as the controller does) shows in get events and describe
+    let machine = sim
+        .get("machine.openshift.io", "machines", ns, "win-abc")
+        .unwrap();
+    let reference: k8s_openapi::api::core::v1::ObjectReference = serde_json::from_value(serde_json::json!({
+        "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine", "name": "win-abc", "namespace": ns,
+        "uid": machine["metadata"]["uid"],
+    }))
+    .unwrap();
+    let recorder = kube::runtime::events::Recorder::new(
+        sim.client().unwrap(),
+        "nutanix-machine-controller".into(),
+    );
+    let event = kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Normal,
+        reason: "Created".into(),
+        note: Some("VM created on Prism".into()),
+        action: "Create".into(),
+        secondary: None,
+    };
+    recorder.publish(&event, &reference).await.unwrap();
+    let events = k.ok(&["get", "events", "-n", ns]).await;
+    assert_eq!(
+        header(&events),
+        ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    );
+    assert!(
+        events.contains("machine/win-abc") && events.contains("VM created on Prism"),
+        "{events}"
+    );
+    let described = k.ok(&["describe", "machine", "win-abc", "-n", ns]).await;
+    assert!(described.contains("VM created on Prism"), "{described}");
+
     // Label, annotate
     k.ok(&["label", "machine", "win-abc", "-n", ns, "env=test"])
         .await;
@@ -416,7 +449,12 @@ async fn kubectl_drives_machines_nodes_pods_and_csrs() {
 
     // The request log saw kubectl's calls, named as RBAC would name them
     let log = sim.requests();
-    assert!(log.iter().all(|r| r.user_agent.starts_with("kubectl")));
+    // Everything but the event the test published through kube-rs came from kubectl
+    assert!(
+        log.iter()
+            .filter(|r| r.api_group != "events.k8s.io")
+            .all(|r| r.user_agent.starts_with("kubectl"))
+    );
     let saw = |verb: &str, resource: &str, sub: &str, status: u16| {
         log.iter().any(|r| {
             r.verb == verb && r.resource == resource && r.subresource == sub && r.status == status
