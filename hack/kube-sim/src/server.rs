@@ -465,6 +465,9 @@ async fn resource_request(
         return events_v1_request(shared, call, request).await;
     }
     let parse_object = |body: &[u8]| parse_object(&content_type, body);
+    if method == Method::GET && path.subresource.is_none() && wants_metadata_only(&accept) {
+        return metadata_only(shared, &def, &path, query, &accept);
+    }
     match (method, path.name.clone(), path.subresource.as_deref()) {
         (Method::GET, None, None) if is_watch(query) => {
             watch_response(shared, def, version, path.namespace, query, &accept, None)
@@ -650,6 +653,75 @@ async fn resource_request(
             path.plural
         ))),
     }
+}
+
+/// Does the `Accept` header ask for `PartialObjectMetadata` (kube-rs `get_metadata`, `list_metadata`,
+/// `metadata_watcher`)?
+fn wants_metadata_only(accept: &str) -> bool {
+    accept
+        .split(',')
+        .next()
+        .is_some_and(|first| first.contains("as=PartialObjectMetadata"))
+}
+
+/// An object reduced to `PartialObjectMetadata`.
+fn partial_metadata(object: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": object.get("metadata").cloned().unwrap_or(json!({}))})
+}
+
+/// GET, list and watch answering `PartialObjectMetadata(List)`.
+fn metadata_only(
+    shared: &Arc<Shared>,
+    def: &Arc<ResourceDef>,
+    path: &ResourcePath,
+    query: &HashMap<String, String>,
+    accept: &str,
+) -> ApiResult<Response<Body>> {
+    let store = &shared.store;
+    if let Some(name) = &path.name {
+        let stored = store.get(def, path.namespace.as_deref().unwrap_or_default(), name)?;
+        return Ok(json_response(200, &partial_metadata(&stored.value)));
+    }
+    if is_watch(query) {
+        let view = watch::View {
+            api_version: "meta.k8s.io/v1".into(),
+            convert: partial_metadata,
+        };
+        return watch_response(
+            shared,
+            def.clone(),
+            path.version.clone(),
+            path.namespace.clone(),
+            query,
+            accept,
+            Some(view),
+        );
+    }
+    let (labels, fields) = selectors(def, query)?;
+    let params = ListParams {
+        namespace: path.namespace.as_deref(),
+        labels: Some(&labels),
+        fields: Some(&fields),
+        limit: query.get("limit").and_then(|l| l.parse().ok()),
+        continue_token: query
+            .get("continue")
+            .map(String::as_str)
+            .filter(|c| !c.is_empty()),
+    };
+    let result = store.list(def, &params)?;
+    let mut metadata = json!({"resourceVersion": result.resource_version.to_string()});
+    if let Some(token) = &result.continue_token {
+        metadata["continue"] = json!(token);
+    }
+    let items: Vec<Value> = result
+        .items
+        .iter()
+        .map(|s| partial_metadata(&s.value))
+        .collect();
+    Ok(json_response(
+        200,
+        &json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "items": items}),
+    ))
 }
 
 /// An events.k8s.io request, served from the core events (see [`crate::events`]).

@@ -1372,3 +1372,48 @@ async fn https_with_the_generated_ca_works_for_kube_rs() {
     assert!(stranger.get_opt("over-tls").await.is_err());
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn metadata_only_get_list_and_watch() {
+    let (sim, client) = start(Config::default()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(
+        &PostParams::default(),
+        &config_map("m1", json!({"app": "x"})),
+    )
+    .await
+    .unwrap();
+    let meta = cms.get_metadata("m1").await.unwrap();
+    assert_eq!(
+        meta.types.as_ref().map(|t| t.kind.as_str()),
+        Some("PartialObjectMetadata")
+    );
+    assert_eq!(meta.metadata.labels.unwrap()["app"], "x");
+    let list = cms.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    let meta_api: Api<kube::core::PartialObjectMeta<ConfigMap>> =
+        Api::namespaced(client.clone(), "default");
+    let (reader, writer) = reflector::store();
+    let stream = reflector(writer, watcher(meta_api, watcher::Config::default())).applied_objects();
+    let task = tokio::spawn(stream.for_each(|_| async {}));
+    reader.wait_until_ready().await.unwrap();
+    cms.create(&PostParams::default(), &config_map("m2", json!({})))
+        .await
+        .unwrap();
+    eventually("metadata watcher sees m2", || async {
+        reader.state().len() == 2
+    })
+    .await;
+    task.abort();
+    let request = http::Request::get("/api/v1/namespaces/default/configmaps/m1")
+        .header(
+            "accept",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        )
+        .body(Vec::new())
+        .unwrap();
+    let raw: serde_json::Value =
+        serde_json::from_str(&client.request_text(request).await.unwrap()).unwrap();
+    assert!(raw.get("data").is_none(), "only metadata is sent");
+    sim.shutdown().await;
+}
