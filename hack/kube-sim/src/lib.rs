@@ -21,6 +21,7 @@ pub mod patch;
 pub mod protobuf;
 pub mod reqlog;
 pub mod resources;
+pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod store;

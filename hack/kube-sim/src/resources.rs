@@ -52,6 +52,8 @@ pub struct ResourceDef {
     pub custom: bool,
     /// `metadata.generation` is set and bumped when anything but metadata and status changes.
     pub spec_generation: bool,
+    /// The storage version's `openAPIV3Schema` (custom resources): writes are pruned and defaulted by it.
+    pub schema: Option<Value>,
 }
 
 /// JSON paths of a scale subresource, as in a CRD's `subresources.scale`.
@@ -409,6 +411,7 @@ pub fn builtin_resources() -> Vec<Arc<ResourceDef>> {
                 special_subresources: b.special.to_vec(),
                 columns: builtin_columns(b.group, b.plural),
                 custom: false,
+                schema: None,
                 spec_generation: !matches!(
                     b.plural,
                     "namespaces"
@@ -557,6 +560,7 @@ pub fn resource_from_crd(crd: &Value) -> Result<ResourceDef, CrdError> {
         columns,
         custom: true,
         spec_generation: true,
+        schema: storage.pointer("/schema/openAPIV3Schema").cloned(),
     })
 }
 

@@ -497,6 +497,7 @@ async fn resource_request(
         }
         (Method::POST, None, None) => {
             let mut body = parse_object(&read_body(request).await?)?;
+            strict_fields(&def, &version, query, &body)?;
             let scope = field_scope(&def, WriteTarget::Main);
             crate::fields::record_update(
                 &json!({}),
@@ -527,6 +528,7 @@ async fn resource_request(
         }
         (Method::PUT, Some(name), sub) => {
             let body = parse_object(&read_body(request).await?)?;
+            strict_fields(&def, &version, query, &body)?;
             let stored = match sub {
                 None => store.update(
                     &def,
@@ -595,6 +597,9 @@ async fn resource_request(
             let body = read_body(request).await?;
             let patch =
                 parse_body(kind, &body).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            if kind != PatchKind::Json {
+                strict_fields(&def, &version, query, &patch)?;
+            }
             patch_request(
                 store,
                 &def,
@@ -653,6 +658,36 @@ async fn resource_request(
             path.plural
         ))),
     }
+}
+
+/// `fieldValidation=Strict` (what kubectl sends by default): a custom resource body with fields its schema does
+/// not declare is refused, as the real server does (without it, such fields are silently pruned).
+fn strict_fields(
+    def: &ResourceDef,
+    version: &str,
+    query: &HashMap<String, String>,
+    body: &Value,
+) -> ApiResult<()> {
+    let Some(schema) = def
+        .schema
+        .as_ref()
+        .filter(|_| query.get("fieldValidation").is_some_and(|v| v == "Strict"))
+    else {
+        return Ok(());
+    };
+    let unknown = crate::schema::unknown_fields(body, schema);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let fields: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
+    Err(ApiError::bad_request(format!(
+        "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+        fields.join(", "),
+        kind = def.kind
+    )))
 }
 
 /// Does the `Accept` header ask for `PartialObjectMetadata` (kube-rs `get_metadata`, `list_metadata`,

@@ -478,6 +478,9 @@ impl Store {
             ));
         }
         prepare_create(def, &mut object)?;
+        if let Some(schema) = &def.schema {
+            crate::schema::apply_to_object(&mut object, schema);
+        }
         let crd_def = if def.group == "apiextensions.k8s.io" {
             let new_def = resource_from_crd(&object).map_err(|e| {
                 ApiError::invalid(subject(def, &name), &def.kind, &e.field, &e.message)
@@ -1505,6 +1508,9 @@ fn merge_for_update(
                 ),
             ));
         }
+    }
+    if let Some(schema) = &def.schema {
+        crate::schema::apply_to_object(&mut next, schema);
     }
     if def.spec_generation && spec_part(current) != spec_part(&next) {
         let generation = current
