@@ -10,5 +10,8 @@
 
 pub mod actuator;
 pub mod api;
+pub mod controller;
+pub mod metrics;
 pub mod plan;
 pub mod render;
+pub mod runtime;

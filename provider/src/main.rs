@@ -1,44 +1,16 @@
 //! `nutanix-machine-controller`: the OpenShift machine-api provider for Nutanix.
 //!
-//! Subcommands: `render` previews what a Machine or MachineSet would create. The controller
-//! itself (`run`, which will be the default) comes with the runtime.
+//! With no subcommand (or `run`) it runs the controller; `validate` checks a Machine against
+//! Prism Central; `render` previews what a Machine or MachineSet would create.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::Parser;
 use nutanix_machine_controller::render::{RenderError, render};
-
-#[derive(Debug, Parser)]
-#[command(
-    name = "nutanix-machine-controller",
-    version,
-    about = "OpenShift machine-api provider for Nutanix"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Option<Command>,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Print the Prism request a Machine or MachineSet would send (and, for Windows with Sysprep,
-    /// its unattend.xml), without contacting Prism.
-    Render(RenderArgs),
-}
-
-#[derive(Debug, Args)]
-struct RenderArgs {
-    /// A Machine or MachineSet (machine.openshift.io/v1beta1) in YAML.
-    #[arg(long, value_name = "FILE.yaml")]
-    machine: PathBuf,
-    /// The user-data Secret's `userData` content.
-    #[arg(long, value_name = "FILE")]
-    user_data: Option<PathBuf>,
-    /// Prism lookups to apply: names to UUIDs, sizes, categories, GPUs, failure domains (JSON).
-    #[arg(long, value_name = "FILE.json")]
-    resolve: Option<PathBuf>,
-}
+use nutanix_machine_controller::runtime::cli::{Cli, Command, RenderArgs, RunArgs};
+use nutanix_machine_controller::runtime::validate::validate;
+use nutanix_machine_controller::runtime::{init_command_logging, init_logging, run};
 
 /// Exit code for validation errors, as documented.
 const EXIT_INVALID: u8 = 2;
@@ -91,15 +63,45 @@ fn run_render(args: &RenderArgs) -> ExitCode {
     }
 }
 
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
+fn run_controller(args: RunArgs) -> ExitCode {
+    init_logging(args.verbosity, args.log_format == "json");
+    let outcome = match runtime() {
+        Ok(runtime) => runtime.block_on(run(args)),
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "stopping");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match &cli.command {
-        Some(Command::Render(args)) => run_render(args),
-        None => {
-            eprintln!(
-                "nutanix-machine-controller: the controller itself is not built yet; see `nutanix-machine-controller help`"
-            );
-            ExitCode::from(EXIT_INVALID)
+    match cli.command {
+        None => run_controller(cli.run),
+        Some(Command::Run(args)) => run_controller(*args),
+        Some(Command::Render(args)) => run_render(&args),
+        Some(Command::Validate(args)) => {
+            init_command_logging();
+            match runtime() {
+                Ok(runtime) => runtime.block_on(validate(*args)),
+                Err(error) => {
+                    eprintln!("error: cannot start the async runtime: {error}");
+                    ExitCode::FAILURE
+                }
+            }
         }
     }
 }

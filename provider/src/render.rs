@@ -57,15 +57,13 @@ pub fn render(
     user_data: Option<&[u8]>,
     resolve_json: Option<&str>,
 ) -> Result<Rendered, RenderError> {
-    let document: Value =
-        serde_saphyr::from_str(machine_yaml).map_err(|e| RenderError::Yaml(e.to_string()))?;
+    let machine = machine_from_yaml(machine_yaml)?;
     let resolved: ResolvedReferences = match resolve_json {
         Some(text) => {
             serde_json::from_str(text).map_err(|e| RenderError::Resolve(e.to_string()))?
         }
         None => ResolvedReferences::default(),
     };
-    let machine = machine_of(document)?;
     let user_data = user_data.map(UserData::new);
     let context = PlanContext {
         resolved: &resolved,
@@ -89,6 +87,14 @@ pub fn render(
         unattend_xml,
         warnings: plan.warnings,
     })
+}
+
+/// A Machine from YAML: the document itself, or one Machine of a MachineSet (as `render` shows
+/// it, with placeholder name suffix and uid).
+pub fn machine_from_yaml(text: &str) -> Result<Machine, RenderError> {
+    let document: Value =
+        serde_saphyr::from_str(text).map_err(|e| RenderError::Yaml(e.to_string()))?;
+    machine_of(document)
 }
 
 /// The Machine to render: the document itself, or one Machine of a MachineSet.

@@ -230,11 +230,3 @@ fn unreadable_input_is_exit_code_1() {
             .starts_with("error: /nonexistent/machine.yaml:")
     );
 }
-
-#[test]
-fn no_subcommand_is_a_usage_error_for_now() {
-    let output = Command::new(BINARY).output().unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let help = Command::new(BINARY).arg("help").output().unwrap();
-    assert!(String::from_utf8(help.stdout).unwrap().contains("render"));
-}

@@ -86,6 +86,9 @@ pub struct ActuatorSettings {
     pub uuid_batch: u32,
     /// How long a reservation lasts.
     pub uuid_validity: Duration,
+    /// How long a VM read by UUID is reused (the reconciles that a Machine's own status write
+    /// triggers need no new GET); a write to the VM drops it.
+    pub vm_read_ttl: Duration,
 }
 
 impl Default for ActuatorSettings {
@@ -99,6 +102,7 @@ impl Default for ActuatorSettings {
             lookup_ttl: Duration::from_secs(300),
             uuid_batch: 32,
             uuid_validity: Duration::from_secs(24 * 3600),
+            vm_read_ttl: Duration::from_secs(5),
         }
     }
 }
@@ -169,6 +173,7 @@ impl Actuator {
             inventory: Inventory::new(self.settings.inventory_max_age, self.settings.page_length),
             lookups: LookupCache::new(self.settings.lookup_ttl),
             uuids: UuidPool::new(self.settings.uuid_batch, self.settings.uuid_validity),
+            recent_reads: RecentReads::new(self.settings.vm_read_ttl),
         });
         connections.insert(key, (Instant::now(), connection.clone()));
         Ok(connection)
@@ -183,6 +188,43 @@ pub struct Connection {
     pub inventory: Inventory,
     pub lookups: LookupCache,
     pub uuids: UuidPool,
+    recent_reads: RecentReads,
+}
+
+/// VMs read by UUID in the last few seconds.
+#[derive(Debug)]
+struct RecentReads {
+    ttl: Duration,
+    vms: Mutex<HashMap<String, (Instant, Option<Vm>)>>,
+}
+
+impl RecentReads {
+    fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            vms: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn get(&self, uuid: &str) -> Option<Option<Vm>> {
+        let vms = self.vms.lock().unwrap_or_else(PoisonError::into_inner);
+        vms.get(uuid)
+            .filter(|(at, _)| at.elapsed() < self.ttl)
+            .map(|(_, vm)| vm.clone())
+    }
+
+    fn put(&self, uuid: &str, vm: Option<Vm>) {
+        let mut vms = self.vms.lock().unwrap_or_else(PoisonError::into_inner);
+        vms.retain(|_, (at, _)| at.elapsed() < self.ttl);
+        vms.insert(uuid.to_owned(), (Instant::now(), vm));
+    }
+
+    fn forget(&self, uuid: &str) {
+        self.vms
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uuid);
+    }
 }
 
 /// What a create call returned.
@@ -232,10 +274,20 @@ impl Connection {
 
     /// `GET /vms/{uuid}`; `None` for 404.
     pub async fn get_vm(&self, uuid: &str) -> Result<Option<Vm>, Error> {
-        match self.client.get_vm(uuid).await {
-            Ok(vm) => Ok(Some(vm)),
-            Err(error) if error.is_not_found() => Ok(None),
-            Err(error) => Err(error),
+        let vm = match self.client.get_vm(uuid).await {
+            Ok(vm) => Some(vm),
+            Err(error) if error.is_not_found() => None,
+            Err(error) => return Err(error),
+        };
+        self.recent_reads.put(uuid, vm.clone());
+        Ok(vm)
+    }
+
+    /// The VM as read in the last few seconds, else `GET /vms/{uuid}`.
+    pub async fn get_vm_recent(&self, uuid: &str) -> Result<Option<Vm>, Error> {
+        match self.recent_reads.get(uuid) {
+            Some(vm) => Ok(vm),
+            None => self.get_vm(uuid).await,
         }
     }
 
@@ -255,6 +307,16 @@ impl Connection {
         request: &VmRequest,
         deploy_request_id: Option<&str>,
     ) -> Result<CreateSent, Error> {
+        if let VmRequest::Create(body) = request
+            && let Some(uuid) = &body.metadata.uuid
+        {
+            self.recent_reads.forget(uuid);
+        }
+        if let VmRequest::Clone { body, .. } = request
+            && let Some(uuid) = body.metadata.as_ref().and_then(|m| m.uuid.as_ref())
+        {
+            self.recent_reads.forget(uuid);
+        }
         match request {
             VmRequest::Create(body) => {
                 let vm = self.client.create_vm(body).await?;
@@ -299,6 +361,7 @@ impl Connection {
         if !changed {
             return Ok(FollowUpOutcome::NothingLeft);
         }
+        self.recent_reads.forget(uuid);
         let updated = self.client.update_vm(uuid, &input).await?;
         Ok(FollowUpOutcome::Sent {
             task: updated.task_uuid().map(str::to_owned),
@@ -307,6 +370,7 @@ impl Connection {
 
     /// `DELETE /vms/{uuid}`; a VM that is already gone is success.
     pub async fn delete_vm(&self, uuid: &str) -> Result<DeleteOutcome, Error> {
+        self.recent_reads.forget(uuid);
         match self.client.delete_vm(uuid).await {
             Ok(_) => Ok(DeleteOutcome::Accepted),
             Err(error) if error.is_not_found() => Ok(DeleteOutcome::AlreadyGone),

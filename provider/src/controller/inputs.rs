@@ -1,0 +1,156 @@
+//! What a reconcile reads besides the Machine: `Infrastructure/cluster` (cached), Secrets (from
+//! the watched store, so a rotated Secret is seen without a restart), and the Prism connection
+//! they lead to.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, ResourceExt};
+
+use super::Shared;
+use super::error::Error;
+use crate::actuator::Connection;
+use crate::actuator::credentials::{CREDENTIALS_KEY, PrismCredentials};
+use crate::actuator::infrastructure::{
+    INFRASTRUCTURE_GROUP, INFRASTRUCTURE_KIND, INFRASTRUCTURE_NAME, INFRASTRUCTURE_PLURAL,
+    INFRASTRUCTURE_VERSION, InfrastructureInfo, parse_infrastructure,
+};
+use crate::api::Machine;
+
+/// Credentials Secret name when the providerSpec names none (the machine-api webhook's default).
+pub const DEFAULT_CREDENTIALS_SECRET: &str = "nutanix-credentials";
+
+/// `Infrastructure/cluster`, read at most once per TTL.
+#[derive(Debug)]
+pub struct InfrastructureCache {
+    api: Api<DynamicObject>,
+    ttl: Duration,
+    cached: tokio::sync::Mutex<Option<(Instant, Option<InfrastructureInfo>)>>,
+}
+
+impl InfrastructureCache {
+    pub fn new(client: kube::Client, ttl: Duration) -> Self {
+        let gvk = GroupVersionKind::gvk(
+            INFRASTRUCTURE_GROUP,
+            INFRASTRUCTURE_VERSION,
+            INFRASTRUCTURE_KIND,
+        );
+        let resource = ApiResource::from_gvk_with_plural(&gvk, INFRASTRUCTURE_PLURAL);
+        Self {
+            api: Api::all_with(client, &resource),
+            ttl,
+            cached: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The object's Nutanix settings; `None` when there is no `Infrastructure/cluster` (or no
+    /// such resource at all, as on a cluster without OpenShift's config API).
+    pub async fn get(&self) -> Result<Option<InfrastructureInfo>, Error> {
+        let mut cached = self.cached.lock().await;
+        if let Some((at, info)) = cached.as_ref()
+            && at.elapsed() < self.ttl
+        {
+            return Ok(info.clone());
+        }
+        let info = match self.api.get_opt(INFRASTRUCTURE_NAME).await {
+            Ok(Some(object)) => {
+                let value = serde_json::to_value(&object).unwrap_or_default();
+                Some(
+                    parse_infrastructure(&value)
+                        .map_err(|e| Error::Configuration(e.to_string()))?,
+                )
+            }
+            Ok(None) => None,
+            // The resource type itself is unknown: the same as no object.
+            Err(kube::Error::Api(status)) if status.code == 404 => None,
+            Err(error) => return Err(Error::kube("read Infrastructure/cluster", error)),
+        };
+        *cached = Some((Instant::now(), info.clone()));
+        Ok(info)
+    }
+}
+
+/// Why a Secret value could not be read; names the Secret and key, never the content.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SecretProblem {
+    #[error("Secret {namespace}/{name} not found")]
+    NotFound { namespace: String, name: String },
+    #[error("Secret {namespace}/{name} has no key {key:?}")]
+    MissingKey {
+        namespace: String,
+        name: String,
+        key: String,
+    },
+}
+
+/// The value of `key` in Secret `namespace/name`, from the watched store.
+pub fn secret_value(
+    secrets: &Store<Secret>,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<Vec<u8>, SecretProblem> {
+    let secret = secrets
+        .get(&ObjectRef::new(name).within(namespace))
+        .ok_or_else(|| SecretProblem::NotFound {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        })?;
+    secret
+        .data
+        .as_ref()
+        .and_then(|data| data.get(key))
+        .map(|bytes| bytes.0.clone())
+        .ok_or_else(|| SecretProblem::MissingKey {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            key: key.to_owned(),
+        })
+}
+
+/// The Prism side of a Machine: its connection and Infrastructure's settings.
+#[derive(Debug)]
+pub struct Environment {
+    pub connection: Arc<Connection>,
+    pub infrastructure: Option<InfrastructureInfo>,
+}
+
+/// Builds the Prism connection for `machine`: endpoint from `--prism-endpoint` or
+/// Infrastructure, credentials from the Machine's credentials Secret.
+pub async fn environment(shared: &Shared, machine: &Machine) -> Result<Environment, Error> {
+    let infrastructure = shared.infrastructure.get().await?;
+    let endpoint = shared
+        .settings
+        .prism_endpoint
+        .clone()
+        .or_else(|| infrastructure.as_ref().and_then(|i| i.prism_central.clone()))
+        .ok_or_else(|| {
+            Error::Configuration(
+                "no Prism Central endpoint: Infrastructure/cluster has no spec.platformSpec.nutanix.prismCentral and --prism-endpoint is not set"
+                    .into(),
+            )
+        })?;
+    let secret_name = machine
+        .provider_config()
+        .and_then(Result::ok)
+        .and_then(|config| config.credentials_secret)
+        .map(|secret| secret.name)
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| DEFAULT_CREDENTIALS_SECRET.to_owned());
+    let namespace = machine.namespace().unwrap_or_default();
+    let bytes = secret_value(&shared.secrets, &namespace, &secret_name, CREDENTIALS_KEY)
+        .map_err(|problem| Error::Configuration(format!("credentials: {problem}")))?;
+    let credentials = PrismCredentials::parse(&bytes).map_err(|problem| {
+        Error::Configuration(format!(
+            "credentials Secret {namespace}/{secret_name}: {problem}"
+        ))
+    })?;
+    let connection = shared.actuator.connection(&endpoint, &credentials)?;
+    Ok(Environment {
+        connection,
+        infrastructure,
+    })
+}

@@ -1,0 +1,622 @@
+//! The Machine controller: the machine-api-operator's lifecycle ([`crate::plan::lifecycle`])
+//! performed step by step, with the VM side in [`super::provision`] and the drain in
+//! [`super::drain`].
+//!
+//! Each reconcile asks [`next_step`] what to do, performs that one step (a status or metadata
+//! merge patch, a Prism call), and ends: a write triggers the next reconcile through the watch,
+//! a wait requeues. Only looking the VM up continues within the same reconcile.
+//!
+//! Watched: Machines (in `--namespace`, or all), wrapped in `DeserializeGuard` so a malformed
+//! one is logged and skipped instead of stalling the watch; Nodes, mapped to their Machine.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use prism_client::v3::Vm;
+use serde_json::json;
+
+use super::Shared;
+use super::drain::{DrainProgress, drain_round};
+use super::error::Error;
+use super::nodes::{ProviderIdsDone, machine_to_requeue};
+use super::provision::Observed;
+use crate::api::{
+    GuardedMachine, INSTANCE_STATE_ANNOTATION, MACHINE_FINALIZER, Machine,
+    NutanixMachineProviderStatus, phase,
+};
+use crate::plan::lifecycle::{
+    DRAINED_CONDITION, INSTANCE_MISSING_MESSAGE, MachineState, Step, VmObservation, next_step,
+};
+use crate::plan::machine_status::{
+    StatusUpdate, UNKNOWN_INSTANCE_STATE, conditions, machine_condition, metadata_patch,
+    provider_condition, status_patch,
+};
+
+/// Label of this controller in metrics.
+const CONTROLLER: &str = "machine";
+/// Machine condition of a paused Machine (migration to the Cluster API).
+const PAUSED_CONDITION: &str = "Paused";
+
+/// The Machine controller's context.
+#[derive(Debug)]
+pub struct Context {
+    pub shared: Arc<Shared>,
+    pub(super) provider_ids: ProviderIdsDone,
+}
+
+/// Runs the Machine controller until its watch ends.
+pub async fn run(shared: Arc<Shared>) {
+    let client = shared.client.clone();
+    let machines: Api<GuardedMachine> = match &shared.settings.namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    let config = controller::Config::default().concurrency(shared.settings.concurrency);
+    let context = Arc::new(Context {
+        shared,
+        provider_ids: ProviderIdsDone::default(),
+    });
+    let controller = Controller::new(machines, watcher::Config::default());
+    let store = controller.store();
+    controller
+        .watches(
+            Api::<Node>::all(client),
+            watcher::Config::default(),
+            move |node| machine_to_requeue(&node, &store),
+        )
+        .with_config(config)
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "machine controller");
+            }
+        })
+        .await;
+}
+
+fn key_of(guarded: &GuardedMachine) -> String {
+    format!(
+        "{}/{}",
+        guarded.namespace().unwrap_or_default(),
+        guarded.name_any()
+    )
+}
+
+async fn reconcile(guarded: Arc<GuardedMachine>, context: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = match &guarded.0 {
+        Ok(machine) => {
+            MachineReconcile::new(context.clone(), machine.clone())
+                .run()
+                .await
+        }
+        Err(invalid) => {
+            tracing::warn!(machine = %key_of(&guarded), error = %invalid.error, "cannot read the Machine; skipped until it changes");
+            Ok(Action::await_change())
+        }
+    };
+    let outcome = if result.is_ok() { "ok" } else { "error" };
+    context
+        .shared
+        .metrics
+        .reconcile_duration
+        .with_label_values(&[CONTROLLER, outcome])
+        .observe(started.elapsed().as_secs_f64());
+    result
+}
+
+fn error_policy(guarded: Arc<GuardedMachine>, error: &Error, context: Arc<Context>) -> Action {
+    let key = key_of(&guarded);
+    let delay = context.shared.backoff.failed(&key, error.retry_after());
+    context
+        .shared
+        .metrics
+        .reconcile_errors
+        .with_label_values(&[CONTROLLER, error.reason()])
+        .inc();
+    tracing::warn!(machine = %key, %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+/// One reconcile of one Machine.
+pub(super) struct MachineReconcile {
+    pub(super) context: Arc<Context>,
+    pub(super) machine: Machine,
+    pub(super) key: String,
+}
+
+impl MachineReconcile {
+    fn new(context: Arc<Context>, machine: Machine) -> Self {
+        let key = format!(
+            "{}/{}",
+            machine.namespace().unwrap_or_default(),
+            machine.name_any()
+        );
+        Self {
+            context,
+            machine,
+            key,
+        }
+    }
+
+    pub(super) fn shared(&self) -> &Shared {
+        &self.context.shared
+    }
+
+    fn api(&self) -> Api<Machine> {
+        Api::namespaced(
+            self.shared().client.clone(),
+            &self.machine.namespace().unwrap_or_default(),
+        )
+    }
+
+    pub(super) fn name(&self) -> String {
+        self.machine.name_any()
+    }
+
+    async fn run(mut self) -> Result<Action, Error> {
+        let state = MachineState::of(&self.machine);
+        let gate = self.shared().settings.migration_gate;
+        let mut observation = VmObservation::NotLookedUp;
+        let mut vm = None;
+        loop {
+            let step = next_step(&state, &observation, gate);
+            tracing::debug!(machine = %self.key, ?step, "next step");
+            if step == Step::LookUpVm {
+                match self.observe().await? {
+                    Observed::Vm(seen, found) => {
+                        observation = seen;
+                        vm = found;
+                        continue;
+                    }
+                    Observed::Done(action) => return Ok(action),
+                }
+            }
+            if gate && step != Step::Paused {
+                self.unpause().await?;
+            }
+            return self.perform(step, vm).await;
+        }
+    }
+
+    pub(super) async fn perform(
+        &mut self,
+        step: Step,
+        vm: Option<Box<Vm>>,
+    ) -> Result<Action, Error> {
+        let settings = &self.shared().settings;
+        let (poll, requeue) = (settings.poll_interval, settings.requeue_interval);
+        match step {
+            Step::Paused => {
+                let paused = machine_condition(
+                    PAUSED_CONDITION,
+                    true,
+                    Some("AuthoritativeAPINotMachineAPI"),
+                    Some("the Machine is owned by another API".into()),
+                    &now(),
+                );
+                self.patch_status(StatusUpdate {
+                    conditions: vec![paused],
+                    ..StatusUpdate::default()
+                })
+                .await?;
+                Ok(Action::await_change())
+            }
+            Step::RejectInvalidMachine { reason } => {
+                let machine = self.machine.clone();
+                self.shared()
+                    .event(&machine, true, "FailedValidate", reason.clone())
+                    .await;
+                Err(Error::InvalidMachine(reason))
+            }
+            Step::AddFinalizer => {
+                let mut finalizers = self.machine.finalizers().to_vec();
+                finalizers.push(MACHINE_FINALIZER.to_owned());
+                self.patch_finalizers(finalizers).await?;
+                Ok(Action::await_change())
+            }
+            Step::SetPhase(phase) => {
+                self.patch_status(StatusUpdate {
+                    phase: Some(phase),
+                    ..StatusUpdate::default()
+                })
+                .await?;
+                Ok(Action::await_change())
+            }
+            Step::WaitForPreDrainHooks => {
+                tracing::info!(machine = %self.key, "waiting for preDrain lifecycle hooks");
+                Ok(Action::await_change())
+            }
+            Step::WaitForPreTerminateHooks => {
+                tracing::info!(machine = %self.key, "waiting for preTerminate lifecycle hooks");
+                Ok(Action::await_change())
+            }
+            Step::MarkDrained => {
+                let why = if self
+                    .machine
+                    .annotations()
+                    .contains_key(crate::api::EXCLUDE_NODE_DRAINING_ANNOTATION)
+                {
+                    "draining excluded by annotation"
+                } else {
+                    "no Node to drain"
+                };
+                self.set_drained(true, conditions::DRAIN_SKIPPED, why.into())
+                    .await?;
+                Ok(Action::await_change())
+            }
+            Step::Drain { node } => match drain_round(self.shared(), &node).await? {
+                DrainProgress::Done => {
+                    self.set_drained(true, conditions::DRAINED, format!("Node {node} drained"))
+                        .await?;
+                    let machine = self.machine.clone();
+                    self.shared()
+                        .event(&machine, false, "Drained", format!("Node {node} drained"))
+                        .await;
+                    Ok(Action::await_change())
+                }
+                DrainProgress::Pending(why) => {
+                    let blocked = why.contains("blocked");
+                    let reason = if blocked {
+                        conditions::DRAIN_BLOCKED
+                    } else {
+                        conditions::DRAIN_IN_PROGRESS
+                    };
+                    self.set_drained(false, reason, why.clone()).await?;
+                    if blocked {
+                        let machine = self.machine.clone();
+                        self.shared()
+                            .event(&machine, true, "FailedDrain", format!("Node {node}: {why}"))
+                            .await;
+                    }
+                    Ok(Action::requeue(poll))
+                }
+            },
+            Step::DeleteVm => self.delete_vm().await,
+            Step::WaitForVmDeletion | Step::WaitForCreate => Ok(Action::requeue(poll)),
+            Step::FinishDeletion { node } => self.finish_deletion(node).await,
+            Step::Stop => Ok(Action::await_change()),
+            Step::UpdateFromVm { phase } => match vm {
+                Some(vm) => self.update_from_vm(phase, *vm).await,
+                None => Ok(Action::requeue(requeue)),
+            },
+            Step::ReportVmError { message } => {
+                let mut status = self.provider_status();
+                status.set_condition(provider_condition(
+                    conditions::MACHINE_UPDATE,
+                    false,
+                    conditions::UPDATE_FAILED,
+                    message.clone(),
+                    &now(),
+                ));
+                self.patch_status(StatusUpdate {
+                    provider_status: Some(status),
+                    ..StatusUpdate::default()
+                })
+                .await?;
+                self.count_failure(FailureKind::Update, "VmError");
+                let machine = self.machine.clone();
+                self.shared()
+                    .event(&machine, true, "FailedUpdate", message.clone())
+                    .await;
+                Err(Error::VmError(message))
+            }
+            Step::Fail { reason, message } => self.fail(reason, message).await,
+            Step::Create => self.create().await,
+            // `run` looks the VM up and asks again; reaching here would be a bug: look later.
+            Step::LookUpVm => Ok(Action::requeue(poll)),
+            Step::RetryCreate { message } => self.retry_create(message).await,
+        }
+    }
+
+    /// The providerStatus as read (an unreadable one is started afresh, with a warning).
+    pub(super) fn provider_status(&self) -> NutanixMachineProviderStatus {
+        self.machine.provider_status().unwrap_or_else(|error| {
+            tracing::warn!(machine = %self.key, %error, "status.providerStatus cannot be read; starting a new one");
+            NutanixMachineProviderStatus::default()
+        })
+    }
+
+    /// Writes the status change, if any, and keeps the updated Machine. Returns whether
+    /// anything was written.
+    pub(super) async fn patch_status(&mut self, update: StatusUpdate) -> Result<bool, Error> {
+        let Some(patch) = status_patch(&self.machine, &update, &now()) else {
+            return Ok(false);
+        };
+        let updated = self
+            .api()
+            .patch_status(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::kube(format!("patch status of Machine {}", self.key), e))?;
+        if let Some(phase) = update.phase
+            && phase != self.machine.phase()
+        {
+            let created = self
+                .machine
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0);
+            if let Some(created) = created {
+                let age = Timestamp::now().duration_since(created).as_secs_f64();
+                self.shared()
+                    .metrics
+                    .phase_transition
+                    .with_label_values(&[phase])
+                    .observe(age.max(0.0));
+            }
+            tracing::info!(machine = %self.key, phase, "phase");
+        }
+        self.machine = updated;
+        Ok(true)
+    }
+
+    /// Writes the providerStatus.
+    pub(super) async fn write_provider_status(
+        &mut self,
+        status: NutanixMachineProviderStatus,
+    ) -> Result<bool, Error> {
+        self.patch_status(StatusUpdate {
+            provider_status: Some(status),
+            ..StatusUpdate::default()
+        })
+        .await
+    }
+
+    /// Writes labels, annotations and providerID that differ. Returns whether anything was
+    /// written.
+    pub(super) async fn patch_metadata(
+        &mut self,
+        labels: &std::collections::BTreeMap<String, String>,
+        annotations: &std::collections::BTreeMap<String, String>,
+        provider_id: Option<&str>,
+    ) -> Result<bool, Error> {
+        let Some(patch) = metadata_patch(&self.machine, labels, annotations, provider_id) else {
+            return Ok(false);
+        };
+        self.machine = self
+            .api()
+            .patch(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::kube(format!("patch Machine {}", self.key), e))?;
+        Ok(true)
+    }
+
+    async fn patch_finalizers(&mut self, finalizers: Vec<String>) -> Result<(), Error> {
+        let patch = json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": self.machine.metadata.resource_version,
+        }});
+        self.machine = self
+            .api()
+            .patch(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::kube(format!("update finalizers of Machine {}", self.key), e))?;
+        Ok(())
+    }
+
+    async fn unpause(&mut self) -> Result<(), Error> {
+        let paused = self.machine.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == PAUSED_CONDITION && c.status == "True")
+        });
+        if paused {
+            let condition = machine_condition(
+                PAUSED_CONDITION,
+                false,
+                Some("AuthoritativeAPIMachineAPI"),
+                Some("the Machine API owns the Machine".into()),
+                &now(),
+            );
+            self.patch_status(StatusUpdate {
+                conditions: vec![condition],
+                ..StatusUpdate::default()
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn set_drained(
+        &mut self,
+        drained: bool,
+        reason: &str,
+        message: String,
+    ) -> Result<(), Error> {
+        let condition = machine_condition(
+            DRAINED_CONDITION,
+            drained,
+            Some(reason),
+            Some(message),
+            &now(),
+        );
+        self.patch_status(StatusUpdate {
+            conditions: vec![condition],
+            ..StatusUpdate::default()
+        })
+        .await?;
+        Ok(())
+    }
+
+    pub(super) fn count_failure(&self, kind: FailureKind, reason: &str) {
+        let metrics = &self.shared().metrics;
+        let counter = match kind {
+            FailureKind::Create => &metrics.create_failed,
+            FailureKind::Update => &metrics.update_failed,
+            FailureKind::Delete => &metrics.delete_failed,
+        };
+        let namespace = self.machine.namespace().unwrap_or_default();
+        counter
+            .with_label_values(&[&self.name(), &namespace, reason])
+            .inc();
+    }
+
+    /// Phase Failed with the reason and message; `instance-state: Unknown`, as MAO writes.
+    pub(super) async fn fail(
+        &mut self,
+        reason: Option<&'static str>,
+        message: String,
+    ) -> Result<Action, Error> {
+        let missing = reason.is_none() && message == INSTANCE_MISSING_MESSAGE;
+        let mut status = self.provider_status();
+        let mut machine_conditions = Vec::new();
+        if missing {
+            machine_conditions.push(machine_condition(
+                conditions::INSTANCE_EXISTS,
+                false,
+                Some(conditions::INSTANCE_MISSING),
+                Some(message.clone()),
+                &now(),
+            ));
+        } else {
+            status.set_condition(provider_condition(
+                conditions::MACHINE_CREATION,
+                false,
+                conditions::CREATION_FAILED,
+                message.clone(),
+                &now(),
+            ));
+        }
+        let annotations = [(
+            INSTANCE_STATE_ANNOTATION.to_owned(),
+            UNKNOWN_INSTANCE_STATE.to_owned(),
+        )]
+        .into();
+        self.patch_metadata(&Default::default(), &annotations, None)
+            .await?;
+        self.patch_status(StatusUpdate {
+            phase: Some(phase::FAILED),
+            error: Some((reason.map(str::to_owned), message.clone())),
+            provider_status: Some(status),
+            conditions: machine_conditions,
+            ..StatusUpdate::default()
+        })
+        .await?;
+        let (kind, event, metric_reason) = if missing {
+            (FailureKind::Update, "FailedUpdate", "InstanceMissing")
+        } else {
+            (
+                FailureKind::Create,
+                "FailedCreate",
+                reason.unwrap_or("Failed"),
+            )
+        };
+        self.count_failure(kind, metric_reason);
+        tracing::warn!(machine = %self.key, %message, "Machine failed");
+        let machine = self.machine.clone();
+        self.shared().event(&machine, true, event, message).await;
+        Ok(Action::await_change())
+    }
+
+    /// A create that cannot be made now: condition, event, metric, and a retry with backoff.
+    pub(super) async fn retry_create(&mut self, message: String) -> Result<Action, Error> {
+        let mut status = self.provider_status();
+        status.set_condition(provider_condition(
+            conditions::MACHINE_CREATION,
+            false,
+            conditions::CREATION_FAILED,
+            message.clone(),
+            &now(),
+        ));
+        self.write_provider_status(status).await?;
+        self.count_failure(FailureKind::Create, "Unresolved");
+        let machine = self.machine.clone();
+        self.shared()
+            .event(&machine, true, "FailedCreate", message.clone())
+            .await;
+        Err(Error::CreateRetry(message))
+    }
+
+    async fn delete_vm(&mut self) -> Result<Action, Error> {
+        let mut status = self.provider_status();
+        let Some(uuid) = status.vm_uuid.clone() else {
+            return Ok(Action::requeue(self.shared().settings.poll_interval));
+        };
+        let environment = super::inputs::environment(self.shared(), &self.machine).await?;
+        match environment.connection.delete_vm(&uuid).await {
+            Ok(_) => {
+                status.set_condition(provider_condition(
+                    conditions::MACHINE_DELETION,
+                    false,
+                    conditions::DELETION_IN_PROGRESS,
+                    format!("deleting VM {uuid}"),
+                    &now(),
+                ));
+                self.write_provider_status(status).await?;
+                let machine = self.machine.clone();
+                self.shared()
+                    .event(&machine, false, "Delete", format!("deleting VM {uuid}"))
+                    .await;
+                Ok(Action::requeue(self.shared().settings.poll_interval))
+            }
+            Err(error) => {
+                status.set_condition(provider_condition(
+                    conditions::MACHINE_DELETION,
+                    false,
+                    conditions::DELETION_FAILED,
+                    error.to_string(),
+                    &now(),
+                ));
+                self.write_provider_status(status).await?;
+                self.count_failure(FailureKind::Delete, "PrismError");
+                let machine = self.machine.clone();
+                self.shared()
+                    .event(&machine, true, "FailedDelete", error.to_string())
+                    .await;
+                Err(error.into())
+            }
+        }
+    }
+
+    async fn finish_deletion(&mut self, node: Option<String>) -> Result<Action, Error> {
+        if let Some(node) = node {
+            let nodes: Api<Node> = Api::all(self.shared().client.clone());
+            match nodes.delete(&node, &Default::default()).await {
+                Ok(_) => tracing::info!(machine = %self.key, node, "deleted the Node"),
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => return Err(Error::kube(format!("delete Node {node}"), error)),
+            }
+        }
+        let finalizers: Vec<String> = self
+            .machine
+            .finalizers()
+            .iter()
+            .filter(|f| *f != MACHINE_FINALIZER)
+            .cloned()
+            .collect();
+        self.patch_finalizers(finalizers).await?;
+        self.shared().backoff.reset(&self.key);
+        tracing::info!(machine = %self.key, "deleted");
+        Ok(Action::await_change())
+    }
+}
+
+/// Which `mapi_instance_*_failed` counter a failure counts in.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum FailureKind {
+    Create,
+    Update,
+    Delete,
+}
+
+/// Requeue delay of a Machine in `phase` whose VM exists.
+pub(super) fn requeue_after_update(shared: &Shared, phase: &str) -> Duration {
+    if phase == phase::RUNNING {
+        shared.settings.running_interval
+    } else {
+        shared.settings.requeue_interval
+    }
+}

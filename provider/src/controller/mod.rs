@@ -1,0 +1,162 @@
+//! The controllers of this binary and what they share.
+//!
+//! [`controllers`] lists them; the runtime starts every one of them under the leader lease (and
+//! only there). Today: the Machine controller ([`machine`]: lifecycle, drain, node link).
+//! Another controller is added by writing a function `fn(Arc<Shared>) -> ControllerFuture` and
+//! listing it in [`controllers`].
+
+pub mod backoff;
+pub mod drain;
+pub mod error;
+pub mod inputs;
+pub mod machine;
+pub mod nodes;
+pub mod provision;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
+
+use crate::actuator::Actuator;
+use crate::api::Machine;
+use crate::metrics::Metrics;
+use backoff::Backoff;
+use inputs::InfrastructureCache;
+
+/// Name under which events are reported.
+pub const CONTROLLER_NAME: &str = "nutanix-machine-controller";
+
+/// Settings of the controllers (from the command line).
+#[derive(Clone, Debug)]
+pub struct ControllerSettings {
+    /// Watch only this namespace (`--namespace`); all when `None`.
+    pub namespace: Option<String>,
+    /// Prism Central endpoint from `--prism-endpoint`, instead of `Infrastructure/cluster`.
+    pub prism_endpoint: Option<String>,
+    /// The `MachineAPIMigration` feature gate.
+    pub migration_gate: bool,
+    /// Reconciles running at once.
+    pub concurrency: u16,
+    /// How soon to read a running Prism task again, and to look again at a VM being deleted or a
+    /// Node being drained.
+    pub poll_interval: Duration,
+    /// How soon to look again at a Machine waiting for its addresses or its Node (MAO: 30 s).
+    pub requeue_interval: Duration,
+    /// How often a Running Machine is checked against the VM inventory.
+    pub running_interval: Duration,
+    /// Addresses in these networks are never reported (cluster, service, hybrid overlay).
+    pub excluded_cidrs: Vec<IpNet>,
+    /// Backoff after failed reconciles.
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Default for ControllerSettings {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            prism_endpoint: None,
+            migration_gate: false,
+            concurrency: 10,
+            poll_interval: Duration::from_secs(10),
+            requeue_interval: Duration::from_secs(30),
+            running_interval: Duration::from_secs(60),
+            excluded_cidrs: Vec::new(),
+            backoff_min: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(300),
+        }
+    }
+}
+
+/// What every controller shares.
+pub struct Shared {
+    pub client: kube::Client,
+    /// A client without kube-rs's automatic retry of 429, for evictions: a PodDisruptionBudget
+    /// answers 429, and the drain retries on its own schedule instead of blocking a worker.
+    pub eviction_client: kube::Client,
+    pub recorder: Recorder,
+    pub actuator: Arc<Actuator>,
+    pub metrics: Arc<Metrics>,
+    pub settings: ControllerSettings,
+    /// Secrets of the watched namespace(s): credentials, user data, Administrator passwords.
+    pub secrets: Store<Secret>,
+    pub infrastructure: InfrastructureCache,
+    pub backoff: Backoff,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// Builds the shared state. `instance` names this replica in events.
+    pub fn new(
+        client: kube::Client,
+        eviction_client: kube::Client,
+        actuator: Arc<Actuator>,
+        metrics: Arc<Metrics>,
+        settings: ControllerSettings,
+        secrets: Store<Secret>,
+        instance: String,
+    ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: CONTROLLER_NAME.to_owned(),
+                instance: Some(instance),
+            },
+        );
+        Self {
+            infrastructure: InfrastructureCache::new(client.clone(), Duration::from_secs(60)),
+            backoff: Backoff::new(settings.backoff_min, settings.backoff_max),
+            client,
+            eviction_client,
+            recorder,
+            actuator,
+            metrics,
+            settings,
+            secrets,
+        }
+    }
+
+    /// Publishes an event about a Machine. Notes never carry secrets (they are built from
+    /// validation messages and Prism errors, which quote none); a failure to publish is logged.
+    pub async fn event(&self, machine: &Machine, warning: bool, reason: &str, note: String) {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if let Err(error) = self
+            .recorder
+            .publish(&event, &machine.object_ref(&()))
+            .await
+        {
+            tracing::warn!(machine = %machine.name_any(), %error, "cannot publish event {reason}");
+        }
+    }
+}
+
+/// A running controller.
+pub type ControllerFuture = BoxFuture<'static, ()>;
+
+/// Every controller of the binary, by name. The runtime runs them all while it leads.
+pub fn controllers(shared: Arc<Shared>) -> Vec<(&'static str, ControllerFuture)> {
+    vec![("machine", Box::pin(machine::run(shared)))]
+}

@@ -1,0 +1,772 @@
+//! The VM side of a Machine's lifecycle: looking its VM up, the create protocol (see
+//! [`crate::actuator`]'s documentation for why each step is safe), the follow-up update of a
+//! clone or deploy, and updating the Machine from its VM.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use prism_client::v3::Vm;
+use rand::RngCore;
+
+use super::error::Error;
+use super::inputs::{Environment, environment, secret_value};
+use super::machine::{MachineReconcile, requeue_after_update};
+use super::nodes::ensure_node_provider_id;
+use crate::actuator::{Connection, FollowUpFailure, FollowUpOutcome};
+use crate::api::{
+    CLUSTER_ID_LABEL, GuestCustomizationType, Machine, NutanixMachineProviderConfig,
+    NutanixMachineProviderStatus, PendingTask, TaskOperation, phase,
+};
+use crate::plan::addresses::{AddressInput, machine_addresses, nics_of};
+use crate::plan::lifecycle::{
+    INVALID_CONFIGURATION, Step, VmObservation, VmState, after_validation, provider_id,
+};
+use crate::plan::machine_status::{
+    StatusUpdate, conditions, machine_condition, provider_condition, vm_annotations, vm_labels,
+};
+use crate::plan::provision::{
+    CreateCallOutcome, FailureClass, TaskReading, after_transient_failure, classify_create_error,
+    follow_up_value, pending_follow_up, read_task,
+};
+use crate::plan::request::{VmRequest, build_request};
+use crate::plan::resolve::{FailureDomain, RequiredLookups, ResolvedReferences};
+use crate::plan::secret::PASSWORD_RANDOM_BYTES;
+use crate::plan::unattend::PasswordValue;
+use crate::plan::{
+    AdminPassword, ErrorClass, PlanContext, ResolutionMode, UserData, ValidationErrors, VmPlan,
+    plan_vm,
+};
+
+/// Key of the user data in its Secret.
+pub const USER_DATA_KEY: &str = "userData";
+/// Key of the Administrator password in `guestCustomization.adminPasswordSecret`.
+pub const ADMIN_PASSWORD_KEY: &str = "password";
+
+/// Looks up in Prism what `machine` refers to (through the connection's caches) and plans its
+/// VM: what the controller does before every create, and what `validate` runs. A Machine that is
+/// wrong in itself gets only those errors, without any Prism call.
+pub async fn resolve_and_plan(
+    connection: &Connection,
+    machine: &Machine,
+    failure_domains: &[FailureDomain],
+    user_data: Option<&UserData>,
+    password: Option<&AdminPassword>,
+) -> Result<VmPlan, ValidationErrors> {
+    if let Some(errors) = invalid_in_itself(machine) {
+        return Err(errors);
+    }
+    let infra_id = machine
+        .labels()
+        .get(CLUSTER_ID_LABEL)
+        .cloned()
+        .unwrap_or_default();
+    let resolved = match machine.provider_config().and_then(Result::ok) {
+        Some(config) => {
+            let lookups = RequiredLookups::of(&config, &infra_id, Some(failure_domains));
+            connection
+                .lookups
+                .resolve(
+                    connection.client(),
+                    &connection.inventory,
+                    &lookups,
+                    failure_domains,
+                )
+                .await
+        }
+        None => ResolvedReferences::default(),
+    };
+    plan_vm(
+        machine,
+        &PlanContext {
+            resolved: &resolved,
+            mode: ResolutionMode::Strict,
+            user_data,
+            admin_password: password.map(PasswordValue::Secret),
+        },
+    )
+}
+
+/// The errors of a Machine that is wrong in itself (no lookup can change them), if any.
+pub fn invalid_in_itself(machine: &Machine) -> Option<ValidationErrors> {
+    let nothing = ResolvedReferences::default();
+    let errors = plan_vm(
+        machine,
+        &PlanContext {
+            resolved: &nothing,
+            mode: ResolutionMode::Strict,
+            user_data: None,
+            admin_password: None,
+        },
+    )
+    .err()?;
+    let invalid: Vec<_> = errors
+        .0
+        .into_iter()
+        .filter(|e| e.class == ErrorClass::Invalid)
+        .collect();
+    (!invalid.is_empty()).then_some(ValidationErrors(invalid))
+}
+
+/// A random Administrator password for one VM (Sysprep without `adminPasswordSecret`).
+pub fn random_admin_password() -> AdminPassword {
+    let mut random = [0u8; PASSWORD_RANDOM_BYTES];
+    rand::rng().fill_bytes(&mut random);
+    AdminPassword::from_random_bytes(&random)
+}
+
+/// What looking the VM up found, or that the reconcile already did what it had to.
+pub(super) enum Observed {
+    Vm(VmObservation, Option<Box<Vm>>),
+    Done(Action),
+}
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+fn present(vm: Vm) -> Observed {
+    Observed::Vm(VmObservation::Present(VmState::of(&vm)), Some(Box::new(vm)))
+}
+
+fn operation_of(request: &VmRequest) -> TaskOperation {
+    match request {
+        VmRequest::Create(_) => TaskOperation::Create,
+        VmRequest::Clone { .. } => TaskOperation::Clone,
+        VmRequest::Deploy { .. } => TaskOperation::Deploy,
+    }
+}
+
+impl MachineReconcile {
+    fn deleting(&self) -> bool {
+        self.machine.metadata.deletion_timestamp.is_some()
+    }
+
+    /// Finds the Machine's VM: a recorded task first, then the recorded UUID (the inventory for
+    /// a Running Machine, a GET otherwise), then the identity marker.
+    pub(super) async fn observe(&mut self) -> Result<Observed, Error> {
+        let status = self.provider_status();
+        let recorded = status.vm_uuid.is_some()
+            || status.pending_task.is_some()
+            || status.deploy_request_id.is_some();
+        let connection = match environment(self.shared(), &self.machine).await {
+            Ok(Environment { connection, .. }) => connection,
+            // Nothing was ever sent to Prism for this Machine (every create records first):
+            // a deletion need not wait for a Prism it cannot reach.
+            Err(error) if self.deleting() && !recorded => {
+                tracing::warn!(machine = %self.key, %error, "no Prism connection; nothing was created, deleting");
+                return Ok(Observed::Vm(VmObservation::Missing, None));
+            }
+            Err(error) => return Err(error),
+        };
+        let client = connection.client();
+
+        if let Some(task) = &status.pending_task {
+            // A task recorded moments ago (the reconcile its own write triggered) is not read:
+            // no create ends that fast.
+            let poll = self.shared().settings.poll_interval;
+            if let Some(started) = &task.started {
+                let age = Timestamp::now().duration_since(started.0);
+                let age = Duration::try_from(age).unwrap_or_default();
+                if age < poll {
+                    return Ok(Observed::Done(Action::requeue(poll - age)));
+                }
+            }
+            let progress = connection.read_task(task).await?;
+            match read_task(task, &progress) {
+                TaskReading::Running { status: running } => {
+                    tracing::debug!(machine = %self.key, task = %task.id, running, "task running");
+                    if task.operation.creates_vm() {
+                        return Ok(Observed::Vm(VmObservation::Creating, None));
+                    }
+                }
+                TaskReading::Created { vm_uuid } => {
+                    self.task_ended(task, true);
+                    let mut next = status.clone();
+                    next.pending_task = None;
+                    if vm_uuid.is_some() {
+                        next.vm_uuid = vm_uuid;
+                    }
+                    self.write_provider_status(next).await?;
+                    return Ok(Observed::Done(Action::await_change()));
+                }
+                TaskReading::FollowUpApplied => {
+                    self.task_ended(task, true);
+                    let mut next = status.clone();
+                    next.pending_task = None;
+                    next.pending_follow_up = None;
+                    self.write_provider_status(next).await?;
+                    return Ok(Observed::Done(Action::await_change()));
+                }
+                TaskReading::Failed { class, message } => {
+                    self.task_ended(task, false);
+                    return self
+                        .task_failed(&connection, status.clone(), task, class, message)
+                        .await;
+                }
+            }
+        }
+
+        if let Some(uuid) = &status.vm_uuid {
+            if self.machine.phase() == phase::RUNNING && !self.deleting() {
+                let snapshot = connection.inventory.snapshot(client).await?;
+                if let Some(vm) = snapshot.vm(uuid) {
+                    return Ok(present(vm.clone()));
+                }
+                // Absent from the listing proves nothing (list lag): confirm with a GET.
+            }
+            // A deletion must see Prism as it is now; otherwise a read from the last few
+            // seconds (the reconcile our own write triggered) will do.
+            let vm = if self.deleting() {
+                connection.get_vm(uuid).await?
+            } else {
+                connection.get_vm_recent(uuid).await?
+            };
+            return Ok(match vm {
+                Some(vm) => present(vm),
+                None => Observed::Vm(VmObservation::Missing, None),
+            });
+        }
+        if status.deploy_request_id.is_some() {
+            // The deploy may or may not have been sent: the create step sends it (again) with
+            // the same request id, which Prism answers with the same task.
+            return Ok(Observed::Vm(VmObservation::Missing, None));
+        }
+
+        let uid = self.machine.uid().unwrap_or_default();
+        let snapshot = connection.inventory.snapshot(client).await?;
+        if let Some(vm) = snapshot.vm_of_machine(&uid)
+            && let Some(uuid) = vm.uuid()
+        {
+            let uuid = uuid.to_ascii_lowercase();
+            tracing::info!(machine = %self.key, vm = %uuid, "found the Machine's VM by its identity marker; adopting it");
+            let mut next = status;
+            next.vm_uuid = Some(uuid.clone());
+            self.write_provider_status(next).await?;
+            let machine = self.machine.clone();
+            self.shared()
+                .event(
+                    &machine,
+                    false,
+                    "Adopted",
+                    format!("VM {uuid} carries this Machine's identity"),
+                )
+                .await;
+            return Ok(Observed::Done(Action::await_change()));
+        }
+        Ok(Observed::Vm(VmObservation::Missing, None))
+    }
+
+    fn task_ended(&self, task: &PendingTask, succeeded: bool) {
+        if let Some(started) = &task.started {
+            let elapsed = Timestamp::now().duration_since(started.0);
+            let elapsed = Duration::try_from(elapsed).unwrap_or_default();
+            self.shared()
+                .metrics
+                .task_ended(task.operation.as_str(), succeeded, elapsed);
+        }
+    }
+
+    async fn task_failed(
+        &mut self,
+        connection: &Connection,
+        mut status: NutanixMachineProviderStatus,
+        task: &PendingTask,
+        class: FailureClass,
+        message: String,
+    ) -> Result<Observed, Error> {
+        tracing::warn!(machine = %self.key, task = %task.id, operation = %task.operation, %message, "Prism task failed");
+        if class == FailureClass::Invalid {
+            let action = self
+                .fail(
+                    Some(INVALID_CONFIGURATION),
+                    format!("Prism refused the VM: {message}"),
+                )
+                .await?;
+            return Ok(Observed::Done(action));
+        }
+        after_transient_failure(&mut status);
+        let creates = task.operation.creates_vm();
+        if creates && let Some(uuid) = status.vm_uuid.clone() {
+            match connection.get_vm(&uuid).await? {
+                // Confirmed absent: the retry takes a new UUID (recorded before it is used).
+                None => {
+                    status.vm_uuid = None;
+                    status.pending_follow_up = None;
+                }
+                Some(vm) => {
+                    if let VmState::Error(vm_error) = VmState::of(&vm) {
+                        let action = self
+                            .fail(
+                                None,
+                                format!("creating VM {uuid} failed ({message}) and left it in state ERROR: {vm_error}"),
+                            )
+                            .await?;
+                        return Ok(Observed::Done(action));
+                    }
+                }
+            }
+        }
+        let (condition, reason, kind) = if creates {
+            (
+                conditions::MACHINE_CREATION,
+                conditions::CREATION_FAILED,
+                super::machine::FailureKind::Create,
+            )
+        } else {
+            (
+                conditions::MACHINE_UPDATE,
+                conditions::UPDATE_FAILED,
+                super::machine::FailureKind::Update,
+            )
+        };
+        status.set_condition(provider_condition(
+            condition,
+            false,
+            reason,
+            message.clone(),
+            &now(),
+        ));
+        self.write_provider_status(status).await?;
+        self.count_failure(kind, "TaskFailed");
+        let machine = self.machine.clone();
+        let event = if creates {
+            "FailedCreate"
+        } else {
+            "FailedUpdate"
+        };
+        self.shared()
+            .event(&machine, true, event, message.clone())
+            .await;
+        Err(Error::CreateRetry(message))
+    }
+
+    fn admin_password(
+        &self,
+        config: &NutanixMachineProviderConfig,
+    ) -> Result<Option<AdminPassword>, String> {
+        let settings = config.guest_customization.clone().unwrap_or_default();
+        let sysprep = match settings.type_ {
+            Some(GuestCustomizationType::Sysprep) => true,
+            None => self.machine.is_windows(),
+            Some(_) => false,
+        };
+        if !sysprep {
+            return Ok(None);
+        }
+        match settings.admin_password_secret {
+            Some(secret) if !secret.name.is_empty() => {
+                let namespace = self.machine.namespace().unwrap_or_default();
+                let bytes = secret_value(
+                    &self.shared().secrets,
+                    &namespace,
+                    &secret.name,
+                    ADMIN_PASSWORD_KEY,
+                )
+                .map_err(|problem| {
+                    format!("providerSpec.guestCustomization.adminPasswordSecret: {problem}")
+                })?;
+                let text = String::from_utf8(bytes).map_err(|_| {
+                    "providerSpec.guestCustomization.adminPasswordSecret: the password is not UTF-8"
+                        .to_owned()
+                })?;
+                let text = text.strip_suffix('\n').unwrap_or(&text).to_owned();
+                AdminPassword::new(text).map(Some).map_err(|problem| {
+                    format!("providerSpec.guestCustomization.adminPasswordSecret: {problem}")
+                })
+            }
+            _ => Ok(Some(random_admin_password())),
+        }
+    }
+
+    /// Validates and plans the VM, records what a retry needs, and sends the create, clone or
+    /// deploy.
+    pub(super) async fn create(&mut self) -> Result<Action, Error> {
+        if let Some(wait) = self.shared().backoff.remaining(&self.key) {
+            return Ok(Action::requeue(wait));
+        }
+        if let Some(errors) = invalid_in_itself(&self.machine) {
+            return self
+                .fail(Some(INVALID_CONFIGURATION), errors.to_string())
+                .await;
+        }
+        let Environment {
+            connection,
+            infrastructure,
+        } = environment(self.shared(), &self.machine).await?;
+        let failure_domains = infrastructure
+            .map(|info| info.failure_domains)
+            .unwrap_or_default();
+        let namespace = self.machine.namespace().unwrap_or_default();
+        let config = self.machine.provider_config().and_then(Result::ok);
+        let user_data = match config
+            .as_ref()
+            .and_then(|c| c.user_data_secret.as_ref())
+            .filter(|s| !s.name.is_empty())
+        {
+            Some(secret) => {
+                match secret_value(
+                    &self.shared().secrets,
+                    &namespace,
+                    &secret.name,
+                    USER_DATA_KEY,
+                ) {
+                    Ok(bytes) => Some(UserData::new(bytes)),
+                    Err(problem) => {
+                        return self
+                            .retry_create(format!("providerSpec.userDataSecret: {problem}"))
+                            .await;
+                    }
+                }
+            }
+            None => None,
+        };
+        let password = match config.as_ref().map(|c| self.admin_password(c)).transpose() {
+            Ok(password) => password.flatten(),
+            Err(message) => return self.retry_create(message).await,
+        };
+        let plan = resolve_and_plan(
+            &connection,
+            &self.machine,
+            &failure_domains,
+            user_data.as_ref(),
+            password.as_ref(),
+        )
+        .await;
+        let plan = match plan {
+            Ok(plan) => plan,
+            Err(errors) => {
+                return match after_validation(&errors) {
+                    Step::Fail { reason, message } => self.fail(reason, message).await,
+                    _ => self.retry_create(errors.to_string()).await,
+                };
+            }
+        };
+        for warning in &plan.warnings {
+            tracing::info!(machine = %self.key, %warning, "plan warning");
+        }
+
+        let mut status = self.provider_status();
+        let template = matches!(
+            plan.source,
+            crate::plan::vm_plan::SourcePlan::Template { .. }
+        );
+        if template {
+            let request = build_request(&plan, "");
+            let request_id = match status.deploy_request_id.clone() {
+                Some(id) => id,
+                None => {
+                    let id = uuid::Uuid::new_v4().to_string();
+                    status.deploy_request_id = Some(id.clone());
+                    status.pending_follow_up = request.follow_up().map(follow_up_value);
+                    self.record_creation_started(&mut status, "deploying the template")
+                        .await?;
+                    id
+                }
+            };
+            return self
+                .send(&connection, &request, Some(&request_id), status)
+                .await;
+        }
+        let uuid = match status.vm_uuid.clone() {
+            Some(uuid) => uuid,
+            None => {
+                let uuid = connection.uuids.take(connection.client()).await?;
+                status.vm_uuid = Some(uuid.clone());
+                status.pending_follow_up =
+                    build_request(&plan, &uuid).follow_up().map(follow_up_value);
+                self.record_creation_started(&mut status, &format!("creating VM {uuid}"))
+                    .await?;
+                uuid
+            }
+        };
+        let request = build_request(&plan, &uuid);
+        self.send(&connection, &request, None, status).await
+    }
+
+    /// Records the reserved UUID or request id (and the follow-up) before anything is sent.
+    async fn record_creation_started(
+        &mut self,
+        status: &mut NutanixMachineProviderStatus,
+        message: &str,
+    ) -> Result<(), Error> {
+        status.set_condition(provider_condition(
+            conditions::MACHINE_CREATION,
+            false,
+            conditions::CREATION_IN_PROGRESS,
+            message,
+            &now(),
+        ));
+        self.write_provider_status(status.clone()).await?;
+        Ok(())
+    }
+
+    async fn send(
+        &mut self,
+        connection: &Arc<Connection>,
+        request: &VmRequest,
+        deploy_request_id: Option<&str>,
+        mut status: NutanixMachineProviderStatus,
+    ) -> Result<Action, Error> {
+        let poll = self.shared().settings.poll_interval;
+        let operation = operation_of(request);
+        match connection.send_create(request, deploy_request_id).await {
+            Ok(sent) => {
+                let what = match &status.vm_uuid {
+                    Some(uuid) => format!("VM {uuid}"),
+                    None => "VM from the template".to_owned(),
+                };
+                if let Some(task) = sent.task {
+                    status.pending_task = Some(PendingTask {
+                        id: task,
+                        operation: operation.clone(),
+                        started: Some(now()),
+                    });
+                    self.write_provider_status(status).await?;
+                }
+                tracing::info!(machine = %self.key, %operation, "create sent: {what}");
+                let machine = self.machine.clone();
+                self.shared()
+                    .event(
+                        &machine,
+                        false,
+                        "Create",
+                        format!("{operation} requested for {what}"),
+                    )
+                    .await;
+                Ok(Action::requeue(poll))
+            }
+            Err(error) => match classify_create_error(&error, deploy_request_id.is_none()) {
+                CreateCallOutcome::AlreadyExists => {
+                    tracing::info!(machine = %self.key, "the VM exists already: an earlier create got through");
+                    Ok(Action::requeue(poll))
+                }
+                CreateCallOutcome::ReservationRejected => {
+                    let Some(uuid) = status.vm_uuid.clone() else {
+                        return Err(error.into());
+                    };
+                    if connection.get_vm(&uuid).await?.is_none() {
+                        tracing::info!(machine = %self.key, vm = %uuid, "the UUID reservation expired; taking a new one");
+                        status.vm_uuid = None;
+                        status.pending_follow_up = None;
+                        self.write_provider_status(status).await?;
+                    }
+                    Ok(Action::requeue(poll))
+                }
+                CreateCallOutcome::Invalid(message) => {
+                    self.fail(
+                        Some(INVALID_CONFIGURATION),
+                        format!("Prism refused the VM: {message}"),
+                    )
+                    .await
+                }
+                CreateCallOutcome::SourceMissing(message) => {
+                    connection.lookups.invalidate();
+                    self.retry_create(message).await
+                }
+                CreateCallOutcome::Retry => {
+                    self.count_failure(super::machine::FailureKind::Create, "PrismError");
+                    let machine = self.machine.clone();
+                    self.shared()
+                        .event(&machine, true, "FailedCreate", error.to_string())
+                        .await;
+                    Err(error.into())
+                }
+            },
+        }
+    }
+
+    /// Applies the pending follow-up of a clone or deploy; `None` when there is none to apply
+    /// now.
+    async fn follow_up(
+        &mut self,
+        connection: &Connection,
+        uuid: &str,
+    ) -> Result<Option<Action>, Error> {
+        let mut status = self.provider_status();
+        if status.pending_follow_up.is_none() || status.pending_task.is_some() {
+            return Ok(None);
+        }
+        let poll = self.shared().settings.poll_interval;
+        let Some(update) = pending_follow_up(&status) else {
+            status.pending_follow_up = None;
+            self.write_provider_status(status).await?;
+            return Ok(Some(Action::await_change()));
+        };
+        match connection.apply_follow_up(uuid, &update).await {
+            Ok(FollowUpOutcome::Sent { task: Some(task) }) => {
+                status.pending_task = Some(PendingTask {
+                    id: task,
+                    operation: TaskOperation::FollowUp,
+                    started: Some(now()),
+                });
+                self.write_provider_status(status).await?;
+                Ok(Some(Action::requeue(poll)))
+            }
+            Ok(FollowUpOutcome::Sent { task: None } | FollowUpOutcome::NothingLeft) => {
+                status.pending_follow_up = None;
+                self.write_provider_status(status).await?;
+                Ok(Some(Action::await_change()))
+            }
+            Err(FollowUpFailure::Prism(error)) if error.is_conflict() => {
+                tracing::info!(machine = %self.key, "the VM changed under the follow-up update; reading it again");
+                Ok(Some(Action::requeue(Duration::from_secs(1))))
+            }
+            Err(FollowUpFailure::Prism(error)) => match classify_create_error(&error, false) {
+                CreateCallOutcome::Invalid(message) => self
+                    .fail(
+                        Some(INVALID_CONFIGURATION),
+                        format!("Prism refused the follow-up update: {message}"),
+                    )
+                    .await
+                    .map(Some),
+                _ => Err(error.into()),
+            },
+            Err(failure @ (FollowUpFailure::Impossible(..) | FollowUpFailure::NoSpec(_))) => self
+                .fail(Some(INVALID_CONFIGURATION), failure.to_string())
+                .await
+                .map(Some),
+        }
+    }
+
+    /// Updates the Machine from its VM (providerID, addresses, labels, annotations, provider
+    /// status) and sets `phase`; nothing changes in Prism except a pending follow-up.
+    pub(super) async fn update_from_vm(
+        &mut self,
+        phase: &'static str,
+        vm: Vm,
+    ) -> Result<Action, Error> {
+        let Environment { connection, .. } = environment(self.shared(), &self.machine).await?;
+        let uuid = vm.uuid().unwrap_or_default().to_ascii_lowercase();
+        if let Some(action) = self.follow_up(&connection, &uuid).await? {
+            return Ok(action);
+        }
+        let settings = &self.shared().settings;
+        let nics = nics_of(&vm);
+        let subnet_order: Vec<String> = vm
+            .spec
+            .iter()
+            .flat_map(|spec| &spec.resources.nic_list)
+            .filter_map(|nic| nic.subnet_reference.as_ref().map(|r| r.uuid.clone()))
+            .collect();
+        let previous = self
+            .machine
+            .status
+            .as_ref()
+            .map(|s| s.addresses.clone())
+            .unwrap_or_default();
+        let name = self.name();
+        let addresses = machine_addresses(&AddressInput {
+            machine_name: &name,
+            nics: &nics,
+            subnet_order: &subnet_order,
+            excluded: &settings.excluded_cidrs,
+            previous: &previous,
+        });
+        let region = match connection
+            .lookups
+            .prism_central_name(connection.client())
+            .await
+        {
+            Ok(region) => region,
+            Err(error) => {
+                tracing::warn!(machine = %self.key, %error, "cannot read the Prism Central name for the region label");
+                None
+            }
+        };
+        let labels = vm_labels(&vm, region.as_deref());
+        let annotations = vm_annotations(&vm);
+        let provider_id = provider_id(&uuid);
+
+        let mut status = self.provider_status();
+        let state = vm
+            .state()
+            .map(|s| s.as_str().to_owned())
+            .unwrap_or_default();
+        let power = vm
+            .status
+            .as_ref()
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.power_state.as_ref())
+            .map(|p| p.as_str().to_owned())
+            .unwrap_or_default();
+        let ready = state == "COMPLETE" && power == "ON";
+        status.set_condition(provider_condition(
+            conditions::MACHINE_CREATION,
+            true,
+            conditions::CREATION_SUCCEEDED,
+            "",
+            &now(),
+        ));
+        status.set_condition(provider_condition(
+            conditions::MACHINE_UPDATE,
+            true,
+            conditions::UPDATE_SUCCEEDED,
+            "",
+            &now(),
+        ));
+        status.set_condition(provider_condition(
+            conditions::MACHINE_INSTANCE_READY,
+            ready,
+            if ready {
+                conditions::INSTANCE_READY
+            } else {
+                conditions::INSTANCE_NOT_READY
+            },
+            format!("VM state {state}, power {power}"),
+            &now(),
+        ));
+        let metadata_changed = self
+            .patch_metadata(&labels, &annotations, Some(&provider_id))
+            .await?;
+        let status_changed = self
+            .patch_status(StatusUpdate {
+                phase: Some(phase),
+                addresses: Some(addresses),
+                provider_status: Some(status),
+                conditions: vec![machine_condition(
+                    conditions::INSTANCE_EXISTS,
+                    true,
+                    None,
+                    None,
+                    &now(),
+                )],
+                ..StatusUpdate::default()
+            })
+            .await?;
+        if metadata_changed || status_changed {
+            let machine = self.machine.clone();
+            self.shared()
+                .event(
+                    &machine,
+                    false,
+                    "Update",
+                    format!("Updated Machine {name} from VM {uuid}"),
+                )
+                .await;
+        }
+        if phase == phase::RUNNING
+            && let Some(node) = self
+                .machine
+                .status
+                .as_ref()
+                .and_then(|s| s.node_ref.as_ref())
+                .and_then(|r| r.name.clone())
+        {
+            let machine = self.machine.clone();
+            ensure_node_provider_id(
+                &self.shared().client,
+                &self.context.provider_ids,
+                &machine,
+                &node,
+                &provider_id,
+            )
+            .await?;
+        }
+        self.shared().backoff.reset(&self.key);
+        Ok(Action::requeue(requeue_after_update(self.shared(), phase)))
+    }
+}

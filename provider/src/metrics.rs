@@ -1,0 +1,217 @@
+//! Prometheus metrics (`prometheus` crate, so the machine-api names are exact: no `_total`
+//! suffix is added).
+//!
+//! The machine-api-operator's, with its labels and buckets:
+//! - `mapi_instance_create_failed`, `mapi_instance_update_failed`, `mapi_instance_delete_failed`
+//!   (counters; labels `name`, `namespace`, `reason`, the reason a short fixed word);
+//! - `mapi_machine_phase_transition_seconds{phase}`: time from the Machine's creation to each
+//!   phase it enters (buckets 5 s to 600 s).
+//!
+//! Ours:
+//! - `nutanix_prism_requests_total{api,endpoint,code}` and
+//!   `nutanix_prism_request_duration_seconds{api,endpoint}`: every HTTP attempt to Prism, by
+//!   endpoint template (never a raw path), `code` `none` when no response came;
+//! - `nutanix_prism_task_duration_seconds{operation,result}`: from recording a Prism task on a
+//!   Machine to seeing it end;
+//! - `nutanix_machine_reconcile_duration_seconds{controller,result}` and
+//!   `nutanix_machine_reconcile_errors_total{controller,reason}`;
+//! - `nutanix_machine_controller_leader` (1 while this instance holds the lease).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prism_client::{RequestEvent, RequestObserver};
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+};
+
+/// Buckets of `mapi_machine_phase_transition_seconds` (the machine-api-operator's).
+pub const PHASE_TRANSITION_BUCKETS: &[f64] = &[
+    5.0, 10.0, 20.0, 30.0, 60.0, 90.0, 120.0, 180.0, 240.0, 300.0, 360.0, 480.0, 600.0,
+];
+
+/// Every metric of the controller, in one registry.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub create_failed: IntCounterVec,
+    pub update_failed: IntCounterVec,
+    pub delete_failed: IntCounterVec,
+    pub phase_transition: HistogramVec,
+    pub prism_requests: IntCounterVec,
+    pub prism_latency: HistogramVec,
+    pub task_duration: HistogramVec,
+    pub reconcile_duration: HistogramVec,
+    pub reconcile_errors: IntCounterVec,
+    pub leader: IntGauge,
+}
+
+impl Metrics {
+    pub fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let instance_labels = &["name", "namespace", "reason"];
+        let counter =
+            |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec, prometheus::Error> {
+                let counter = IntCounterVec::new(Opts::new(name, help), labels)?;
+                registry.register(Box::new(counter.clone()))?;
+                Ok(counter)
+            };
+        let histogram = |name: &str,
+                         help: &str,
+                         labels: &[&str],
+                         buckets: Vec<f64>|
+         -> Result<HistogramVec, prometheus::Error> {
+            let histogram =
+                HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)?;
+            registry.register(Box::new(histogram.clone()))?;
+            Ok(histogram)
+        };
+        let short = prometheus::exponential_buckets(0.005, 2.5, 10)?;
+        let long = prometheus::exponential_buckets(0.5, 2.0, 12)?;
+        let leader = IntGauge::new(
+            "nutanix_machine_controller_leader",
+            "1 while this instance holds the leader lease",
+        )?;
+        registry.register(Box::new(leader.clone()))?;
+        Ok(Self {
+            create_failed: counter(
+                "mapi_instance_create_failed",
+                "Number of times a machine instance create failed",
+                instance_labels,
+            )?,
+            update_failed: counter(
+                "mapi_instance_update_failed",
+                "Number of times a machine instance update failed",
+                instance_labels,
+            )?,
+            delete_failed: counter(
+                "mapi_instance_delete_failed",
+                "Number of times a machine instance delete failed",
+                instance_labels,
+            )?,
+            phase_transition: histogram(
+                "mapi_machine_phase_transition_seconds",
+                "Seconds from a Machine's creation to each phase it enters",
+                &["phase"],
+                PHASE_TRANSITION_BUCKETS.to_vec(),
+            )?,
+            prism_requests: counter(
+                "nutanix_prism_requests_total",
+                "HTTP requests to Prism Central by API, endpoint template and status code",
+                &["api", "endpoint", "code"],
+            )?,
+            prism_latency: histogram(
+                "nutanix_prism_request_duration_seconds",
+                "Latency of HTTP requests to Prism Central by API and endpoint template",
+                &["api", "endpoint"],
+                short.clone(),
+            )?,
+            task_duration: histogram(
+                "nutanix_prism_task_duration_seconds",
+                "Seconds from recording a Prism task on a Machine to seeing it end",
+                &["operation", "result"],
+                long,
+            )?,
+            reconcile_duration: histogram(
+                "nutanix_machine_reconcile_duration_seconds",
+                "Duration of reconciles by controller and result",
+                &["controller", "result"],
+                short,
+            )?,
+            reconcile_errors: counter(
+                "nutanix_machine_reconcile_errors_total",
+                "Failed reconciles by controller and reason",
+                &["controller", "reason"],
+            )?,
+            leader,
+            registry,
+        })
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut buffer = Vec::new();
+        if let Err(error) = TextEncoder::new().encode(&self.registry.gather(), &mut buffer) {
+            tracing::warn!(%error, "cannot encode metrics");
+        }
+        String::from_utf8(buffer).unwrap_or_default()
+    }
+
+    /// An observer for the Prism client that feeds the request metrics.
+    pub fn prism_observer(self: &Arc<Self>) -> Arc<dyn RequestObserver> {
+        let metrics = self.clone();
+        Arc::new(move |event: &RequestEvent| metrics.observe_prism(event))
+    }
+
+    fn observe_prism(&self, event: &RequestEvent) {
+        let code = event
+            .status
+            .map_or_else(|| "none".to_owned(), |status| status.to_string());
+        let api = event.api.label();
+        self.prism_requests
+            .with_label_values(&[api, event.endpoint, &code])
+            .inc();
+        self.prism_latency
+            .with_label_values(&[api, event.endpoint])
+            .observe(event.latency.as_secs_f64());
+    }
+
+    /// Observes a task that ended after `elapsed`.
+    pub fn task_ended(&self, operation: &str, succeeded: bool, elapsed: Duration) {
+        let result = if succeeded { "succeeded" } else { "failed" };
+        self.task_duration
+            .with_label_values(&[operation, result])
+            .observe(elapsed.as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn machine_api_names_are_exact_and_prism_requests_are_counted_by_template() {
+        let metrics = Arc::new(Metrics::new().unwrap());
+        metrics
+            .create_failed
+            .with_label_values(&["m", "ns", "InvalidConfiguration"])
+            .inc();
+        metrics
+            .phase_transition
+            .with_label_values(&["Running"])
+            .observe(42.0);
+        let observer = metrics.prism_observer();
+        observer.observe(&RequestEvent {
+            api: prism_client::Api::V3,
+            endpoint: prism_client::endpoints::VMS_GET,
+            status: Some(200),
+            latency: Duration::from_millis(12),
+            attempt: 1,
+        });
+        observer.observe(&RequestEvent {
+            api: prism_client::Api::V3,
+            endpoint: prism_client::endpoints::VMS_CREATE,
+            status: None,
+            latency: Duration::from_millis(12),
+            attempt: 1,
+        });
+        let text = metrics.render();
+        assert!(text.contains(
+            r#"mapi_instance_create_failed{name="m",namespace="ns",reason="InvalidConfiguration"} 1"#
+        ));
+        assert!(
+            text.contains(
+                r#"mapi_machine_phase_transition_seconds_bucket{phase="Running",le="60"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"nutanix_prism_requests_total{api="v3",code="200",endpoint="GET /vms/{uuid}"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(r#"code="none",endpoint="POST /vms""#));
+        assert!(!text.contains("mapi_instance_create_failed_total"));
+    }
+}

@@ -1,0 +1,308 @@
+//! Command-line flags: the ones the machine-api-operator passes to a provider's
+//! `machine-controller` container (accepted and honoured), and ours.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+use ipnet::IpNet;
+
+use super::validate::ValidateArgs;
+
+/// The command line: no subcommand (or `run`) runs the controller.
+#[derive(Debug, Parser)]
+#[command(
+    name = "nutanix-machine-controller",
+    version,
+    about = "OpenShift machine-api provider for Nutanix",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controller (the default).
+    Run(Box<RunArgs>),
+    /// Resolve a Machine's references against Prism Central and print the errors the controller
+    /// would raise (exit 2), or what it would create (exit 0).
+    Validate(Box<ValidateArgs>),
+    /// Print the Prism request a Machine or MachineSet would send (and, for Windows with Sysprep,
+    /// its unattend.xml), without contacting Prism.
+    Render(RenderArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// A Machine or MachineSet (machine.openshift.io/v1beta1) in YAML.
+    #[arg(long, value_name = "FILE.yaml")]
+    pub machine: PathBuf,
+    /// The user-data Secret's `userData` content.
+    #[arg(long, value_name = "FILE")]
+    pub user_data: Option<PathBuf>,
+    /// Prism lookups to apply: names to UUIDs, sizes, categories, GPUs, failure domains (JSON).
+    #[arg(long, value_name = "FILE.json")]
+    pub resolve: Option<PathBuf>,
+}
+
+/// Flags of the controller (`nutanix-machine-controller` and `nutanix-machine-controller run`).
+#[derive(Clone, Debug, Args)]
+pub struct RunArgs {
+    // ---- passed by the machine-api-operator ----
+    /// Run leader election; only the leader acts.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Lease duration (Go duration, e.g. 120s).
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+    /// Namespace of the Lease (default: --namespace, else the pod's namespace).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub leader_elect_resource_namespace: Option<String>,
+    /// Watch Machines in this namespace only (default: all namespaces).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Log verbosity as klog counts it: up to 3 info, 4-5 debug, 6 and more trace.
+    #[arg(long = "v", value_name = "LEVEL", default_value_t = 2)]
+    pub verbosity: u8,
+    /// Accepted for compatibility; logs always go to stderr.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", default_value = "true", action = ArgAction::Set)]
+    pub logtostderr: bool,
+    /// Feature gates, `Name=true|false,...`; `MachineAPIMigration` is honoured.
+    #[arg(long, value_name = "GATES", default_value = "", value_parser = parse_feature_gates)]
+    pub feature_gates: FeatureGates,
+    /// Address of the metrics endpoint (`:8081`, `host:port`; `0` disables it).
+    #[arg(long, value_name = "ADDRESS", default_value = ":8081")]
+    pub metrics_bind_address: String,
+    /// Address of `/healthz` and `/readyz` (`0` disables them).
+    #[arg(long, value_name = "ADDRESS", default_value = ":9440")]
+    pub health_addr: String,
+
+    // ---- ours ----
+    /// Kubeconfig to use (default: in-cluster, else $KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub prism: PrismArgs,
+    /// Machines reconciled at once.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub concurrency: u16,
+    /// Addresses in these networks are never reported on Machines (comma-separated CIDRs:
+    /// cluster, service and hybrid-overlay networks).
+    #[arg(long, value_name = "CIDR,...", value_delimiter = ',')]
+    pub excluded_address_cidrs: Vec<IpNet>,
+    /// How soon a running Prism task, a VM being deleted or a Node being drained is looked at
+    /// again.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub poll_interval: Duration,
+    /// How soon a Machine waiting for its addresses or its Node is looked at again.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub requeue_interval: Duration,
+    /// Age at which the shared VM inventory is listed again; Running Machines are checked
+    /// against it this often.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub inventory_refresh_interval: Duration,
+    /// How long name → UUID lookups are cached.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub lookup_cache_ttl: Duration,
+    /// Log format.
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+}
+
+/// How to reach Prism Central (shared by `run` and `validate`).
+#[derive(Clone, Debug, Args)]
+pub struct PrismArgs {
+    /// Prism Central endpoint (`https://HOST:PORT`); overrides Infrastructure/cluster.
+    #[arg(long, value_name = "URL")]
+    pub prism_endpoint: Option<String>,
+    /// Extra CA certificates (PEM) trusted for Prism Central.
+    #[arg(long, value_name = "FILE")]
+    pub prism_ca_file: Option<PathBuf>,
+    /// Accept any Prism Central certificate (labs only).
+    #[arg(long)]
+    pub insecure_skip_tls_verify: bool,
+    /// Requests per second to Prism Central (one token bucket per endpoint and credentials).
+    #[arg(long, value_name = "QPS", default_value_t = 20.0)]
+    pub prism_rate_limit: f64,
+    /// Requests allowed at once after a quiet period.
+    #[arg(long, value_name = "N", default_value_t = 40)]
+    pub prism_burst: u32,
+}
+
+/// Feature gates by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FeatureGates(pub BTreeMap<String, bool>);
+
+/// The gate that pauses Machines owned by the Cluster API.
+pub const MACHINE_API_MIGRATION: &str = "MachineAPIMigration";
+
+impl FeatureGates {
+    pub fn enabled(&self, gate: &str) -> bool {
+        self.0.get(gate).copied().unwrap_or(false)
+    }
+}
+
+/// Parses `A=true,B=false` (library-go's format).
+pub fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
+    let mut gates = BTreeMap::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, value) = entry
+            .split_once('=')
+            .ok_or_else(|| format!("{entry:?} is not Name=true|false"))?;
+        let value = value
+            .trim()
+            .parse::<bool>()
+            .map_err(|_| format!("{entry:?}: the value must be true or false"))?;
+        gates.insert(name.trim().to_owned(), value);
+    }
+    Ok(FeatureGates(gates))
+}
+
+/// Parses a Go duration: a sequence of decimal numbers with units `ns`, `us`, `µs`, `ms`, `s`,
+/// `m`, `h` (`120s`, `1m30s`, `1.5h`); `0` alone is zero.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if text.is_empty() {
+        return Err("empty duration".into());
+    }
+    let mut rest = text;
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("{text:?}: missing unit (ns, us, ms, s, m, h)"))?;
+        let (number, after) = rest.split_at(number_end);
+        let value: f64 = number
+            .parse()
+            .map_err(|_| format!("{text:?}: {number:?} is not a number"))?;
+        let unit_end = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_end);
+        let seconds = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            other => return Err(format!("{text:?}: unknown unit {other:?}")),
+        };
+        total += value * seconds;
+        rest = next;
+    }
+    Duration::try_from_secs_f64(total).map_err(|e| format!("{text:?}: {e}"))
+}
+
+/// A Go-style listen address: `:PORT` (all interfaces), `HOST:PORT`; `0` or empty disables.
+pub fn parse_listen_address(text: &str) -> Result<Option<SocketAddr>, String> {
+    let text = text.trim();
+    if text.is_empty() || text == "0" {
+        return Ok(None);
+    }
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.to_owned(),
+    };
+    full.parse()
+        .map(Some)
+        .map_err(|_| format!("{text:?} is not an address such as :9440 or 127.0.0.1:9440"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_machine_api_operators_arguments_parse() {
+        // As MAO's pkg/operator/sync.go starts a provider's machine-controller container.
+        let cli = Cli::try_parse_from([
+            "nutanix-machine-controller",
+            "--logtostderr=true",
+            "--v=3",
+            "--leader-elect=true",
+            "--leader-elect-lease-duration=120s",
+            "--namespace=openshift-machine-api",
+            "--feature-gates=MachineAPIMigration=true,OtherGate=false",
+            "--metrics-bind-address=:8081",
+            "--health-addr=:9440",
+        ])
+        .unwrap();
+        assert!(cli.command.is_none());
+        let run = cli.run;
+        assert!(run.leader_elect && run.logtostderr);
+        assert_eq!(run.verbosity, 3);
+        assert_eq!(run.leader_elect_lease_duration, Duration::from_secs(120));
+        assert_eq!(run.namespace.as_deref(), Some("openshift-machine-api"));
+        assert!(run.feature_gates.enabled(MACHINE_API_MIGRATION));
+        assert_eq!(run.metrics_bind_address, ":8081");
+
+        let defaults = Cli::try_parse_from(["nutanix-machine-controller", "run"]).unwrap();
+        let Some(Command::Run(run)) = defaults.command else {
+            panic!("run subcommand")
+        };
+        assert!(!run.leader_elect);
+        assert_eq!(run.health_addr, ":9440");
+        assert_eq!(run.requeue_interval, Duration::from_secs(30));
+
+        let bare_flag =
+            Cli::try_parse_from(["nutanix-machine-controller", "--leader-elect"]).unwrap();
+        assert!(bare_flag.run.leader_elect);
+    }
+
+    #[test]
+    fn go_durations() {
+        let cases = [
+            ("120s", 120_000),
+            ("1m30s", 90_000),
+            ("1.5h", 5_400_000),
+            ("500ms", 500),
+            ("0", 0),
+            ("2m", 120_000),
+        ];
+        for (text, millis) in cases {
+            assert_eq!(
+                parse_duration(text).unwrap(),
+                Duration::from_millis(millis),
+                "{text}"
+            );
+        }
+        for bad in ["", "10", "s", "10x", "1..5s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn feature_gates() {
+        let gates = parse_feature_gates("MachineAPIMigration=true, Other=false").unwrap();
+        assert!(gates.enabled(MACHINE_API_MIGRATION));
+        assert!(!gates.enabled("Other"));
+        assert!(!gates.enabled("Absent"));
+        assert_eq!(parse_feature_gates("").unwrap(), FeatureGates::default());
+        assert!(parse_feature_gates("Gate").is_err());
+        assert!(parse_feature_gates("Gate=yes").is_err());
+    }
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(
+            parse_listen_address(":9440").unwrap(),
+            Some("0.0.0.0:9440".parse().unwrap())
+        );
+        assert_eq!(
+            parse_listen_address("127.0.0.1:0").unwrap(),
+            Some("127.0.0.1:0".parse().unwrap())
+        );
+        assert_eq!(parse_listen_address("0").unwrap(), None);
+        assert!(parse_listen_address("localhost").is_err());
+    }
+}

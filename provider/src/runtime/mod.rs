@@ -1,0 +1,302 @@
+//! The runtime: logging, Kubernetes and Prism clients, the metrics and health endpoints, leader
+//! election, and the controllers of [`crate::controller::controllers`] started under the lease.
+//!
+//! Only the leader runs controllers. Losing the lease ends the process with a non-zero status
+//! (the simplest way to stop every reconcile at once; the Deployment restarts it as a candidate),
+//! as does a controller whose watch ends. SIGTERM or Ctrl-C releases the lease and exits 0.
+
+pub mod cli;
+pub mod leader;
+pub mod server;
+pub mod validate;
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Config};
+use prism_client::RateLimit;
+use tokio::task::JoinSet;
+use tracing_subscriber::EnvFilter;
+
+use crate::actuator::{Actuator, ActuatorSettings};
+use crate::controller::{ControllerSettings, Shared, controllers};
+use crate::metrics::Metrics;
+use cli::{MACHINE_API_MIGRATION, PrismArgs, RunArgs, parse_listen_address};
+
+/// Why the controller stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("kubeconfig {path}: {source}")]
+    Kubeconfig {
+        path: String,
+        source: kube::config::KubeconfigError,
+    },
+    #[error("Kubernetes client configuration: {0}")]
+    KubeConfig(#[from] kube::config::InferConfigError),
+    #[error("Kubernetes client: {0}")]
+    KubeClient(#[from] kube::Error),
+    #[error("{0}")]
+    Flag(String),
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("cannot listen: {0}")]
+    Listen(#[from] std::io::Error),
+    #[error("leader election: {0}")]
+    Lease(#[from] kube_lease_manager::LeaseManagerError),
+    #[error("lost the leader lease")]
+    LeaseLost,
+    #[error("the {0} controller stopped")]
+    ControllerStopped(&'static str),
+}
+
+/// Sets up logging to stderr: `RUST_LOG` if set, else `--v` mapped to a level for this crate
+/// and the Prism client (other crates log warnings only: their debug output is not ours to
+/// vouch for).
+pub fn init_logging(verbosity: u8, json: bool) {
+    let level = match verbosity {
+        0..=3 => "info",
+        4..=5 => "debug",
+        _ => "trace",
+    };
+    install_logging(
+        &format!(
+            "warn,nutanix_machine_controller={level},prism_client={level},kube_lease_manager=info"
+        ),
+        json,
+    );
+}
+
+/// Logging for the one-shot commands: warnings only, unless `RUST_LOG` says otherwise.
+pub fn init_command_logging() {
+    install_logging("warn", false);
+}
+
+fn install_logging(default_filter: &str, json: bool) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    let result = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+    if let Err(error) = result {
+        eprintln!("logging already set up: {error}");
+    }
+}
+
+/// The Kubernetes client configuration: `--kubeconfig`, else in-cluster or `$KUBECONFIG`.
+pub async fn kube_config(path: Option<&Path>) -> Result<Config, RuntimeError> {
+    match path {
+        Some(path) => {
+            let kubeconfig =
+                Kubeconfig::read_from(path).map_err(|source| RuntimeError::Kubeconfig {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|source| RuntimeError::Kubeconfig {
+                    path: path.display().to_string(),
+                    source,
+                })
+        }
+        None => Ok(Config::infer().await?),
+    }
+}
+
+/// The actuator settings from the Prism flags.
+pub fn actuator_settings(prism: &PrismArgs) -> ActuatorSettings {
+    ActuatorSettings {
+        ca_file: prism.prism_ca_file.clone(),
+        insecure: prism.insecure_skip_tls_verify,
+        rate_limit: RateLimit {
+            requests_per_second: prism.prism_rate_limit,
+            burst: prism.prism_burst,
+        },
+        ..ActuatorSettings::default()
+    }
+}
+
+/// Watches the Secrets of `namespace` (all when `None`) into a store.
+fn secret_store(
+    client: Client,
+    namespace: Option<&str>,
+) -> (Store<Secret>, impl Future<Output = ()> + Send + 'static) {
+    let api: Api<Secret> = match namespace {
+        Some(namespace) => Api::namespaced(client, namespace),
+        None => Api::all(client),
+    };
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default()).default_backoff(),
+    )
+    .touched_objects();
+    let run = async move {
+        stream
+            .for_each(|result| async move {
+                if let Err(error) = result {
+                    tracing::warn!(%error, "watching Secrets");
+                }
+            })
+            .await;
+    };
+    (reader, run)
+}
+
+fn lease_namespace(args: &RunArgs, config: &Config) -> String {
+    args.leader_elect_resource_namespace
+        .clone()
+        .or_else(|| args.namespace.clone())
+        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|text| text.trim().to_owned())
+        })
+        .filter(|namespace| !namespace.is_empty())
+        .unwrap_or_else(|| config.default_namespace.clone())
+}
+
+/// This replica's name in the Lease and in events: the pod name (or host name) and a random
+/// suffix, as client-go does.
+fn identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .ok()
+        .filter(|name| !name.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|text| text.trim().to_owned())
+        })
+        .unwrap_or_else(|| "nutanix-machine-controller".to_owned());
+    format!("{host}_{}", uuid::Uuid::new_v4())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot watch SIGTERM");
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+/// Runs the controller until a signal (Ok), a lost lease or a stopped controller (Err).
+pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
+    let metrics = Arc::new(Metrics::new()?);
+    let config = kube_config(args.kubeconfig.as_deref()).await?;
+    let client = Client::try_from(config.clone())?;
+    let mut eviction_config = config.clone();
+    eviction_config.default_retry = false;
+    let eviction_client = Client::try_from(eviction_config)?;
+
+    let health = parse_listen_address(&args.health_addr).map_err(RuntimeError::Flag)?;
+    let metrics_address =
+        parse_listen_address(&args.metrics_bind_address).map_err(RuntimeError::Flag)?;
+    server::start(health, metrics_address, metrics.clone()).await?;
+
+    let (secrets, watch_secrets) = secret_store(client.clone(), args.namespace.as_deref());
+    tokio::spawn(watch_secrets);
+
+    let actuator = Arc::new(Actuator::new(
+        ActuatorSettings {
+            inventory_max_age: args.inventory_refresh_interval,
+            lookup_ttl: args.lookup_cache_ttl,
+            ..actuator_settings(&args.prism)
+        },
+        Some(metrics.prism_observer()),
+    ));
+    let settings = ControllerSettings {
+        namespace: args.namespace.clone(),
+        prism_endpoint: args.prism.prism_endpoint.clone(),
+        migration_gate: args.feature_gates.enabled(MACHINE_API_MIGRATION),
+        concurrency: args.concurrency.max(1),
+        poll_interval: args.poll_interval,
+        requeue_interval: args.requeue_interval,
+        running_interval: args.inventory_refresh_interval,
+        excluded_cidrs: args.excluded_address_cidrs.clone(),
+        ..ControllerSettings::default()
+    };
+    let identity = identity();
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        %identity,
+        namespace = args.namespace.as_deref().unwrap_or("(all)"),
+        "starting"
+    );
+
+    let mut leadership = if args.leader_elect {
+        let namespace = lease_namespace(&args, &config);
+        tokio::select! {
+            leadership = leader::acquire(client.clone(), &namespace, &identity, args.leader_elect_lease_duration) => Some(leadership?),
+            () = shutdown_signal() => return Ok(()),
+        }
+    } else {
+        None
+    };
+    metrics.leader.set(1);
+    secrets.wait_until_ready().await.ok();
+
+    let shared = Arc::new(Shared::new(
+        client,
+        eviction_client,
+        actuator,
+        metrics,
+        settings,
+        secrets,
+        identity,
+    ));
+    let mut running = JoinSet::new();
+    for (name, controller) in controllers(shared) {
+        tracing::info!(controller = name, "starting controller");
+        running.spawn(async move {
+            controller.await;
+            name
+        });
+    }
+    let lost = async {
+        match leadership.as_mut() {
+            Some(leadership) => leadership.lost().await,
+            None => std::future::pending().await,
+        }
+    };
+    let outcome = tokio::select! {
+        () = shutdown_signal() => Ok(()),
+        () = lost => Err(RuntimeError::LeaseLost),
+        stopped = running.join_next() => Err(RuntimeError::ControllerStopped(
+            stopped.and_then(Result::ok).unwrap_or("unknown"),
+        )),
+    };
+    running.abort_all();
+    if let (Ok(()), Some(leadership)) = (&outcome, leadership) {
+        leadership.release().await;
+    }
+    outcome
+}

@@ -1,0 +1,130 @@
+//! The command line: `validate` against Prism, `--version`, help, and a failing start.
+
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::harness::{
+    Env, INFRA_ID, NS, PRISM_PASSWORD, credentials_json, linux_spec, linux_user_data,
+};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_nutanix-machine-controller");
+
+fn machine_yaml(provider_spec: serde_json::Value) -> String {
+    serde_json::to_string(&json!({
+        "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": "check-0", "namespace": NS,
+                     "labels": {"machine.openshift.io/cluster-api-cluster": INFRA_ID}},
+        "spec": {"providerSpec": {"value": provider_spec}},
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn validate_prints_the_errors_the_controller_would_raise() {
+    let env = Env::start().await;
+    let dir = env.dir.path();
+    let credentials = dir.join("credentials.json");
+    std::fs::write(&credentials, credentials_json(PRISM_PASSWORD)).unwrap();
+    let user_data = dir.join("user-data.ign");
+    std::fs::write(&user_data, linux_user_data()).unwrap();
+    // The mock answers on this test's runtime: the binary runs without blocking it.
+    let run = async |spec: serde_json::Value| {
+        let machine = dir.join("machine.yaml");
+        std::fs::write(&machine, machine_yaml(spec)).unwrap();
+        let output = tokio::process::Command::new(BINARY)
+            .arg("validate")
+            .arg("--machine")
+            .arg(&machine)
+            .arg("--credentials-file")
+            .arg(&credentials)
+            .arg("--user-data")
+            .arg(&user_data)
+            .arg("--prism-endpoint")
+            .arg(env.mock.base_url())
+            .arg("--prism-ca-file")
+            .arg(env.ca_file())
+            .output()
+            .await
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8(output.stdout).unwrap(),
+            String::from_utf8(output.stderr).unwrap(),
+        )
+    };
+
+    let (code, stdout, stderr) = run(linux_spec()).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("valid: POST /api/nutanix/v3/vms"),
+        "{stdout}"
+    );
+
+    let mut unknown = linux_spec();
+    unknown["image"] = json!({"type": "name", "name": "no-such-image"});
+    let (code, _, stderr) = run(unknown).await;
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        stderr.trim(),
+        "providerSpec.image: image \"no-such-image\": no image named \"no-such-image\" (unresolved)"
+    );
+
+    let mut invalid = linux_spec();
+    invalid["vcpuSockets"] = 0.into();
+    invalid["image"] = json!({"type": "name", "name": "no-such-image"});
+    let (code, _, stderr) = run(invalid).await;
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        stderr.trim(),
+        "providerSpec.vcpuSockets: must be at least 1, got 0 (invalid)",
+        "what is wrong in the Machine itself comes alone, as the controller fails it"
+    );
+    assert!(!stderr.contains(PRISM_PASSWORD));
+}
+
+#[test]
+fn version_help_and_a_failing_start() {
+    let version = Command::new(BINARY).arg("--version").output().unwrap();
+    assert!(version.status.success());
+    assert!(
+        String::from_utf8(version.stdout)
+            .unwrap()
+            .contains(env!("CARGO_PKG_VERSION"))
+    );
+
+    let help = Command::new(BINARY).arg("--help").output().unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    for flag in [
+        "--leader-elect",
+        "--leader-elect-lease-duration",
+        "--leader-elect-resource-namespace",
+        "--namespace",
+        "--v",
+        "--logtostderr",
+        "--feature-gates",
+        "--metrics-bind-address",
+        "--health-addr",
+        "--kubeconfig",
+        "--prism-endpoint",
+        "--prism-ca-file",
+        "--insecure-skip-tls-verify",
+        "validate",
+        "render",
+        "run",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from --help");
+    }
+
+    // No subcommand runs the controller: an unreadable kubeconfig stops it with an error.
+    let failed = Command::new(BINARY)
+        .args(["--kubeconfig", "/nonexistent/kubeconfig"])
+        .output()
+        .unwrap();
+    assert_eq!(failed.status.code(), Some(1));
+    assert!(
+        String::from_utf8(failed.stderr)
+            .unwrap()
+            .contains("/nonexistent/kubeconfig")
+    );
+}

@@ -1,0 +1,208 @@
+//! Prism failures during create, a controller killed mid-create, a VM deleted behind the
+//! controller's back: always exactly one VM per Machine, and the Machine ends where MAO says.
+
+use std::time::Duration;
+
+use prism_mock::{FaultKind, FaultRule};
+use serde_json::Value;
+
+use crate::harness::{Env, linux_spec, scrape};
+
+const VMS: &str = "/api/nutanix/v3/vms";
+
+fn count_with_status(env: &Env, method: &str, endpoint: &str, status: u16) -> u64 {
+    env.mock
+        .admin()
+        .counters()
+        .iter()
+        .filter(|c| c.method == method && c.endpoint == endpoint && c.status == status)
+        .map(|c| c.count)
+        .sum()
+}
+
+#[tokio::test]
+async fn prism_500s_and_429s_during_create_are_retried() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    // Every matching rule counts a firing, the first error answers: the 500s answer the first
+    // two creates (counting two of the 429 rule's three firings), the 429 the third.
+    env.mock.admin().add_fault(
+        FaultRule::new(
+            Some("POST"),
+            VMS,
+            FaultKind::Error {
+                status: 500,
+                retry_after_secs: None,
+            },
+        )
+        .times(2),
+    );
+    env.mock.admin().add_fault(
+        FaultRule::new(
+            Some("POST"),
+            VMS,
+            FaultKind::Error {
+                status: 429,
+                retry_after_secs: Some(1),
+            },
+        )
+        .times(3),
+    );
+    let controller = env.controller("controller", &[]);
+    let metrics_line = controller.wait_log("metrics listening").await;
+    let health_line = controller.wait_log("health endpoints listening").await;
+
+    env.create_machine("retry-0", linux_spec(), false).await;
+    let machine = env.wait_phase("retry-0", "Running").await;
+    assert_eq!(env.vms_named("retry-0").len(), 1);
+    assert_eq!(count_with_status(&env, "POST", VMS, 429), 1);
+    assert_eq!(count_with_status(&env, "POST", VMS, 500), 2);
+    assert_eq!(count_with_status(&env, "POST", VMS, 202), 1);
+    let uuid = machine["status"]["providerStatus"]["vmUUID"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        env.vms_named("retry-0")[0].uuid,
+        uuid,
+        "the reserved UUID was kept across retries"
+    );
+    env.wait_event("retry-0", "FailedCreate", "server error (500)")
+        .await;
+
+    let metrics = scrape(&metrics_line, "/metrics").await;
+    assert!(
+        metrics.contains(r#"mapi_instance_create_failed{name="retry-0",namespace="openshift-machine-api",reason="PrismError"} 3"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"mapi_machine_phase_transition_seconds_count{phase="Running"} 1"#));
+    assert!(
+        metrics.contains(
+            r#"nutanix_prism_requests_total{api="v3",code="500",endpoint="POST /vms"} 2"#
+        )
+    );
+    assert!(metrics.contains("nutanix_prism_task_duration_seconds_count"));
+    assert!(metrics.contains("nutanix_machine_reconcile_duration_seconds_count"));
+    assert_eq!(scrape(&health_line, "/healthz").await, "ok");
+    assert_eq!(scrape(&health_line, "/readyz").await, "ok");
+    env.assert_no_secrets_logged(&[]);
+}
+
+#[tokio::test]
+async fn create_then_500_ends_with_exactly_one_vm() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    env.mock
+        .admin()
+        .add_fault(FaultRule::new(Some("POST"), VMS, FaultKind::CreateThen500).times(1));
+    let _controller = env.controller("controller", &[]);
+    env.create_machine("c500-0", linux_spec(), false).await;
+    env.wait_phase("c500-0", "Running").await;
+    assert_eq!(env.vms_named("c500-0").len(), 1);
+    assert_eq!(
+        env.mock.admin().count("POST", VMS),
+        1,
+        "the VM was found by its recorded UUID: no second create"
+    );
+    env.assert_no_secrets_logged(&[]);
+}
+
+#[tokio::test]
+async fn controllers_killed_around_the_create_leave_exactly_one_vm() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+
+    // 1. Killed after recording the UUID, while the create is still on its way (Prism holds
+    //    the request for 2 s): the next controller finds no VM and sends it again, same UUID.
+    env.mock
+        .admin()
+        .add_fault(FaultRule::new(Some("POST"), VMS, FaultKind::Latency { millis: 2000 }).times(1));
+    let mut first = env.controller("first", &[]);
+    env.create_machine("killed-0", linux_spec(), false).await;
+    let recorded = env
+        .wait_machine("killed-0", "a recorded VM UUID", |m| {
+            m["status"]["providerStatus"]["vmUUID"].is_string()
+        })
+        .await;
+    let uuid = recorded["status"]["providerStatus"]["vmUUID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    first.kill();
+
+    // 2. Killed as soon as Prism has the VM, whether or not the task got recorded.
+    let mut second = env.controller("second", &[]);
+    env.wait_phase("killed-0", "Running").await;
+    let vms = env.vms_named("killed-0");
+    assert_eq!(vms.len(), 1);
+    assert_eq!(vms[0].uuid, uuid);
+
+    env.create_machine("killed-1", linux_spec(), false).await;
+    let deadline = std::time::Instant::now() + crate::harness::TIMEOUT;
+    while env.vms_named("killed-1").is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no VM for killed-1");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    second.kill();
+    let task_recorded = env.machine("killed-1").unwrap()["status"]["providerStatus"]
+        .get("pendingTask")
+        .is_some();
+    println!("killed-1: controller killed with the create task recorded: {task_recorded}");
+
+    let _third = env.controller("third", &[]);
+    env.wait_phase("killed-1", "Running").await;
+    assert_eq!(env.vms_named("killed-1").len(), 1);
+    assert_eq!(env.vms_named("killed-0").len(), 1);
+    env.assert_no_secrets_logged(&[]);
+}
+
+#[tokio::test]
+async fn a_vm_deleted_out_of_band_fails_its_machine() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let _controller = env.controller("controller", &[]);
+    for index in 0..3 {
+        env.create_machine(&format!("oob-{index}"), linux_spec(), false)
+            .await;
+    }
+    let mut uuid = String::new();
+    for index in 0..3 {
+        let machine = env.wait_phase(&format!("oob-{index}"), "Running").await;
+        uuid = machine["status"]["providerStatus"]["vmUUID"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    }
+    // Steady state: Running Machines cost the shared inventory list, not a GET each.
+    let before = env.prism_calls();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let steady = env.prism_calls() - before;
+    println!(
+        "steady state: {steady} Prism calls in 5 s for 3 Running Machines (inventory refresh 2 s)"
+    );
+
+    assert!(env.mock.admin().delete_vm_out_of_band(&uuid));
+    let machine = env.wait_phase("oob-2", "Failed").await;
+    assert_eq!(
+        machine["status"]["errorMessage"],
+        "Can't find created instance."
+    );
+    let conditions = machine["status"]["conditions"].as_array().unwrap();
+    assert!(
+        conditions.iter().any(|c| c["type"] == "InstanceExists"
+            && c["status"] == "False"
+            && c["reason"] == "InstanceMissing"),
+        "{conditions:?}"
+    );
+    env.wait_event("oob-2", "FailedUpdate", "Can't find created instance.")
+        .await;
+    assert_eq!(env.machine("oob-0").unwrap()["status"]["phase"], "Running");
+
+    env.machines_api()
+        .delete("oob-2", &Default::default())
+        .await
+        .unwrap();
+    env.wait_machine("oob-2", "deletion", Value::is_null).await;
+    assert!(env.node("oob-2").is_none(), "its Node is deleted");
+    env.assert_no_secrets_logged(&[]);
+}

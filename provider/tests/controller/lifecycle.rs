@@ -1,0 +1,170 @@
+//! Machines from an image, a template and a source VM reach Running and are deleted; what
+//! the controller writes on the Machine and the Node; calls to Prism.
+
+use serde_json::Value;
+
+use crate::harness::{
+    Env, INFRA_ID, NS, admin_password_of, linux_spec, windows_clone_spec, windows_template_spec,
+};
+
+fn has_vm_uuid(machine: &Value) -> bool {
+    machine["status"]["providerStatus"]["vmUUID"].is_string()
+}
+
+#[tokio::test]
+async fn machines_from_image_template_and_source_vm_reach_running_and_are_deleted() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let controller = env.controller("controller", &[]);
+    controller.wait_log("metrics listening").await;
+
+    env.create_machine("linux-0", linux_spec(), false).await;
+    env.create_machine("win-tpl-0", windows_template_spec(), true)
+        .await;
+    env.create_machine("win-clone-0", windows_clone_spec(), true)
+        .await;
+
+    let mut admin_passwords = Vec::new();
+    for name in ["linux-0", "win-tpl-0", "win-clone-0"] {
+        let machine = env.wait_phase(name, "Running").await;
+        let uuid = machine["status"]["providerStatus"]["vmUUID"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(machine["spec"]["providerID"], format!("nutanix://{uuid}"));
+        let vms = env.vms_named(name);
+        assert_eq!(vms.len(), 1, "{name}: exactly one VM");
+        assert_eq!(vms[0].uuid, uuid);
+        assert_eq!(vms[0].power_state, "ON", "{name}: powered on");
+        let addresses = machine["status"]["addresses"].as_array().unwrap();
+        assert_eq!(addresses[0]["type"], "InternalIP");
+        assert_eq!(addresses[0]["address"], vms[0].addresses[0].as_str());
+        assert!(
+            addresses
+                .iter()
+                .any(|a| a["type"] == "InternalDNS" && a["address"] == name)
+        );
+        let labels = &machine["metadata"]["labels"];
+        assert_eq!(labels["machine.openshift.io/zone"], "pe-1");
+        assert_eq!(labels["machine.openshift.io/region"], "prism-central");
+        assert_eq!(labels["machine.openshift.io/instance-type"], "AHV");
+        let annotations = &machine["metadata"]["annotations"];
+        assert_eq!(
+            annotations["machine.openshift.io/instance-state"],
+            "COMPLETE"
+        );
+        assert_eq!(
+            annotations["machine.openshift.io/instance-power-state"],
+            "ON"
+        );
+        let provider_status = &machine["status"]["providerStatus"];
+        assert!(provider_status.get("pendingTask").is_none());
+        assert!(provider_status.get("pendingFollowUp").is_none());
+        let conditions = provider_status["conditions"].as_array().unwrap();
+        assert!(conditions.iter().any(|c| c["type"] == "MachineCreation"
+            && c["status"] == "True"
+            && c["reason"] == "MachineCreationSucceeded"));
+        assert!(
+            machine["metadata"]["finalizers"]
+                .as_array()
+                .unwrap()
+                .contains(&Value::from("machine.machine.openshift.io"))
+        );
+        assert!(machine["status"]["lastUpdated"].is_string());
+
+        // The VM carries the identity marker and the owned category.
+        let vm = env.mock.admin().vm(&uuid).unwrap();
+        let description = vm["spec"]["description"].as_str().unwrap();
+        assert!(
+            description.contains(&format!("{NS}/{name} uid=")),
+            "{description}"
+        );
+        assert_eq!(
+            vm["metadata"]["categories"][format!("kubernetes-io-cluster-{INFRA_ID}")],
+            "owned"
+        );
+        assert_eq!(vm["metadata"]["categories"]["AppType"], "Kubernetes");
+
+        // The Node got the Machine's providerID.
+        let node = env
+            .wait_node(name, |node| node["spec"]["providerID"].is_string())
+            .await;
+        assert_eq!(node["spec"]["providerID"], format!("nutanix://{uuid}"));
+
+        env.wait_event(name, "Create", "").await;
+        if name != "linux-0" {
+            let guest = env.mock.admin().guest_customization(&uuid).unwrap();
+            let xml = guest.unattend_xml.expect("Windows uses Sysprep");
+            admin_passwords.push(admin_password_of(&xml).expect("a password in unattend.xml"));
+        }
+    }
+    // The clone's boot disk was grown to systemDiskSize by the follow-up update.
+    let clone = env.machine("win-clone-0").unwrap();
+    let clone_uuid = clone["status"]["providerStatus"]["vmUUID"]
+        .as_str()
+        .unwrap();
+    let vm = env.mock.admin().vm(clone_uuid).unwrap();
+    let sizes: Vec<u64> = vm["spec"]["resources"]["disk_list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["disk_size_mib"].as_u64())
+        .collect();
+    assert!(sizes.contains(&(140 * 1024)), "{sizes:?}");
+
+    println!(
+        "Prism calls for 3 Machines from create to Running: {} ({:?})",
+        env.prism_calls(),
+        env.mock
+            .admin()
+            .counters()
+            .iter()
+            .map(|c| format!("{} {} {}: {}", c.method, c.endpoint, c.status, c.count))
+            .collect::<Vec<_>>()
+    );
+
+    for name in ["linux-0", "win-tpl-0", "win-clone-0"] {
+        env.machines_api()
+            .delete(name, &Default::default())
+            .await
+            .unwrap();
+    }
+    for name in ["linux-0", "win-tpl-0", "win-clone-0"] {
+        env.wait_machine(name, "deletion", Value::is_null).await;
+        assert!(env.vms_named(name).is_empty(), "{name}: VM deleted");
+        assert!(env.node(name).is_none(), "{name}: Node deleted");
+    }
+    env.assert_no_secrets_logged(&admin_passwords);
+    drop(controller);
+}
+
+#[tokio::test]
+async fn an_invalid_spec_fails_the_machine_naming_the_field_and_creates_no_vm() {
+    let mut env = Env::start().await;
+    let _controller = env.controller("controller", &[]);
+    let mut spec = linux_spec();
+    spec["vcpuSockets"] = 0.into();
+    env.create_machine("bad-0", spec, false).await;
+    let machine = env.wait_phase("bad-0", "Failed").await;
+    assert_eq!(machine["status"]["errorReason"], "InvalidConfiguration");
+    let message = machine["status"]["errorMessage"].as_str().unwrap();
+    assert!(message.contains("providerSpec.vcpuSockets"), "{message}");
+    assert_eq!(
+        machine["metadata"]["annotations"]["machine.openshift.io/instance-state"],
+        "Unknown"
+    );
+    assert!(!has_vm_uuid(&machine));
+    assert!(env.vms_named("bad-0").is_empty());
+    assert_eq!(env.mock.admin().count("POST", "/api/nutanix/v3/vms"), 0);
+    let (_, kind, _) = env
+        .wait_event("bad-0", "FailedCreate", "providerSpec.vcpuSockets")
+        .await;
+    assert_eq!(kind, "Warning");
+    // A Failed Machine is deleted without asking Prism anything.
+    env.machines_api()
+        .delete("bad-0", &Default::default())
+        .await
+        .unwrap();
+    env.wait_machine("bad-0", "deletion", Value::is_null).await;
+    env.assert_no_secrets_logged(&[]);
+}
