@@ -257,6 +257,14 @@ async fn reconcile(
         });
         return Ok(Action::await_change());
     }
+    if matches!(
+        lock(&context.decisions).get(&name),
+        Some(Decision::Approved { .. })
+    ) {
+        // Approved by this approver; the watch has not shown it yet (names are never reused:
+        // kubelets use generateName).
+        return Ok(Action::await_change());
+    }
     let csr = match csr::parse(&object) {
         Ok(csr) => csr,
         Err(error) => {
