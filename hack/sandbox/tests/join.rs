@@ -365,3 +365,38 @@ async fn a_node_registered_with_a_wrong_ip_gets_no_serving_certificate() {
     );
     c.stop().await;
 }
+
+#[tokio::test]
+async fn a_delayed_join_creates_no_csr_until_the_delay_is_over() {
+    let c = cluster(NodeAgentConfig {
+        overrides: vec![(
+            "slow-".to_owned(),
+            JoinBehaviour {
+                delay: std::time::Duration::from_secs(600),
+                ..JoinBehaviour::default()
+            },
+        )],
+        ..NodeAgentConfig::default()
+    })
+    .await;
+    let name = "slow-pqrst";
+    c.sim.create(machine(name, json!({}))).unwrap();
+    create_vm(&prism(&c.mock), name, "rhcos-4.20").await;
+    eventually("the join waiting out its delay", || async {
+        c.agent
+            .join(name)
+            .is_some_and(|j| j.stage == JoinStage::Delayed)
+    })
+    .await;
+    let join = c.agent.join(name).unwrap();
+    assert!(join.node_ip.is_some() && join.client_csr.is_none());
+    let csrs: Api<CertificateSigningRequest> = Api::all(c.client.clone());
+    assert!(
+        csrs.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    c.stop().await;
+}
