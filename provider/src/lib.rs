@@ -4,9 +4,11 @@
 //! - [`api`]: serde types for Machine, MachineSet and the Nutanix provider spec and status;
 //! - [`plan`]: pure, synchronous decisions (validation, Prism request bodies, unattend.xml,
 //!   cloud-init, addresses, MachineSet annotations, lifecycle steps, CSR checks);
-//! - [`render`]: the `render` command, which previews a plan without contacting Prism.
-//!
-//! The actuator, controllers and runtime come on top of these.
+//! - [`render`]: the `render` command, which previews a plan without contacting Prism;
+//! - [`actuator`]: everything asked of Prism Central (and the create protocol's documentation);
+//! - [`metrics`]: the Prometheus registry;
+//! - [`controller`]: the kube-rs controllers and what they share;
+//! - [`runtime`]: command line, logging, leader election, endpoints, `validate`.
 
 pub mod actuator;
 pub mod api;

@@ -50,7 +50,55 @@ const PAUSED_CONDITION: &str = "Paused";
 pub struct Context {
     pub shared: Arc<Shared>,
     pub(super) provider_ids: ProviderIdsDone,
+    superseded: Superseded,
 }
+
+/// Versions of each Machine that this controller's own writes replaced. The watch cache can
+/// hand a reconcile a Machine older than the last write (its event not applied yet); acting on
+/// it would repeat a step (a create the recorded UUID or request id makes harmless, but still a
+/// Prism call) and end in a 409. Such a reconcile waits for the cache instead.
+#[derive(Debug, Default)]
+struct Superseded(
+    std::sync::Mutex<std::collections::HashMap<String, std::collections::VecDeque<String>>>,
+);
+
+/// Replaced versions remembered per Machine.
+const SUPERSEDED_KEPT: usize = 16;
+
+impl Superseded {
+    fn record(&self, key: &str, version: Option<&String>) {
+        let Some(version) = version else { return };
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let versions = map.entry(key.to_owned()).or_default();
+        versions.push_back(version.clone());
+        while versions.len() > SUPERSEDED_KEPT {
+            versions.pop_front();
+        }
+    }
+
+    fn is_stale(&self, key: &str, version: Option<&String>) -> bool {
+        let Some(version) = version else { return false };
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(key)
+            .is_some_and(|versions| versions.contains(version))
+    }
+
+    fn forget(&self, key: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+    }
+}
+
+/// How soon a reconcile that saw a stale Machine looks again (the write's event normally
+/// triggers it sooner).
+const STALE_RETRY: Duration = Duration::from_secs(1);
 
 /// Runs the Machine controller until its watch ends.
 pub async fn run(shared: Arc<Shared>) {
@@ -63,6 +111,7 @@ pub async fn run(shared: Arc<Shared>) {
     let context = Arc::new(Context {
         shared,
         provider_ids: ProviderIdsDone::default(),
+        superseded: Superseded::default(),
     });
     let controller = Controller::new(machines, watcher::Config::default());
     let store = controller.store();
@@ -167,6 +216,14 @@ impl MachineReconcile {
     }
 
     async fn run(mut self) -> Result<Action, Error> {
+        if self
+            .context
+            .superseded
+            .is_stale(&self.key, self.machine.metadata.resource_version.as_ref())
+        {
+            tracing::debug!(machine = %self.key, "the cache has not seen this controller's last write yet");
+            return Ok(Action::requeue(STALE_RETRY));
+        }
         let state = MachineState::of(&self.machine);
         let gate = self.shared().settings.migration_gate;
         let mut observation = VmObservation::NotLookedUp;
@@ -359,7 +416,7 @@ impl MachineReconcile {
             }
             tracing::info!(machine = %self.key, phase, "phase");
         }
-        self.machine = updated;
+        self.replace_machine(updated);
         Ok(true)
     }
 
@@ -386,11 +443,12 @@ impl MachineReconcile {
         let Some(patch) = metadata_patch(&self.machine, labels, annotations, provider_id) else {
             return Ok(false);
         };
-        self.machine = self
+        let updated = self
             .api()
             .patch(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|e| Error::kube(format!("patch Machine {}", self.key), e))?;
+        self.replace_machine(updated);
         Ok(true)
     }
 
@@ -399,12 +457,21 @@ impl MachineReconcile {
             "finalizers": finalizers,
             "resourceVersion": self.machine.metadata.resource_version,
         }});
-        self.machine = self
+        let updated = self
             .api()
             .patch(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|e| Error::kube(format!("update finalizers of Machine {}", self.key), e))?;
+        self.replace_machine(updated);
         Ok(())
+    }
+
+    /// Keeps the Machine a write returned, remembering the version it replaced.
+    fn replace_machine(&mut self, updated: Machine) {
+        self.context
+            .superseded
+            .record(&self.key, self.machine.metadata.resource_version.as_ref());
+        self.machine = updated;
     }
 
     async fn unpause(&mut self) -> Result<(), Error> {
@@ -599,6 +666,7 @@ impl MachineReconcile {
             .collect();
         self.patch_finalizers(finalizers).await?;
         self.shared().backoff.reset(&self.key);
+        self.context.superseded.forget(&self.key);
         tracing::info!(machine = %self.key, "deleted");
         Ok(Action::await_change())
     }

@@ -173,13 +173,30 @@ async fn a_vm_deleted_out_of_band_fails_its_machine() {
             .unwrap()
             .to_owned();
     }
-    // Steady state: Running Machines cost the shared inventory list, not a GET each.
-    let before = env.prism_calls();
+    // Steady state: Running Machines cost the shared inventory list, not a GET each, and
+    // nothing is written when nothing changed (no status patch, no Update event).
+    let writes = |env: &Env| {
+        env.sim
+            .requests()
+            .iter()
+            .filter(|r| r.resource == "machines" && r.verb == "patch" && r.user == "controller")
+            .count()
+    };
+    let updates = |env: &Env| env.event_count("oob-0", "Update");
+    let (calls_before, writes_before, updates_before) =
+        (env.prism_calls(), writes(&env), updates(&env));
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let steady = env.prism_calls() - before;
+    let steady = env.prism_calls() - calls_before;
     println!(
         "steady state: {steady} Prism calls in 5 s for 3 Running Machines (inventory refresh 2 s)"
     );
+    assert_eq!(writes(&env), writes_before, "no writes in steady state");
+    assert_eq!(
+        updates(&env),
+        updates_before,
+        "no Update event without a change"
+    );
+    assert!(updates_before >= 1);
 
     assert!(env.mock.admin().delete_vm_out_of_band(&uuid));
     let machine = env.wait_phase("oob-2", "Failed").await;

@@ -479,6 +479,27 @@ impl Env {
         }
     }
 
+    /// How many times an event with this reason was published about `name` (a repeated event
+    /// is one object with a series count).
+    pub fn event_count(&self, name: &str, reason: &str) -> u64 {
+        self.sim
+            .list("", "events")
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| {
+                (e["involvedObject"]["name"] == name || e["regarding"]["name"] == name)
+                    && e["reason"] == reason
+            })
+            .map(|e| {
+                [&e["series"]["count"], &e["count"], &e["deprecatedCount"]]
+                    .iter()
+                    .filter_map(|v| v.as_u64())
+                    .max()
+                    .unwrap_or(1)
+            })
+            .sum()
+    }
+
     /// Events about `name` (reason, type, note).
     pub fn events_of(&self, name: &str) -> Vec<(String, String, String)> {
         self.sim

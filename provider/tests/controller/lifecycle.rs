@@ -7,6 +7,8 @@ use crate::harness::{
     Env, INFRA_ID, NS, admin_password_of, linux_spec, windows_clone_spec, windows_template_spec,
 };
 
+const ADMIN_PASSWORD: &str = "Given-Admin-Pass-83f1";
+
 fn has_vm_uuid(machine: &Value) -> bool {
     machine["status"]["providerStatus"]["vmUUID"].is_string()
 }
@@ -21,8 +23,13 @@ async fn machines_from_image_template_and_source_vm_reach_running_and_are_delete
     env.create_machine("linux-0", linux_spec(), false).await;
     env.create_machine("win-tpl-0", windows_template_spec(), true)
         .await;
-    env.create_machine("win-clone-0", windows_clone_spec(), true)
+    // The clone's Administrator password comes from a Secret; the template's is random.
+    env.put_secret("windows-admin", "password", ADMIN_PASSWORD)
         .await;
+    let mut clone_spec = windows_clone_spec();
+    clone_spec["guestCustomization"] =
+        serde_json::json!({"adminPasswordSecret": {"name": "windows-admin"}});
+    env.create_machine("win-clone-0", clone_spec, true).await;
 
     let mut admin_passwords = Vec::new();
     for name in ["linux-0", "win-tpl-0", "win-clone-0"] {
@@ -95,7 +102,14 @@ async fn machines_from_image_template_and_source_vm_reach_running_and_are_delete
         if name != "linux-0" {
             let guest = env.mock.admin().guest_customization(&uuid).unwrap();
             let xml = guest.unattend_xml.expect("Windows uses Sysprep");
-            admin_passwords.push(admin_password_of(&xml).expect("a password in unattend.xml"));
+            let password = admin_password_of(&xml).expect("a password in unattend.xml");
+            if name == "win-clone-0" {
+                assert_eq!(password, ADMIN_PASSWORD);
+            } else {
+                assert_ne!(password, ADMIN_PASSWORD);
+                assert_eq!(password.len(), 20, "generated");
+            }
+            admin_passwords.push(password);
         }
     }
     // The clone's boot disk was grown to systemDiskSize by the follow-up update.
@@ -166,5 +180,42 @@ async fn an_invalid_spec_fails_the_machine_naming_the_field_and_creates_no_vm() 
         .await
         .unwrap();
     env.wait_machine("bad-0", "deletion", Value::is_null).await;
+    env.assert_no_secrets_logged(&[]);
+}
+
+#[tokio::test]
+async fn a_failure_domain_replaces_cluster_and_subnets() {
+    let mut env = Env::start().await;
+    // Set before the controller starts: Infrastructure is read at most once a minute.
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("config.openshift.io", "v1", "Infrastructure"),
+        "infrastructures",
+    );
+    kube::Api::<kube::api::DynamicObject>::all_with(env.client.clone(), &resource)
+        .patch(
+            "cluster",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"platformSpec": {"nutanix": {
+                "failureDomains": [{"name": "fd-a",
+                    "cluster": {"type": "Name", "name": "pe-1"},
+                    "subnets": [{"type": "Name", "name": "storage-network"}]}]}}}})),
+        )
+        .await
+        .unwrap();
+    env.start_nodelink();
+    let _controller = env.controller("controller", &[]);
+    let mut spec = linux_spec();
+    spec["failureDomain"] = serde_json::json!({"name": "fd-a"});
+    // Replaced by the failure domain's, as upstream does.
+    spec["cluster"] = serde_json::json!({"type": "name", "name": "no-such-cluster"});
+    env.create_machine("fd-0", spec, false).await;
+    let machine = env.wait_phase("fd-0", "Running").await;
+    let address = machine["status"]["addresses"][0]["address"]
+        .as_str()
+        .unwrap();
+    assert!(
+        address.starts_with("10.41.0."),
+        "the NIC is on the failure domain's storage-network: {address}"
+    );
     env.assert_no_secrets_logged(&[]);
 }
