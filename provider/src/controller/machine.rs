@@ -537,8 +537,18 @@ impl MachineReconcile {
         reason: Option<&'static str>,
         message: String,
     ) -> Result<Action, Error> {
+        let status = self.provider_status();
+        self.fail_with(reason, message, status).await
+    }
+
+    /// [`Self::fail`], writing `status` as the providerStatus (with its conditions added).
+    pub(super) async fn fail_with(
+        &mut self,
+        reason: Option<&'static str>,
+        message: String,
+        mut status: NutanixMachineProviderStatus,
+    ) -> Result<Action, Error> {
         let missing = reason.is_none() && message == INSTANCE_MISSING_MESSAGE;
-        let mut status = self.provider_status();
         let mut machine_conditions = Vec::new();
         if missing {
             machine_conditions.push(machine_condition(

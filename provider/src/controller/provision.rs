@@ -279,16 +279,23 @@ impl MachineReconcile {
         message: String,
     ) -> Result<Observed, Error> {
         tracing::warn!(machine = %self.key, task = %task.id, operation = %task.operation, %message, "Prism task failed");
+        // The task is over whatever comes next (a deploy's request id goes with it).
+        after_transient_failure(&mut status);
+        if self.deleting() {
+            // Nothing fails a Machine being deleted: look its VM up again without the task.
+            self.write_provider_status(status).await?;
+            return Ok(Observed::Done(Action::await_change()));
+        }
         if class == FailureClass::Invalid {
             let action = self
-                .fail(
+                .fail_with(
                     Some(INVALID_CONFIGURATION),
                     format!("Prism refused the VM: {message}"),
+                    status,
                 )
                 .await?;
             return Ok(Observed::Done(action));
         }
-        after_transient_failure(&mut status);
         let creates = task.operation.creates_vm();
         if creates && let Some(uuid) = status.vm_uuid.clone() {
             match connection.get_vm(&uuid).await? {
@@ -300,9 +307,10 @@ impl MachineReconcile {
                 Some(vm) => {
                     if let VmState::Error(vm_error) = VmState::of(&vm) {
                         let action = self
-                            .fail(
+                            .fail_with(
                                 None,
                                 format!("creating VM {uuid} failed ({message}) and left it in state ERROR: {vm_error}"),
+                                status,
                             )
                             .await?;
                         return Ok(Observed::Done(action));

@@ -71,21 +71,24 @@ fn classify_text<'a>(texts: impl Iterator<Item = &'a str>) -> FailureClass {
 }
 
 /// Whether a failed create, clone, deploy or follow-up task fails the Machine or is retried.
-/// The subtasks' errors count (the parent's error is often generic, CAPX #783).
+/// When failed subtasks explain the failure, they decide: the parent's error is then usually a
+/// generic "Internal Error" (CAPX #783), which says nothing about the cause.
 pub fn classify_task_failure(failure: &TaskFailure) -> FailureClass {
+    let subtasks: Vec<&str> = failure
+        .subtask_errors
+        .iter()
+        .flat_map(|subtask| subtask.error_code.iter().chain(&subtask.error_detail))
+        .map(String::as_str)
+        .collect();
+    if !subtasks.is_empty() {
+        return classify_text(subtasks.into_iter());
+    }
     let texts = failure
         .error_code
         .iter()
         .chain(&failure.error_detail)
         .chain(&failure.progress_message)
-        .map(String::as_str)
-        .chain(failure.subtask_errors.iter().flat_map(|subtask| {
-            subtask
-                .error_code
-                .iter()
-                .chain(&subtask.error_detail)
-                .map(String::as_str)
-        }));
+        .map(String::as_str);
     classify_text(texts)
 }
 
@@ -198,9 +201,9 @@ pub fn follow_up_value(update: &FollowUpUpdate) -> serde_json::Value {
     serde_json::to_value(update).unwrap_or(serde_json::Value::Null)
 }
 
-/// How the provisioning record changes after a failed task that will be retried: the task is
-/// dropped; a deploy also drops its request id (a repeat with the same id would return the same
-/// failed task). A create or clone keeps its UUID until Prism confirms that no VM has it.
+/// How the provisioning record changes after a failed task: the task is dropped; a deploy also
+/// drops its request id (a repeat with the same id would return the same failed task). A create
+/// or clone keeps its UUID until Prism confirms that no VM has it.
 pub fn after_transient_failure(status: &mut NutanixMachineProviderStatus) {
     if let Some(task) = status.pending_task.take()
         && task.operation == TaskOperation::Deploy

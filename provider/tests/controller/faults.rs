@@ -223,3 +223,104 @@ async fn a_vm_deleted_out_of_band_fails_its_machine() {
     assert!(env.node("oob-2").is_none(), "its Node is deleted");
     env.assert_no_secrets_logged(&[]);
 }
+
+fn provider_condition<'a>(machine: &'a Value, type_: &str) -> Option<&'a Value> {
+    machine["status"]["providerStatus"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+#[tokio::test]
+async fn a_failed_create_task_is_explained_and_retried_or_fails_the_machine() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    // Capacity: the subtask's error is the cause; the create is retried with a new UUID.
+    env.mock.admin().add_fault(
+        FaultRule::new(
+            Some("POST"),
+            VMS,
+            FaultKind::FailTask {
+                error: "IP pool of subnet 'vm-network' is exhausted".into(),
+                leave_vm_in_error: false,
+            },
+        )
+        .times(1),
+    );
+    let _controller = env.controller("controller", &[]);
+    env.create_machine("pool-0", linux_spec(), false).await;
+    let failed_once = env
+        .wait_machine("pool-0", "the task failure in the condition", |m| {
+            provider_condition(m, "MachineCreation").is_some_and(|c| {
+                c["reason"] == "MachineCreationFailed"
+                    && c["message"].as_str().unwrap_or("").contains("exhausted")
+            })
+        })
+        .await;
+    let first_uuid = failed_once["status"]["providerStatus"]["vmUUID"].clone();
+    env.wait_event(
+        "pool-0",
+        "FailedCreate",
+        "IP pool of subnet 'vm-network' is exhausted",
+    )
+    .await;
+    let running = env.wait_phase("pool-0", "Running").await;
+    assert_eq!(env.vms_named("pool-0").len(), 1);
+    assert_ne!(
+        running["status"]["providerStatus"]["vmUUID"], first_uuid,
+        "the failed VM's UUID is not reused"
+    );
+
+    // Prism says the request itself is invalid: the Machine fails, with Prism's words.
+    env.mock.admin().add_fault(
+        FaultRule::new(
+            Some("POST"),
+            VMS,
+            FaultKind::FailTask {
+                error: "Invalid argument: memory must be a multiple of 4 MiB for this host".into(),
+                leave_vm_in_error: false,
+            },
+        )
+        .times(1),
+    );
+    env.create_machine("refused-0", linux_spec(), false).await;
+    let failed = env.wait_phase("refused-0", "Failed").await;
+    assert_eq!(failed["status"]["errorReason"], "InvalidConfiguration");
+    assert!(
+        failed["status"]["errorMessage"]
+            .as_str()
+            .unwrap()
+            .contains("multiple of 4 MiB"),
+        "{failed}"
+    );
+
+    // A VM left in state ERROR fails its Machine (deleting the Machine deletes the VM).
+    env.mock.admin().add_fault(
+        FaultRule::new(
+            Some("POST"),
+            VMS,
+            FaultKind::FailTask {
+                error: "Host went away during the create".into(),
+                leave_vm_in_error: true,
+            },
+        )
+        .times(1),
+    );
+    env.create_machine("broken-0", linux_spec(), false).await;
+    let broken = env.wait_phase("broken-0", "Failed").await;
+    assert!(
+        broken["status"]["errorMessage"]
+            .as_str()
+            .unwrap()
+            .contains("state ERROR"),
+        "{broken}"
+    );
+    env.machines_api()
+        .delete("broken-0", &Default::default())
+        .await
+        .unwrap();
+    env.wait_machine("broken-0", "deletion", Value::is_null)
+        .await;
+    assert!(env.vms_named("broken-0").is_empty());
+    env.assert_no_secrets_logged(&[]);
+}

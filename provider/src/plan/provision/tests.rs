@@ -37,6 +37,12 @@ fn task_failures_are_classified_by_their_causes() {
             Transient,
         ),
         ("Internal Error", &[], Transient),
+        // A generic parent error does not hide the subtask's verdict.
+        (
+            "Internal Error",
+            &["Invalid argument: memory must be a multiple of 4 MiB"],
+            Invalid,
+        ),
         ("", &["Insufficient memory on host"], Transient),
         ("Operation timed out", &[], Transient),
         (
