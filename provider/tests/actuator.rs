@@ -339,7 +339,7 @@ async fn clone_then_follow_up_is_applied_once() {
     );
     let outcome = f
         .connection
-        .apply_follow_up(&uuid, follow_up)
+        .apply_follow_up(&uuid, follow_up, None)
         .await
         .unwrap();
     let FollowUpOutcome::Sent { task: Some(update) } = outcome else {
@@ -356,7 +356,7 @@ async fn clone_then_follow_up_is_applied_once() {
     );
     assert_eq!(
         f.connection
-            .apply_follow_up(&uuid, follow_up)
+            .apply_follow_up(&uuid, follow_up, None)
             .await
             .unwrap(),
         FollowUpOutcome::NothingLeft

@@ -283,6 +283,11 @@ impl Connection {
         Ok(vm)
     }
 
+    /// Drops the recent read of a VM (it is known to have changed).
+    pub fn forget_read(&self, uuid: &str) {
+        self.recent_reads.forget(uuid);
+    }
+
     /// The VM as read in the last few seconds, else `GET /vms/{uuid}`.
     pub async fn get_vm_recent(&self, uuid: &str) -> Result<Option<Vm>, Error> {
         match self.recent_reads.get(uuid) {
@@ -344,14 +349,19 @@ impl Connection {
         }
     }
 
-    /// Applies a follow-up update: GET, change, PUT (a 409 comes back as a Prism conflict:
-    /// read again and retry).
+    /// Applies a follow-up update: change the VM as read (`vm`, or a GET when `None`), PUT (a
+    /// 409 comes back as a Prism conflict: the VM changed since it was read; read it again
+    /// and retry).
     pub async fn apply_follow_up(
         &self,
         uuid: &str,
         update: &FollowUpUpdate,
+        vm: Option<Vm>,
     ) -> Result<FollowUpOutcome, FollowUpFailure> {
-        let vm = self.client.get_vm(uuid).await?;
+        let vm = match vm {
+            Some(vm) => vm,
+            None => self.client.get_vm(uuid).await?,
+        };
         let mut input = vm
             .into_update_input()
             .ok_or_else(|| FollowUpFailure::NoSpec(uuid.to_owned()))?;

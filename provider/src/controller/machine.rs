@@ -28,6 +28,7 @@ use super::drain::{DrainProgress, drain_round};
 use super::error::Error;
 use super::nodes::{ProviderIdsDone, machine_to_requeue};
 use super::provision::Observed;
+use crate::actuator::DeleteOutcome;
 use crate::api::{
     GuardedMachine, INSTANCE_STATE_ANNOTATION, MACHINE_FINALIZER, Machine,
     NutanixMachineProviderStatus, phase,
@@ -624,7 +625,9 @@ impl MachineReconcile {
         };
         let environment = super::inputs::environment(self.shared(), &self.machine).await?;
         match environment.connection.delete_vm(&uuid).await {
-            Ok(_) => {
+            // Gone already: the next look finds it missing and finishes the deletion.
+            Ok(DeleteOutcome::AlreadyGone) => Ok(Action::requeue(Duration::ZERO)),
+            Ok(DeleteOutcome::Accepted) => {
                 status.set_condition(provider_condition(
                     conditions::MACHINE_DELETION,
                     false,

@@ -592,8 +592,9 @@ impl MachineReconcile {
     async fn follow_up(
         &mut self,
         connection: &Connection,
-        uuid: &str,
+        vm: &Vm,
     ) -> Result<Option<Action>, Error> {
+        let uuid = vm.uuid().unwrap_or_default();
         let mut status = self.provider_status();
         if status.pending_follow_up.is_none() || status.pending_task.is_some() {
             return Ok(None);
@@ -604,7 +605,10 @@ impl MachineReconcile {
             self.write_provider_status(status).await?;
             return Ok(Some(Action::await_change()));
         };
-        match connection.apply_follow_up(uuid, &update).await {
+        match connection
+            .apply_follow_up(uuid, &update, Some(vm.clone()))
+            .await
+        {
             Ok(FollowUpOutcome::Sent { task: Some(task) }) => {
                 status.pending_task = Some(PendingTask {
                     id: task,
@@ -621,6 +625,7 @@ impl MachineReconcile {
             }
             Err(FollowUpFailure::Prism(error)) if error.is_conflict() => {
                 tracing::info!(machine = %self.key, "the VM changed under the follow-up update; reading it again");
+                connection.forget_read(uuid);
                 Ok(Some(Action::requeue(Duration::from_secs(1))))
             }
             Err(FollowUpFailure::Prism(error)) => match classify_create_error(&error, false) {
@@ -649,7 +654,7 @@ impl MachineReconcile {
     ) -> Result<Action, Error> {
         let Environment { connection, .. } = environment(self.shared(), &self.machine).await?;
         let uuid = vm.uuid().unwrap_or_default().to_ascii_lowercase();
-        if let Some(action) = self.follow_up(&connection, &uuid).await? {
+        if let Some(action) = self.follow_up(&connection, &vm).await? {
             return Ok(action);
         }
         let settings = &self.shared().settings;

@@ -17,7 +17,9 @@ use super::validate::ValidateArgs;
     name = "nutanix-machine-controller",
     version,
     about = "OpenShift machine-api provider for Nutanix",
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    // Go's flag package lets a repeated flag win; so do we.
+    args_override_self = true
 )]
 pub struct Cli {
     #[command(subcommand)]

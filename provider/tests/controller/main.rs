@@ -10,3 +10,4 @@ mod faults;
 mod harness;
 mod leader;
 mod lifecycle;
+mod measure;
