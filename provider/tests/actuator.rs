@@ -424,3 +424,38 @@ async fn a_repeated_deploy_with_the_recorded_request_id_returns_the_same_task() 
         DeleteOutcome::AlreadyGone
     );
 }
+
+#[tokio::test]
+async fn projects_and_gpus_are_resolved_against_prism() {
+    let f = fixture(ActuatorSettings::default()).await;
+    let mut provider_spec = spec(json!({"type": "name", "name": "rhcos-4.20"}), None, "120Gi");
+    provider_spec["project"] = json!({"type": "name", "name": "openshift"});
+    provider_spec["gpus"] = json!([{"type": "Name", "name": "Tesla T4"}]);
+    let m = machine("gpu-0", "uid-g", provider_spec, false);
+    let plan = plan_for(&f.connection, &m).await;
+    assert!(matches!(
+        plan.project,
+        Some(nutanix_machine_controller::plan::vm_plan::EntityRef::Uuid(
+            _
+        ))
+    ));
+    assert!(
+        matches!(
+            plan.gpus.as_slice(),
+            [
+                nutanix_machine_controller::plan::vm_plan::PlannedGpu::Assigned {
+                    device_id: Some(7864),
+                    ..
+                }
+            ]
+        ),
+        "{:?}",
+        plan.gpus
+    );
+    // The host inventory is read for each plan (GPU status changes), never cached.
+    plan_for(&f.connection, &m).await;
+    assert_eq!(
+        f.mock.admin().count("POST", "/api/nutanix/v3/hosts/list"),
+        2
+    );
+}

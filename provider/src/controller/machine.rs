@@ -34,7 +34,8 @@ use crate::api::{
     NutanixMachineProviderStatus, phase,
 };
 use crate::plan::lifecycle::{
-    DRAINED_CONDITION, INSTANCE_MISSING_MESSAGE, MachineState, Step, VmObservation, next_step,
+    DRAINED_CONDITION, INSTANCE_MISSING_MESSAGE, Intervals, MachineState, Step, VmObservation,
+    next_step,
 };
 use crate::plan::machine_status::{
     StatusUpdate, UNKNOWN_INSTANCE_STATE, conditions, machine_condition, metadata_patch,
@@ -343,7 +344,10 @@ impl MachineReconcile {
                 }
             },
             Step::DeleteVm => self.delete_vm().await,
-            Step::WaitForVmDeletion | Step::WaitForCreate => Ok(Action::requeue(poll)),
+            Step::WaitForVmDeletion | Step::WaitForCreate => Ok(Action::requeue(
+                step.requeue_after(&intervals(self.shared()))
+                    .unwrap_or(poll),
+            )),
             Step::FinishDeletion { node } => self.finish_deletion(node).await,
             Step::Stop => Ok(Action::await_change()),
             Step::UpdateFromVm { phase } => match vm {
@@ -693,11 +697,12 @@ pub(super) enum FailureKind {
     Delete,
 }
 
-/// Requeue delay of a Machine in `phase` whose VM exists.
-pub(super) fn requeue_after_update(shared: &Shared, phase: &str) -> Duration {
-    if phase == phase::RUNNING {
-        shared.settings.running_interval
-    } else {
-        shared.settings.requeue_interval
+/// The intervals of the settings, for [`Step::requeue_after`].
+pub(super) fn intervals(shared: &Shared) -> Intervals {
+    let settings = &shared.settings;
+    Intervals {
+        poll: settings.poll_interval,
+        requeue: settings.requeue_interval,
+        running: settings.running_interval,
     }
 }

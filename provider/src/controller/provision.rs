@@ -14,7 +14,7 @@ use rand::RngCore;
 
 use super::error::Error;
 use super::inputs::{Environment, environment, secret_value};
-use super::machine::{MachineReconcile, requeue_after_update};
+use super::machine::{MachineReconcile, intervals};
 use super::nodes::ensure_node_provider_id;
 use crate::actuator::{Connection, FollowUpFailure, FollowUpOutcome};
 use crate::api::{
@@ -780,6 +780,9 @@ impl MachineReconcile {
             .await?;
         }
         self.shared().backoff.reset(&self.key);
-        Ok(Action::requeue(requeue_after_update(self.shared(), phase)))
+        let wait = Step::UpdateFromVm { phase }
+            .requeue_after(&intervals(self.shared()))
+            .unwrap_or(self.shared().settings.requeue_interval);
+        Ok(Action::requeue(wait))
     }
 }

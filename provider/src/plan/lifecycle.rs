@@ -185,7 +185,7 @@ pub enum Step {
     /// Find the VM in Prism, then ask again with the observation.
     LookUpVm,
     DeleteVm,
-    /// Prism is deleting the VM: look again after [`REQUEUE_AFTER`].
+    /// Prism is deleting the VM: look again after [`Intervals::poll`].
     WaitForVmDeletion,
     /// The VM is gone: delete the Node (if linked) and remove the finalizer.
     FinishDeletion {
@@ -208,7 +208,7 @@ pub enum Step {
         reason: Option<&'static str>,
         message: String,
     },
-    /// A create is running: look again after [`REQUEUE_AFTER`].
+    /// A create is running: look again after [`Intervals::poll`].
     WaitForCreate,
     /// Validate, build the request and send it.
     Create,
@@ -218,19 +218,42 @@ pub enum Step {
     },
 }
 
+/// How soon the controller looks again at a Machine that is waiting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Intervals {
+    /// A Prism task or a VM deletion in progress.
+    pub poll: Duration,
+    /// A Machine waiting for its addresses or its Node ([`REQUEUE_AFTER`], as MAO).
+    pub requeue: Duration,
+    /// A Running Machine, checked against the shared VM inventory.
+    pub running: Duration,
+}
+
+impl Default for Intervals {
+    fn default() -> Self {
+        Self {
+            poll: Duration::from_secs(10),
+            requeue: REQUEUE_AFTER,
+            running: Duration::from_secs(60),
+        }
+    }
+}
+
 impl Step {
     /// When to look at the Machine again if nothing else changes; `None` when the step ends the
-    /// reconcile until the Machine changes (or is a write that triggers the next reconcile). A
-    /// `Provisioned` Machine is looked at every 30 s until its Node is linked.
-    pub fn requeue_after(&self) -> Option<Duration> {
+    /// reconcile until the Machine changes (or is a write that triggers the next reconcile).
+    ///
+    /// A `Provisioned` Machine is looked at every `requeue` until its Node is linked. A Running
+    /// Machine is looked at every `running` (MAO leaves it to its periodic resync): that is how a
+    /// VM deleted behind the controller's back is noticed, and with the shared inventory it costs
+    /// no Prism call of its own.
+    pub fn requeue_after(&self, intervals: &Intervals) -> Option<Duration> {
         match self {
-            // A Running Machine is left to watch events and the periodic resync, as MAO does.
-            Self::UpdateFromVm { phase } if *phase == phase::RUNNING => None,
-            Self::WaitForVmDeletion
-            | Self::UpdateFromVm { .. }
-            | Self::ReportVmError { .. }
-            | Self::WaitForCreate
-            | Self::RetryCreate { .. } => Some(REQUEUE_AFTER),
+            Self::UpdateFromVm { phase } if *phase == phase::RUNNING => Some(intervals.running),
+            Self::WaitForVmDeletion | Self::WaitForCreate => Some(intervals.poll),
+            Self::UpdateFromVm { .. } | Self::ReportVmError { .. } | Self::RetryCreate { .. } => {
+                Some(intervals.requeue)
+            }
             _ => None,
         }
     }

@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
@@ -378,25 +380,35 @@ fn steps_in_the_machine_api_operator_order() {
 }
 
 #[test]
-fn waits_requeue_after_thirty_seconds_and_writes_do_not() {
-    assert_eq!(Step::WaitForVmDeletion.requeue_after(), Some(REQUEUE_AFTER));
-    assert_eq!(
-        Step::UpdateFromVm {
-            phase: phase::PROVISIONED
-        }
-        .requeue_after(),
-        Some(REQUEUE_AFTER)
-    );
-    let running = Step::UpdateFromVm {
-        phase: phase::RUNNING,
+fn waits_requeue_by_what_they_wait_for_and_writes_do_not() {
+    let intervals = Intervals {
+        poll: Duration::from_secs(1),
+        requeue: Duration::from_secs(2),
+        running: Duration::from_secs(3),
     };
     assert_eq!(
-        running.requeue_after(),
-        None,
-        "a Running Machine waits for events"
+        Intervals::default().requeue,
+        REQUEUE_AFTER,
+        "MAO's 30 s by default"
     );
-    assert_eq!(Step::AddFinalizer.requeue_after(), None);
-    assert_eq!(Step::Stop.requeue_after(), None);
+    let after = |step: Step| step.requeue_after(&intervals).map(|d| d.as_secs());
+    assert_eq!(after(Step::WaitForVmDeletion), Some(1));
+    assert_eq!(after(Step::WaitForCreate), Some(1));
+    assert_eq!(
+        after(Step::UpdateFromVm {
+            phase: phase::PROVISIONED
+        }),
+        Some(2)
+    );
+    assert_eq!(
+        after(Step::UpdateFromVm {
+            phase: phase::RUNNING
+        }),
+        Some(3),
+        "a Running Machine is checked against the inventory"
+    );
+    assert_eq!(after(Step::AddFinalizer), None);
+    assert_eq!(after(Step::Stop), None);
 }
 
 #[test]
