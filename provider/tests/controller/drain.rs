@@ -120,6 +120,7 @@ async fn delete_waits_for_a_pdb_blocked_eviction_then_completes() {
         "the DaemonSet pod was left alone"
     );
     env.assert_no_secrets_logged(&[]);
+    env.assert_permissions("controller");
 }
 
 #[tokio::test]

@@ -190,7 +190,17 @@ async fn a_vm_deleted_out_of_band_fails_its_machine() {
     println!(
         "steady state: {steady} Prism calls in 5 s for 3 Running Machines (inventory refresh 2 s)"
     );
-    assert_eq!(writes(&env), writes_before, "no writes in steady state");
+    assert_eq!(
+        writes(&env),
+        writes_before,
+        "no writes in steady state: {:?}",
+        env.sim
+            .requests()
+            .iter()
+            .filter(|r| r.resource == "machines" && r.verb == "patch" && r.user == "controller")
+            .map(|r| format!("{} {} {}", r.name, r.subresource, r.status))
+            .collect::<Vec<_>>()
+    );
     assert_eq!(
         updates(&env),
         updates_before,

@@ -116,4 +116,6 @@ async fn only_the_leader_acts_and_a_successor_takes_over() {
     };
     assert!(!status.success(), "{status}");
     env.assert_no_secrets_logged(&[]);
+    env.assert_permissions("replica-a");
+    env.assert_permissions("replica-b");
 }

@@ -149,6 +149,7 @@ async fn machines_from_image_template_and_source_vm_reach_running_and_are_delete
         assert!(env.node(name).is_none(), "{name}: Node deleted");
     }
     env.assert_no_secrets_logged(&admin_passwords);
+    env.assert_permissions("controller");
     drop(controller);
 }
 
