@@ -8,7 +8,13 @@
 //! - [`actuator`]: everything asked of Prism Central (and the create protocol's documentation);
 //! - [`metrics`]: the Prometheus registry;
 //! - [`controller`]: the kube-rs controllers and what they share;
-//! - [`runtime`]: command line, logging, leader election, endpoints, `validate`.
+//! - [`runtime`]: command line, logging, leader election, endpoints, `validate`;
+//! - [`cli_main`]: the command line's dispatch (the binary's `main`, also run by the sandbox and
+//!   the end-to-end tests to start the controller as a process of their own).
+
+mod cli_main;
+
+pub use cli_main::cli_main;
 
 pub mod actuator;
 pub mod api;
