@@ -294,53 +294,23 @@ impl Env {
         }
     }
 
-    /// Fails if `user` made a Kubernetes call outside the permissions the README lists.
+    /// Fails if `user` made a Kubernetes call that the RBAC manifests (`manifests/rbac/`, the
+    /// single source of truth for the controller's permissions) do not allow its ServiceAccount.
     pub fn assert_permissions(&self, user: &str) {
-        const ALLOWED: &[(&str, &str, &str, &[&str])] = &[
-            (
-                "machine.openshift.io",
-                "machines",
-                "",
-                &["get", "list", "watch", "patch"],
-            ),
-            ("machine.openshift.io", "machines", "status", &["patch"]),
-            ("config.openshift.io", "infrastructures", "", &["get"]),
-            ("", "secrets", "", &["get", "list", "watch"]),
-            (
-                "",
-                "nodes",
-                "",
-                &["get", "list", "watch", "patch", "delete"],
-            ),
-            ("", "pods", "", &["list"]),
-            ("", "pods", "eviction", &["create"]),
-            (
-                "coordination.k8s.io",
-                "leases",
-                "",
-                &["get", "create", "patch", "update"],
-            ),
-            ("events.k8s.io", "events", "", &["create", "patch"]),
-        ];
-        let calls = self.sim.requests();
-        let mine: Vec<_> = calls
-            .iter()
+        let permissions = crate::rbac::Permissions::controller().unwrap();
+        let mine: Vec<_> = self
+            .sim
+            .requests()
+            .into_iter()
             .filter(|r| r.user == user && r.is_resource_request())
             .collect();
         assert!(!mine.is_empty(), "{user} made no call");
-        for call in mine {
-            let allowed = ALLOWED.iter().any(|(group, resource, subresource, verbs)| {
-                *group == call.api_group
-                    && *resource == call.resource
-                    && *subresource == call.subresource
-                    && verbs.contains(&call.verb.as_str())
-            });
-            assert!(
-                allowed,
-                "{user}: {} {}/{} {} is not in the documented permissions",
-                call.verb, call.api_group, call.resource, call.subresource
-            );
-        }
+        let forbidden = permissions.forbidden(&mine);
+        assert!(
+            forbidden.is_empty(),
+            "{user} made calls that manifests/rbac/ does not allow:\n{}",
+            forbidden.join("\n")
+        );
     }
 
     pub fn machines_api(&self) -> Api<Machine> {

@@ -11,3 +11,5 @@ mod harness;
 mod leader;
 mod lifecycle;
 mod measure;
+#[path = "../support/rbac.rs"]
+mod rbac;
