@@ -1,7 +1,9 @@
 //! The controllers of this binary and what they share.
 //!
 //! [`controllers`] lists them; the runtime starts every one of them under the leader lease (and
-//! only there). Today: the Machine controller ([`machine`]: lifecycle, drain, node link).
+//! only there): the Machine controller ([`machine`]: lifecycle, drain, node link), the
+//! MachineSet controller ([`machineset`]: capacity annotations) and the Windows join reconciler
+//! ([`windows_join`]: the `WindowsJoin` condition).
 //! Another controller is added by writing a function `fn(Arc<Shared>) -> ControllerFuture` and
 //! listing it in [`controllers`].
 
@@ -10,8 +12,10 @@ pub mod drain;
 pub mod error;
 pub mod inputs;
 pub mod machine;
+pub mod machineset;
 pub mod nodes;
 pub mod provision;
+pub mod windows_join;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +59,10 @@ pub struct ControllerSettings {
     /// Backoff after failed reconciles.
     pub backoff_min: Duration,
     pub backoff_max: Duration,
+    /// A Windows Machine with no linked Node this long after its creation gets `JoinTimedOut`.
+    pub windows_join_timeout: Duration,
+    /// Mark such a Machine Failed, so that it is replaced.
+    pub fail_timed_out_windows_joins: bool,
 }
 
 impl Default for ControllerSettings {
@@ -70,6 +78,8 @@ impl Default for ControllerSettings {
             excluded_cidrs: Vec::new(),
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
+            windows_join_timeout: crate::plan::join::DEFAULT_JOIN_TIMEOUT,
+            fail_timed_out_windows_joins: false,
         }
     }
 }
@@ -158,5 +168,9 @@ pub type ControllerFuture = BoxFuture<'static, ()>;
 
 /// Every controller of the binary, by name. The runtime runs them all while it leads.
 pub fn controllers(shared: Arc<Shared>) -> Vec<(&'static str, ControllerFuture)> {
-    vec![("machine", Box::pin(machine::run(shared)))]
+    vec![
+        ("machine", Box::pin(machine::run(shared.clone()))),
+        ("machineset", Box::pin(machineset::run(shared.clone()))),
+        ("windows-join", Box::pin(windows_join::run(shared))),
+    ]
 }

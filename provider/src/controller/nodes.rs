@@ -1,29 +1,20 @@
 //! Node link support: which Machine a Node belongs to (so a Node change requeues its Machine),
 //! and `Node.spec.providerID` set when the Node is the Machine's and has none (Windows nodes
-//! have no cloud controller manager to set it).
+//! have no cloud controller manager to set it). The decisions are in [`crate::plan::node_link`].
 
 use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Node;
+use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::error::Error;
 use crate::api::{GuardedMachine, Machine};
-
-/// Node annotation nodelink writes: `<namespace>/<name>` of the Machine.
-pub const MACHINE_ANNOTATION: &str = "machine.openshift.io/machine";
-
-/// The Machine a Node names in its nodelink annotation.
-pub fn machine_of_node(node: &Node) -> Option<(String, String)> {
-    let value = node.annotations().get(MACHINE_ANNOTATION)?;
-    let (namespace, name) = value.split_once('/')?;
-    (!namespace.is_empty() && !name.is_empty() && !name.contains('/'))
-        .then(|| (namespace.to_owned(), name.to_owned()))
-}
+use crate::plan::node_link::ProviderIdAction;
+pub use crate::plan::node_link::{MACHINE_ANNOTATION, machine_of_node, provider_id_action};
 
 /// The Machine to requeue when `node` changes: by nodelink's annotation, else by providerID
 /// among the watched Machines.
@@ -66,8 +57,8 @@ impl ProviderIdsDone {
     }
 }
 
-/// Sets `spec.providerID` on the Machine's Node when it has none. The Node must be the
-/// Machine's: nodelink's annotation, if present, must name this Machine.
+/// Sets `spec.providerID` on the Machine's Node when it has none and is the Machine's
+/// ([`provider_id_action`]).
 pub async fn ensure_node_provider_id(
     client: &kube::Client,
     done: &ProviderIdsDone,
@@ -86,14 +77,26 @@ pub async fn ensure_node_provider_id(
     else {
         return Ok(());
     };
-    let ours = machine_of_node(&node).is_none_or(|(namespace, name)| {
-        Some(namespace.as_str()) == machine.metadata.namespace.as_deref()
-            && Some(name.as_str()) == machine.metadata.name.as_deref()
-    });
-    let current = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-    match current {
-        None | Some("") if ours => {
-            nodes
+    apply_provider_id_action(
+        client,
+        &provider_id_action(machine, &node, provider_id),
+        node_name,
+    )
+    .await?;
+    done.insert(node_name);
+    Ok(())
+}
+
+/// Performs `action` on Node `node_name`: the patch for [`ProviderIdAction::Set`], a log line
+/// otherwise. Returns whether it wrote.
+pub async fn apply_provider_id_action(
+    client: &kube::Client,
+    action: &ProviderIdAction,
+    node_name: &str,
+) -> Result<bool, Error> {
+    match action {
+        ProviderIdAction::Set(provider_id) => {
+            Api::<Node>::all(client.clone())
                 .patch(
                     node_name,
                     &PatchParams::default(),
@@ -101,43 +104,22 @@ pub async fn ensure_node_provider_id(
                 )
                 .await
                 .map_err(|e| Error::kube(format!("set providerID of Node {node_name}"), e))?;
-            tracing::info!(node = node_name, provider_id, "set the Node's providerID");
+            tracing::info!(node = node_name, %provider_id, "set the Node's providerID");
+            Ok(true)
         }
-        Some(other) if other != provider_id => {
+        ProviderIdAction::Differs { node, machine } => {
             tracing::warn!(
                 node = node_name,
-                node_provider_id = other,
-                provider_id,
+                node_provider_id = %node,
+                provider_id = %machine,
                 "the Node's providerID differs from its Machine's"
             );
+            Ok(false)
         }
-        _ => {}
-    }
-    done.insert(node_name);
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    #[test]
-    fn nodelink_annotation_names_the_machine() {
-        let node = |annotation: &str| -> Node {
-            serde_json::from_value(json!({"metadata": {"name": "n",
-                "annotations": {MACHINE_ANNOTATION: annotation}}}))
-            .unwrap()
-        };
-        assert_eq!(
-            machine_of_node(&node("openshift-machine-api/worker-0")),
-            Some(("openshift-machine-api".into(), "worker-0".into()))
-        );
-        for bad in ["worker-0", "/worker-0", "ns/", "a/b/c"] {
-            assert_eq!(machine_of_node(&node(bad)), None, "{bad}");
+        ProviderIdAction::NotOurs(why) => {
+            tracing::debug!(node = node_name, %why, "providerID left alone");
+            Ok(false)
         }
-        let bare: Node = serde_json::from_value(json!({"metadata": {"name": "n"}})).unwrap();
-        assert_eq!(machine_of_node(&bare), None);
+        ProviderIdAction::AlreadySet => Ok(false),
     }
 }

@@ -115,6 +115,13 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+    /// A Windows Machine with no Node linked this long after its creation gets the
+    /// `WindowsJoin` reason `JoinTimedOut`.
+    #[arg(long, value_name = "DURATION", default_value = "90m", value_parser = parse_duration)]
+    pub windows_join_timeout: Duration,
+    /// Mark a Windows Machine whose join timed out Failed, so that it is replaced.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
+    pub fail_timed_out_windows_joins: bool,
 }
 
 /// How to reach Prism Central (shared by `run` and `validate`).
@@ -255,10 +262,21 @@ mod tests {
         assert!(!run.leader_elect);
         assert_eq!(run.health_addr, ":9440");
         assert_eq!(run.requeue_interval, Duration::from_secs(30));
+        assert_eq!(run.windows_join_timeout, Duration::from_secs(90 * 60));
+        assert!(!run.fail_timed_out_windows_joins);
 
         let bare_flag =
             Cli::try_parse_from(["nutanix-machine-controller", "--leader-elect"]).unwrap();
         assert!(bare_flag.run.leader_elect);
+
+        let join = Cli::try_parse_from([
+            "nutanix-machine-controller",
+            "--windows-join-timeout=2h",
+            "--fail-timed-out-windows-joins",
+        ])
+        .unwrap();
+        assert_eq!(join.run.windows_join_timeout, Duration::from_secs(7200));
+        assert!(join.run.fail_timed_out_windows_joins);
     }
 
     #[test]

@@ -242,6 +242,8 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
         requeue_interval: args.requeue_interval,
         running_interval: args.inventory_refresh_interval,
         excluded_cidrs: args.excluded_address_cidrs.clone(),
+        windows_join_timeout: args.windows_join_timeout,
+        fail_timed_out_windows_joins: args.fail_timed_out_windows_joins,
         ..ControllerSettings::default()
     };
     let identity = identity();

@@ -10,6 +10,8 @@ mod faults;
 mod harness;
 mod leader;
 mod lifecycle;
+mod machineset;
 mod measure;
 #[path = "../support/rbac.rs"]
 mod rbac;
+mod windows_join;
