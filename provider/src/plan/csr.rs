@@ -209,10 +209,13 @@ fn check_client(csr: &Csr, context: &CsrContext<'_>) -> CsrVerdict {
     let (Some(machine_created), Some(csr_created)) = (machine.created, csr.created) else {
         return pending("the CSR or the Machine has no creation time");
     };
-    let (start, end) = (
-        machine_created - MAX_MACHINE_CLOCK_SKEW,
-        machine_created + MAX_MACHINE_DELTA,
-    );
+    // jiff's `+` and `-` panic past the ends of its range: saturate there instead.
+    let start = machine_created
+        .checked_sub(MAX_MACHINE_CLOCK_SKEW)
+        .unwrap_or(Timestamp::MIN);
+    let end = machine_created
+        .checked_add(MAX_MACHINE_DELTA)
+        .unwrap_or(Timestamp::MAX);
     if !(start < csr_created && csr_created < end) {
         return pending(format!(
             "CSR created at {csr_created}, outside {start} .. {end} (Machine {} created at {machine_created}): a node that joins more than 2 h after its Machine is never approved",
