@@ -8,7 +8,13 @@
 //! - [`node_agent`]: the kubelet of each VM (and WMCO for Windows VMs), registering Nodes through
 //!   the kubelet's CSR flow for the VMs running in prism-mock;
 //! - [`approver`]: the cluster-machine-approver;
-//! - [`autoscaler`]: the OpenShift cluster autoscaler's API actions (commands, not a loop).
+//! - [`autoscaler`]: the OpenShift cluster autoscaler's API actions (commands, not a loop);
+//! - [`machine_autoscaler`]: the cluster-autoscaler-operator's part for MachineAutoscalers.
+//!
+//! On top of them, the one-command sandbox:
+//! - [`world`]: prism-mock and kube-sim in-process, the CRDs and [`manifests`] applied, the actors
+//!   running, and the controller as a separate process (killable, restartable);
+//! - [`scenario`]: the scenario's steps, checks and closing report.
 //!
 //! See the README for what each simulates and what it does not.
 
@@ -16,9 +22,13 @@ pub mod actor;
 pub mod approver;
 pub mod autoscaler;
 pub mod csr;
+pub mod machine_autoscaler;
 pub mod machineset;
+pub mod manifests;
 pub mod node_agent;
 pub mod nodelink;
+pub mod scenario;
+pub mod world;
 
 pub use actor::ActorHandle;
 

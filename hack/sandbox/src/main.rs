@@ -1,28 +1,51 @@
-//! `sandbox`: the cluster simulators around the Nutanix machine controller.
+//! `sandbox`: the one-command demo of the Nutanix machine controller, and the cluster simulators
+//! around it.
 //!
-//! The one-command scenario (issue 7) is wired on top of the library later; for now the binary
-//! runs the simulated cluster actors that need only a Kubernetes API server.
+//! - `sandbox [run] [--keep]` (the default): starts prism-mock, kube-sim, the controller and the
+//!   simulated actors on loopback, applies the CRDs and the examples, plays the scenario with a
+//!   progress display, prints the closing table, and exits 0 only when the scenario held.
+//! - `sandbox actors --kubeconfig FILE`: the replica controller, nodelink and the approver against
+//!   an API server until Ctrl-C.
+//! - `sandbox controller -- FLAGS` (hidden): the controller itself, as the scenario starts it in a
+//!   process of its own (`nutanix-machine-controller FLAGS`).
 
+use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use prism_mock::Timings;
 use sandbox::approver::{self, ApproverConfig};
 use sandbox::machineset::{self, MachineSetControllerConfig};
 use sandbox::nodelink::{self, NodeLinkConfig};
+use sandbox::scenario::{self, ScenarioOptions};
+use sandbox::world::{ControllerCommand, ControllerIntervals, World, WorldOptions};
 
-/// Simulators of the OpenShift cluster actors around the Nutanix machine controller
-/// (development tool, never shipped).
+/// The hidden subcommand running the controller (dispatched before anything else starts: the
+/// controller sets up its own logging and async runtime).
+const CONTROLLER_SUBCOMMAND: &str = "controller";
+
+/// The Nutanix machine controller's sandbox: prism-mock, an in-memory Kubernetes API, the
+/// controller and simulators of the cluster's other actors, on loopback (development tool, never
+/// shipped).
 #[derive(Debug, Parser)]
-#[command(name = "sandbox", version)]
+#[command(name = "sandbox", version, args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Play the scenario (the default): Windows and Linux MachineSets scaled up by hand and by the
+    /// autoscaler, a scale-down, then everything to 0; exit 0 only when it held.
+    Run(RunArgs),
     /// Run the machine-api-operator's MachineSet replica controller and nodelink, and the
     /// cluster-machine-approver, against a cluster until Ctrl-C. (The node agent needs an
     /// in-process prism-mock and the autoscaler is driven by a scenario: both are library only.)
@@ -36,27 +59,184 @@ enum Command {
     },
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum TimingsChoice {
+    /// Tasks of 1.5 s, addresses 2 s after power-on.
+    Sandbox,
+    /// Tens of milliseconds (as the end-to-end tests).
+    Tests,
+}
+
+#[derive(Clone, Debug, Args)]
+struct RunArgs {
+    /// Leave everything running after the scenario and print the KUBECONFIG to explore it with
+    /// kubectl (scale the MachineSets yourself); Ctrl-C stops it.
+    #[arg(long)]
+    keep: bool,
+    /// Where to write the kubeconfig, prism-mock's CA and the controller's log (default: a
+    /// temporary directory, removed at the end unless --keep or the scenario failed).
+    #[arg(long, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
+    /// prism-mock's delays.
+    #[arg(long, value_enum, default_value = "sandbox")]
+    timings: TimingsChoice,
+    /// The controller's log verbosity (`--v`).
+    #[arg(long, value_name = "LEVEL", default_value_t = 2)]
+    controller_v: u8,
+    /// Machines the autoscaler adds to the Windows image MachineSet (at least 2).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(i32).range(2..=4))]
+    windows_replicas: i32,
+}
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == CONTROLLER_SUBCOMMAND) {
+        let mut flags = args.into_iter().skip(2).peekable();
+        flags.next_if(|a| a == "--");
+        return nutanix_machine_controller::cli_main(
+            std::iter::once(OsString::from("nutanix-machine-controller")).chain(flags),
+        );
+    }
+    let cli = Cli::parse_from(args);
+    let default_level = if matches!(cli.command, Some(Command::Actors { .. })) {
+        "info"
+    } else {
+        // stdout carries the progress display; only problems go to stderr.
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("sandbox: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     match cli.command {
-        Command::Actors {
+        Some(Command::Actors {
             kubeconfig,
             namespace,
-        } => match run_actors(&kubeconfig, namespace).await {
+        }) => match runtime.block_on(run_actors(&kubeconfig, namespace)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 eprintln!("sandbox: {error}");
                 ExitCode::FAILURE
             }
         },
+        Some(Command::Run(args)) => runtime.block_on(run_scenario(args)),
+        None => runtime.block_on(run_scenario(cli.run)),
+    }
+}
+
+async fn run_scenario(args: RunArgs) -> ExitCode {
+    let controller = match ControllerCommand::this_sandbox_binary() {
+        Ok(command) => command,
+        Err(error) => {
+            eprintln!("sandbox: cannot find its own executable to start the controller: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut options = WorldOptions::sandbox(controller);
+    if args.timings == TimingsChoice::Tests {
+        options.mock_timings = Timings::for_tests();
+        options.intervals = ControllerIntervals::tests();
+    }
+    options.controller_verbosity = args.controller_v;
+    options.work_dir = args.work_dir.clone();
+    options.progress = Some(Arc::new(|line: &str| println!("{line}")));
+
+    println!("sandbox: starting prism-mock, kube-sim, the controller and the actors on loopback");
+    let mut world = match World::start(options).await {
+        Ok(world) => world,
+        Err(error) => {
+            eprintln!("sandbox: could not start: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "  prism-mock {} (HTTPS, CA {})",
+        world.mock().base_url(),
+        world.work_dir().join("prism-ca.pem").display()
+    );
+    println!("  kube-sim   {}", world.sim().url());
+    println!(
+        "  controller pid {} (log {})",
+        world
+            .controller_pid()
+            .await
+            .map_or_else(|| "?".to_owned(), |p| p.to_string()),
+        world.controller_log_file().display()
+    );
+    println!("  applied: manifests/crds, hack/crds, manifests/examples (MachineSets at 0)\n");
+
+    let scenario_options = ScenarioOptions {
+        windows_image_replicas: args.windows_replicas,
+        ..ScenarioOptions::default()
+    };
+    let finished = tokio::select! {
+        report = scenario::run(&world, scenario_options) => Some(report),
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    let Some(report) = finished else {
+        println!("\nsandbox: interrupted; stopping");
+        world.shutdown().await;
+        return ExitCode::from(130);
+    };
+    println!("\n{}", report.render());
+    let held = report.outcome.is_ok();
+    if !held {
+        let dir = world.keep_work_dir();
+        eprintln!(
+            "sandbox: the scenario did not hold; the controller's log is in {}",
+            dir.join("controller.log").display()
+        );
+    }
+
+    if args.keep {
+        let dir = world.keep_work_dir();
+        println!(
+            "The sandbox keeps running. Explore it from another terminal:\n\
+             \n  export KUBECONFIG={}\
+             \n  kubectl get machinesets,machines -n {ns}\
+             \n  kubectl get nodes,csr\
+             \n  kubectl scale machineset win-image -n {ns} --replicas=2\
+             \n  kubectl get events -n {ns}\
+             \n\nPrism Central (mock): {} (CA {}, the mock's default credentials)\
+             \nController log: {}\
+             \nProgress follows; Ctrl-C stops everything.",
+            world.kubeconfig().display(),
+            world.mock().base_url(),
+            dir.join("prism-ca.pem").display(),
+            world.controller_log_file().display(),
+            ns = world.namespace(),
+        );
+        world.set_label("kept running");
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break,
+                () = tokio::time::sleep(Duration::from_millis(500)) => {
+                    let snapshot = world.snapshot();
+                    world.print_progress(&snapshot);
+                }
+            }
+        }
+        println!("\nsandbox: stopping");
+    }
+    world.shutdown().await;
+    if held {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

@@ -261,8 +261,21 @@ pub fn start(client: Client, config: NodeLinkConfig) -> ActorHandle {
     })
 }
 
+impl NodeLinkError {
+    /// Whether another writer changed the Node between the read and the update (409): expected
+    /// while the kubelet and the machine controller write the same Node, and retried.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Api { source, .. }
+            if matches!(source.as_ref(), kube::Error::Api(status) if status.code == 409))
+    }
+}
+
 fn error_policy(node: Arc<Node>, error: &NodeLinkError, context: Arc<Context>) -> Action {
-    tracing::warn!(node = %node.name_any(), %error, "nodelink reconcile failed");
+    if error.is_conflict() {
+        tracing::debug!(node = %node.name_any(), %error, "nodelink: Node changed meanwhile; retrying");
+    } else {
+        tracing::warn!(node = %node.name_any(), %error, "nodelink reconcile failed");
+    }
     Action::requeue(context.retry_after)
 }
 
@@ -351,6 +364,29 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+
+    #[test]
+    fn only_a_409_is_a_conflict() {
+        let api = |code: u16| NodeLinkError::Api {
+            node: "n".to_owned(),
+            action: "update Node".to_owned(),
+            source: Box::new(kube::Error::Api(
+                serde_json::from_value(
+                    json!({"status": "Failure", "code": code, "reason": "x", "message": "m"}),
+                )
+                .unwrap(),
+            )),
+        };
+        assert!(api(409).is_conflict());
+        assert!(!api(500).is_conflict());
+        let ambiguous = NodeLinkError::Ambiguous {
+            node: "n".to_owned(),
+            by: "providerID",
+            value: "p".to_owned(),
+            count: 2,
+        };
+        assert!(!ambiguous.is_conflict());
+    }
 
     fn node(name: &str, provider_id: Option<&str>, ips: &[&str]) -> Node {
         let addresses: Vec<Value> = ips
