@@ -84,13 +84,9 @@ async fn reconcile(
     if result.is_ok() {
         context.shared.backoff.reset(&key_of(&guarded));
     }
-    let outcome = if result.is_ok() { "ok" } else { "error" };
     context
         .shared
-        .metrics
-        .reconcile_duration
-        .with_label_values(&[CONTROLLER, outcome])
-        .observe(started.elapsed().as_secs_f64());
+        .observe_reconcile(CONTROLLER, started, &result);
     result
 }
 
@@ -167,14 +163,7 @@ async fn report(set: &MachineSet, context: &Context, problem: String) {
 }
 
 fn error_policy(guarded: Arc<GuardedMachineSet>, error: &Error, context: Arc<Context>) -> Action {
-    let key = key_of(&guarded);
-    let delay = context.shared.backoff.failed(&key, None);
     context
         .shared
-        .metrics
-        .reconcile_errors
-        .with_label_values(&[CONTROLLER, error.reason()])
-        .inc();
-    tracing::warn!(machineset = %key, %error, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
+        .retry_failed(CONTROLLER, &key_of(&guarded), error)
 }

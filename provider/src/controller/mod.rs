@@ -18,11 +18,12 @@ pub mod provision;
 pub mod windows_join;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
@@ -31,6 +32,7 @@ use crate::actuator::Actuator;
 use crate::api::Machine;
 use crate::metrics::Metrics;
 use backoff::Backoff;
+use error::Error;
 use inputs::InfrastructureCache;
 
 /// Name under which events are reported.
@@ -160,6 +162,34 @@ impl Shared {
         {
             tracing::warn!(machine = %machine.name_any(), %error, "cannot publish event {reason}");
         }
+    }
+}
+
+impl Shared {
+    /// Records how long a reconcile of `controller` took and whether it failed.
+    pub fn observe_reconcile<T>(
+        &self,
+        controller: &str,
+        started: Instant,
+        result: &Result<T, Error>,
+    ) {
+        let outcome = if result.is_ok() { "ok" } else { "error" };
+        self.metrics
+            .reconcile_duration
+            .with_label_values(&[controller, outcome])
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// What follows a failed reconcile of the object `key` by `controller`: counted, logged, and
+    /// retried after the object's backoff (at least what Prism asked for).
+    pub fn retry_failed(&self, controller: &str, key: &str, error: &Error) -> Action {
+        let delay = self.backoff.failed(key, error.retry_after());
+        self.metrics
+            .reconcile_errors
+            .with_label_values(&[controller, error.reason()])
+            .inc();
+        tracing::warn!(controller, object = %key, %error, retry_in = ?delay, "reconcile failed");
+        Action::requeue(delay)
     }
 }
 

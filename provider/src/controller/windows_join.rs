@@ -209,27 +209,16 @@ async fn reconcile(guarded: Arc<GuardedMachine>, context: Arc<Context>) -> Resul
     if result.is_ok() {
         context.shared.backoff.reset(&key_of(&guarded));
     }
-    let outcome = if result.is_ok() { "ok" } else { "error" };
     context
         .shared
-        .metrics
-        .reconcile_duration
-        .with_label_values(&[CONTROLLER, outcome])
-        .observe(started.elapsed().as_secs_f64());
+        .observe_reconcile(CONTROLLER, started, &result);
     result
 }
 
 fn error_policy(guarded: Arc<GuardedMachine>, error: &Error, context: Arc<Context>) -> Action {
-    let key = key_of(&guarded);
-    let delay = context.shared.backoff.failed(&key, None);
     context
         .shared
-        .metrics
-        .reconcile_errors
-        .with_label_values(&[CONTROLLER, error.reason()])
-        .inc();
-    tracing::warn!(machine = %key, %error, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
+        .retry_failed(CONTROLLER, &key_of(&guarded), error)
 }
 
 impl Context {

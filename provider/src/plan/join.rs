@@ -131,7 +131,7 @@ pub fn machine_facts(machine: &Machine) -> MachineFacts {
     let status = machine.status.as_ref();
     MachineFacts {
         name: machine.name_any(),
-        created: machine.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        created: created(machine),
         addresses: status.map(|s| s.addresses.clone()).unwrap_or_default(),
         node_ref: node_ref(machine).map(str::to_owned),
     }
@@ -272,14 +272,12 @@ pub fn join_state(input: &JoinInput<'_>) -> Option<JoinState> {
     Some(with_timeout(input, state))
 }
 
+fn created(machine: &Machine) -> Option<Timestamp> {
+    machine.metadata.creation_timestamp.as_ref().map(|t| t.0)
+}
+
 fn with_timeout(input: &JoinInput<'_>, state: JoinState) -> JoinState {
-    let Some(created) = input
-        .machine
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0)
-    else {
+    let Some(created) = created(input.machine) else {
         return state;
     };
     let timeout = SignedDuration::try_from(input.timeout).unwrap_or(SignedDuration::MAX);
@@ -356,12 +354,7 @@ fn client_side(input: &JoinInput<'_>, name: &str, ip: &str) -> JoinState {
         );
     }
     let context = csr_context(input);
-    let created = input
-        .machine
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0);
+    let created = created(input.machine);
     if let Some(pending) = latest(input.csrs, CLIENT_SIGNER, &names, CsrState::Pending) {
         let csr = &pending.csr;
         return match approver_reason(check_csr(csr, &context)) {

@@ -266,6 +266,20 @@ async fn a_windows_join_walks_its_stages_with_an_event_per_transition() {
 
     // Steady state: no status write, no event; nothing WMCO owns is touched.
     let writes = status_writes(&env);
+    let node_writes = env
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.resource == "nodes" && r.verb == "patch" && r.user == "controller")
+        .count();
+    println!(
+        "Windows join from create to Configured: {writes} Machine writes (both controllers), {node_writes} Node write(s), {} Prism calls",
+        env.prism_calls()
+    );
+    assert_eq!(
+        node_writes, 1,
+        "one providerID patch, nothing else on the Node"
+    );
     let events: Vec<u64> = ["NodeLinked", "Configured"]
         .iter()
         .map(|reason| env.event_count(name, reason))
