@@ -272,6 +272,16 @@ pub fn join_state(input: &JoinInput<'_>) -> Option<JoinState> {
     Some(with_timeout(input, state))
 }
 
+/// `at - by`, saturating at the start of jiff's range (its `-` panics past it).
+fn before(at: Timestamp, by: SignedDuration) -> Timestamp {
+    at.checked_sub(by).unwrap_or(Timestamp::MIN)
+}
+
+/// `at + by`, saturating at the end of jiff's range.
+fn after(at: Timestamp, by: SignedDuration) -> Timestamp {
+    at.checked_add(by).unwrap_or(Timestamp::MAX)
+}
+
 fn created(machine: &Machine) -> Option<Timestamp> {
     machine.metadata.creation_timestamp.as_ref().map(|t| t.0)
 }
@@ -300,7 +310,7 @@ fn with_timeout(input: &JoinInput<'_>, state: JoinState) -> JoinState {
 }
 
 fn csr_context<'a>(input: &JoinInput<'a>) -> CsrContext<'a> {
-    let since = input.now - RECENT_PENDING_WINDOW;
+    let since = before(input.now, RECENT_PENDING_WINDOW);
     let recent_pending = input
         .csrs
         .iter()
@@ -361,7 +371,8 @@ fn client_side(input: &JoinInput<'_>, name: &str, ip: &str) -> JoinState {
             Some(reason) => {
                 let outside = match (created, csr.created) {
                     (Some(machine), Some(at)) => {
-                        at <= machine - MAX_MACHINE_CLOCK_SKEW || at >= machine + MAX_MACHINE_DELTA
+                        at <= before(machine, MAX_MACHINE_CLOCK_SKEW)
+                            || at >= after(machine, MAX_MACHINE_DELTA)
                     }
                     _ => false,
                 };
@@ -401,7 +412,7 @@ fn client_side(input: &JoinInput<'_>, name: &str, ip: &str) -> JoinState {
         .iter()
         .filter(|c| c.csr.signer_name == CLIENT_SIGNER && c.state == CsrState::Pending)
         .filter(|c| match (created, c.csr.created) {
-            (Some(machine), Some(at)) => at > machine - MAX_MACHINE_CLOCK_SKEW,
+            (Some(machine), Some(at)) => at > before(machine, MAX_MACHINE_CLOCK_SKEW),
             _ => false,
         })
         .filter_map(|c| c.node_name().map(|node| (c, node)))
@@ -428,7 +439,7 @@ fn client_side(input: &JoinInput<'_>, name: &str, ip: &str) -> JoinState {
         );
     }
     if let Some(created) = created
-        && input.now >= created + MAX_MACHINE_DELTA
+        && input.now >= after(created, MAX_MACHINE_DELTA)
     {
         return stuck(
             Stage::Provisioned,

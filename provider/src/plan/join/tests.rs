@@ -724,3 +724,33 @@ fn long_notes_are_cut_to_the_api_limit() {
     assert!(cut.len() <= MAX_NOTE_BYTES && cut.ends_with("..."));
     assert_eq!(note("short"), "short");
 }
+
+#[test]
+fn times_at_the_ends_of_the_range_do_not_panic() {
+    let mut machine = MachineAt::provisioned().build();
+    let csr_at_the_start = {
+        let mut csr = client_csr("csr-min", NAME, CREATED, CsrState::Pending);
+        csr.csr.created = Some(Timestamp::MIN);
+        csr
+    };
+    for (machine_created, now) in [
+        (Timestamp::MAX, Timestamp::MIN),
+        (Timestamp::MIN, Timestamp::MAX),
+    ] {
+        machine.metadata.creation_timestamp = Some(Time(machine_created));
+        let machines = vec![machine_facts(&machine)];
+        let state = join_state(&JoinInput {
+            machine: &machine,
+            node: None,
+            csrs: std::slice::from_ref(&csr_at_the_start),
+            machines: &machines,
+            node_names: &[],
+            vm_ips: None,
+            previous: None,
+            now,
+            timeout: Duration::MAX,
+        })
+        .unwrap();
+        assert!(!state.complete());
+    }
+}
