@@ -127,6 +127,14 @@ fn set_joined(snapshot: &Snapshot, set: &str, replicas: usize) -> Result<(), Str
     }
 }
 
+/// The Machine whose Node the scenario's autoscaler removes: the second oldest of the set, so that
+/// no age-based delete policy would pick it without the autoscaler's annotation.
+pub fn scale_down_candidate(snapshot: &Snapshot, set: &str) -> Option<String> {
+    let mut machines = snapshot.machines_of(set);
+    machines.sort_by_key(|m| (m.creation_timestamp(), m.name_any()));
+    machines.get(1).map(|m| m.name_any())
+}
+
 impl<'w> Scenario<'w> {
     pub fn new(world: &'w World, options: ScenarioOptions) -> Self {
         Self {
@@ -285,13 +293,13 @@ impl<'w> Scenario<'w> {
         let world = self.world;
         let outcome = async {
             let before = world.snapshot();
-            let mut machines = before.machines_of(set);
-            machines.sort_by_key(|m| (m.creation_timestamp(), m.name_any()));
-            if machines.len() < 2 {
-                return Err(format!("MachineSet {set} has fewer than 2 Machines to scale down"));
-            }
-            let victim = machines[1];
-            let victim_name = victim.name_any();
+            let victim_name = scale_down_candidate(&before, set).ok_or_else(|| {
+                format!("MachineSet {set} has fewer than 2 Machines to scale down")
+            })?;
+            let machines = before.machines_of(set);
+            let Some(victim) = machines.iter().find(|m| m.name_any() == victim_name) else {
+                return Err(format!("no Machine {victim_name}"));
+            };
             let node = victim
                 .status
                 .as_ref()

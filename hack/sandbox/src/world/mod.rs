@@ -46,7 +46,7 @@ use crate::nodelink::{self, NodeLinkConfig};
 pub use controller::{ControllerCommand, ControllerIntervals};
 use controller::{ControllerLaunch, ControllerProcess};
 pub use history::{History, MachineRecord};
-pub use snapshot::{Snapshot, machine_set_of, stage_label};
+pub use snapshot::{Snapshot, machine_set_of, provider_condition, stage_label};
 
 /// Marker inside the stand-in Windows user data: it must never show in a log line.
 pub const WINDOWS_USER_DATA_MARKER: &str = "sandbox-windows-user-data-5d1e";

@@ -9,6 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use nutanix_machine_controller::api::{Machine, MachineSet};
+use nutanix_machine_controller::plan::join;
 use prism_mock::VmSummary;
 
 use crate::manifests::MACHINE_SET_LABEL;
@@ -26,6 +27,20 @@ pub struct Snapshot {
     pub vms: Vec<VmSummary>,
     /// The node agent's joins, latest per VM.
     pub joins: Vec<JoinRecord>,
+}
+
+/// A condition of the Machine's providerStatus: (status, reason, message).
+pub fn provider_condition(machine: &Machine, type_: &str) -> Option<(String, String, String)> {
+    let conditions = machine
+        .status
+        .as_ref()?
+        .provider_status
+        .as_ref()?
+        .get("conditions")?
+        .as_array()?;
+    let condition = conditions.iter().find(|c| c["type"] == type_)?;
+    let text = |key: &str| condition[key].as_str().unwrap_or_default().to_owned();
+    Some((text("status"), text("reason"), text("message")))
 }
 
 /// The MachineSet a Machine belongs to, by its label.
@@ -76,7 +91,7 @@ impl Snapshot {
 
     /// Why the Machine is not fully joined yet, or `None` when it is: Running, linked to a Ready
     /// Node that carries its providerID, the node agent's join done, and for Windows the Node
-    /// configured by WMCO.
+    /// configured by WMCO and the controller's `WindowsJoin` condition `True` (`Configured`).
     pub fn join_gap(&self, machine: &Machine) -> Option<String> {
         let name = machine.name_any();
         if machine.phase() != nutanix_machine_controller::api::phase::RUNNING {
@@ -114,8 +129,21 @@ impl Snapshot {
         {
             return Some(format!("Node {node_name}: the kubelet's join is not done"));
         }
-        if machine.is_windows() && !node.annotations().contains_key(WMCO_VERSION_ANNOTATION) {
-            return Some(format!("Node {node_name}: not configured by WMCO yet"));
+        if machine.is_windows() {
+            if !node.annotations().contains_key(WMCO_VERSION_ANNOTATION) {
+                return Some(format!("Node {node_name}: not configured by WMCO yet"));
+            }
+            match provider_condition(machine, join::CONDITION) {
+                Some((status, reason, _))
+                    if status == "True" && reason == join::reasons::CONFIGURED => {}
+                Some((status, reason, message)) => {
+                    return Some(format!(
+                        "Machine {name}: {} is {status} ({reason}): {message}",
+                        join::CONDITION
+                    ));
+                }
+                None => return Some(format!("Machine {name}: no {} condition", join::CONDITION)),
+            }
         }
         None
     }
@@ -198,9 +226,23 @@ mod tests {
             "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
             "metadata": {"name": name, "namespace": "ns", "labels": labels},
             "spec": {"providerID": format!("nutanix://{name}")},
-            "status": {"phase": phase, "nodeRef": node.map(|n| json!({"kind": "Node", "name": n}))},
+            "status": {"phase": phase, "nodeRef": node.map(|n| json!({"kind": "Node", "name": n})),
+                "providerStatus": {"conditions": [{"type": "WindowsJoin", "status": "False",
+                    "reason": "NodeLinked", "message": "waiting for the serving CSR"}]}},
         }))
         .unwrap()
+    }
+
+    fn set_windows_join(machine: &mut Machine, status: &str, reason: &str) {
+        let provider_status = machine
+            .status
+            .as_mut()
+            .unwrap()
+            .provider_status
+            .as_mut()
+            .unwrap();
+        provider_status["conditions"][0]["status"] = json!(status);
+        provider_status["conditions"][0]["reason"] = json!(reason);
     }
 
     fn node(name: &str, provider_id: &str, wmco: bool) -> Node {
@@ -260,7 +302,12 @@ mod tests {
         let gap = snapshot.join_gap(&running).unwrap();
         assert!(gap.contains("providerID"), "{gap}");
         snapshot.nodes = vec![node("win-a", "nutanix://win-a", true)];
-        assert_eq!(snapshot.join_gap(&running), None);
+        let gap = snapshot.join_gap(&running).unwrap();
+        assert!(gap.contains("WindowsJoin is False (NodeLinked)"), "{gap}");
+        let mut configured = running.clone();
+        set_windows_join(&mut configured, "True", "Configured");
+        snapshot.machines = vec![configured.clone()];
+        assert_eq!(snapshot.join_gap(&configured), None);
         assert!(snapshot.set_joined("win", 1));
         assert!(!snapshot.set_joined("win", 2));
 

@@ -1,0 +1,256 @@
+//! The sandbox's scenario, step by step, with what each step must have produced: Machines,
+//! VMs (boot configuration, guest customization), Nodes (capacity and labels against the
+//! MachineSet's capacity annotations), CSR approvals, the drain on scale-down, and nothing left
+//! at the end.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use nutanix_machine_controller::api::Machine;
+use nutanix_machine_controller::api::quantity::parse_units;
+use nutanix_machine_controller::plan::unattend::powershell_body;
+use sandbox::approver::Decision;
+use sandbox::autoscaler::{MAX_SIZE_ANNOTATION, MIN_SIZE_ANNOTATION, node_template};
+use sandbox::machine_autoscaler::OWNER_ANNOTATION;
+use sandbox::manifests::{LINUX_SET, WINDOWS_IMAGE_SET, WINDOWS_TEMPLATE_SET};
+use sandbox::scenario::{Scenario, ScenarioOptions, scale_down_candidate};
+use sandbox::world::{self, LINUX_USER_DATA_MARKER, Snapshot, World};
+use serde_json::json;
+
+use crate::support::{
+    TIMEOUT, VM_NETWORK, addresses, admin_password, assert_no_secrets_logged, element, events_of,
+    in_network, landed_script, options, start, vm_uuid,
+};
+
+/// What every joined Machine must show, whatever its kind; returns its Node.
+fn check_machine(world: &World, snapshot: &Snapshot, machine: &Machine) -> Node {
+    let name = machine.name_any();
+    let uuid = vm_uuid(machine);
+    assert_eq!(
+        uuid,
+        uuid.to_lowercase(),
+        "{name}: providerID in lower case"
+    );
+    let vm = snapshot
+        .vm(&name)
+        .unwrap_or_else(|| panic!("{name}: a VM named after the Machine"));
+    assert_eq!(vm.uuid, uuid, "{name}: providerID names its VM");
+    let ips = addresses(machine, "InternalIP");
+    assert!(
+        in_network(&ips[0], VM_NETWORK),
+        "{name}: the first InternalIP {ips:?} is the primary NIC's"
+    );
+    assert_eq!(addresses(machine, "InternalDNS"), [name.as_str()]);
+    assert_eq!(addresses(machine, "Hostname"), [name.as_str()]);
+
+    let node = snapshot.node(&name).expect("a Node named as the Machine");
+    let node_ips: Vec<String> = node
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .unwrap()
+        .iter()
+        .filter(|a| a.type_ == "InternalIP")
+        .map(|a| a.address.clone())
+        .collect();
+    assert_eq!(node_ips, [ips[0].clone()], "{name}: the Node's IP");
+
+    // Both of the kubelet's CSRs were approved by the approver, for this Machine.
+    let join = snapshot.join(&name).expect("a join");
+    for csr in [&join.client_csr, &join.serving_csr] {
+        let csr = csr.as_ref().expect("a CSR");
+        match world.approver().decision(csr) {
+            Some(Decision::Approved {
+                machine: Some(m), ..
+            }) => assert_eq!(m, name),
+            other => panic!("{name}: CSR {csr}: {other:?}"),
+        }
+    }
+    node.clone()
+}
+
+/// The Node carries what the MachineSet's capacity annotations promised the autoscaler.
+fn check_capacity(snapshot: &Snapshot, set: &str, node: &Node) {
+    let template = node_template(snapshot.machine_set(set).unwrap()).unwrap();
+    let capacity = node.status.as_ref().unwrap().capacity.as_ref().unwrap();
+    let cpu: u64 = capacity["cpu"].0.parse().unwrap();
+    assert_eq!(cpu * 1000, template.cpu_millis, "{set}: CPU");
+    assert_eq!(
+        parse_units(&capacity["memory"].0).unwrap(),
+        template.memory_bytes,
+        "{set}: memory"
+    );
+    let labels = node.labels();
+    for (key, value) in &template.labels {
+        assert_eq!(
+            labels.get(key),
+            Some(value),
+            "{set}: the Node lacks the label {key}={value} the autoscaler simulates"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scenario_holds_step_by_step() {
+    let world = start(options()).await;
+    let mut scenario = Scenario::new(
+        &world,
+        ScenarioOptions {
+            step_timeout: TIMEOUT,
+            ..ScenarioOptions::default()
+        },
+    );
+    let mut admin_passwords = Vec::new();
+
+    // 1. Capacity annotations on every set; the MachineAutoscaler's bounds kept beside them.
+    scenario.machine_sets_annotated().await.unwrap();
+    let snapshot = world.snapshot();
+    let windows_set = snapshot.machine_set(WINDOWS_IMAGE_SET).unwrap();
+    let annotations = windows_set.annotations();
+    assert_eq!(annotations[MIN_SIZE_ANNOTATION], "0");
+    assert_eq!(annotations[MAX_SIZE_ANNOTATION], "4");
+    assert_eq!(
+        annotations[OWNER_ANNOTATION],
+        format!("{}/{WINDOWS_IMAGE_SET}", world.namespace())
+    );
+    let windows = node_template(windows_set).unwrap();
+    assert_eq!((windows.cpu_millis, windows.memory_bytes), (4000, 16 << 30));
+    assert_eq!(windows.labels["kubernetes.io/os"], "windows");
+    assert_eq!(windows.labels["kubernetes.io/arch"], "amd64");
+    let linux = node_template(snapshot.machine_set(LINUX_SET).unwrap()).unwrap();
+    assert_eq!(linux.labels["kubernetes.io/os"], "linux");
+
+    // 2. The autoscaler scales the Windows image set from zero.
+    let names = scenario
+        .autoscaler_scale_up(WINDOWS_IMAGE_SET, 3)
+        .await
+        .unwrap();
+    assert_eq!(names.len(), 3);
+    let snapshot = world.snapshot();
+    for name in &names {
+        assert!(name.len() <= 15, "{name}: a Windows computer name");
+        let machine = snapshot.machine(name).unwrap();
+        let node = check_machine(&world, &snapshot, machine);
+        check_capacity(&snapshot, WINDOWS_IMAGE_SET, &node);
+        assert!(
+            node.annotations()
+                .contains_key(sandbox::node_agent::WMCO_VERSION_ANNOTATION),
+            "{name}: configured by WMCO"
+        );
+        let uuid = vm_uuid(machine);
+        // bootType SecureBoot: Secure Boot and the Q35 machine type it needs.
+        let vm = world.admin().vm(&uuid).unwrap();
+        let resources = &vm["spec"]["resources"];
+        assert_eq!(resources["machine_type"], "Q35", "{name}");
+        assert_eq!(
+            resources["boot_config"]["boot_type"], "SECURE_BOOT",
+            "{name}"
+        );
+        // The unattend.xml that reached the VM names it and runs WMCO's user data.
+        let guest = world.admin().guest_customization(&uuid).unwrap();
+        assert_eq!(guest.kind, "sysprep");
+        let xml = guest.unattend_xml.unwrap();
+        assert_eq!(element(&xml, "ComputerName"), Some(name.as_str()));
+        let user_data = world::windows_user_data();
+        assert_eq!(
+            landed_script(&xml),
+            powershell_body(user_data.as_bytes()).unwrap(),
+            "{name}: the script the unattend.xml lands is the user data's PowerShell"
+        );
+        admin_passwords.push(admin_password(&xml));
+    }
+    let distinct: BTreeSet<&String> = admin_passwords.iter().collect();
+    assert_eq!(distinct.len(), 3, "one Administrator password per VM");
+
+    // 3. The template set, by hand.
+    let names = scenario
+        .scale_by_hand(WINDOWS_TEMPLATE_SET, 1)
+        .await
+        .unwrap();
+    let snapshot = world.snapshot();
+    let machine = snapshot.machine(&names[0]).unwrap();
+    let node = check_machine(&world, &snapshot, machine);
+    check_capacity(&snapshot, WINDOWS_TEMPLATE_SET, &node);
+    let uuid = vm_uuid(machine);
+    let vm = world.admin().vm(&uuid).unwrap();
+    // Deployed from the template: its UEFI boot, the MachineSet's size.
+    assert_eq!(vm["spec"]["resources"]["boot_config"]["boot_type"], "UEFI");
+    assert_eq!(vm["spec"]["resources"]["memory_size_mib"], 16384);
+    let xml = world
+        .admin()
+        .guest_customization(&uuid)
+        .unwrap()
+        .unattend_xml
+        .unwrap();
+    assert_eq!(element(&xml, "ComputerName"), Some(names[0].as_str()));
+    assert_eq!(
+        landed_script(&xml),
+        powershell_body(world::windows_user_data().as_bytes()).unwrap()
+    );
+    admin_passwords.push(admin_password(&xml));
+
+    // 4. The Linux set, by hand: cloud-init with the worker Ignition.
+    let names = scenario.scale_by_hand(LINUX_SET, 1).await.unwrap();
+    let snapshot = world.snapshot();
+    let machine = snapshot.machine(&names[0]).unwrap();
+    let node = check_machine(&world, &snapshot, machine);
+    check_capacity(&snapshot, LINUX_SET, &node);
+    let guest = world
+        .admin()
+        .guest_customization(&vm_uuid(machine))
+        .unwrap();
+    assert_eq!(guest.kind, "cloud_init");
+    let user_data = guest.user_data.unwrap();
+    assert!(user_data.contains(LINUX_USER_DATA_MARKER));
+    assert!(user_data.contains("/etc/hostname"), "{user_data}");
+
+    // 5. The autoscaler removes one Windows Node: a workload on it is evicted first.
+    let snapshot = world.snapshot();
+    let victim = scale_down_candidate(&snapshot, WINDOWS_IMAGE_SET).unwrap();
+    let pods: Api<Pod> = Api::namespaced(world.client().clone(), world.namespace());
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "workload", "namespace": world.namespace()},
+        "spec": {"nodeName": victim, "containers": [{"name": "app", "image": "registry.example/app:1"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let scaled = scenario
+        .autoscaler_scale_down(WINDOWS_IMAGE_SET)
+        .await
+        .unwrap();
+    assert_eq!(scaled.machine, victim);
+    assert_eq!(scaled.replicas, 2);
+    assert!(
+        pods.get_opt("workload").await.unwrap().is_none(),
+        "the drain evicted the workload"
+    );
+    let events = events_of(&world, &victim);
+    for reason in ["Drained", "Delete"] {
+        assert!(
+            events.iter().any(|(r, t, _)| r == reason && t == "Normal"),
+            "{victim}: no {reason} event in {events:?}"
+        );
+    }
+    let snapshot = world.snapshot();
+    assert_eq!(
+        snapshot
+            .machine_set(WINDOWS_IMAGE_SET)
+            .unwrap()
+            .spec
+            .replicas,
+        Some(2)
+    );
+
+    // 6. Everything to zero; then the whole run checked from the history.
+    scenario.everything_to_zero().await.unwrap();
+    scenario.final_checks(5).unwrap();
+    let report = scenario.report(Ok(()));
+    assert_eq!(report.steps.len(), 6);
+    assert!(report.steps.iter().all(|s| s.succeeded));
+    assert!(report.total_prism_calls() > 0);
+    assert_no_secrets_logged(&world, &admin_passwords);
+    world.shutdown().await;
+}
