@@ -65,6 +65,23 @@ echo "+ $image render --machine machineset-linux.yaml (the request line)"
 rendered=$("${run[@]}" --volume "$root/provider/tests/fixtures:/fixtures:ro" "$check_container" -- \
     /usr/local/bin/nutanix-machine-controller render --machine /fixtures/machineset-linux.yaml 2>/dev/null)
 grep -m1 '"path"' <<<"$rendered"
+# The CA bundle: `validate` builds its Prism client (loading the trusted roots) before its first
+# request, which goes to a closed port; its debug log says how many roots it loaded.
+echo "+ $image validate (trusted roots loaded from the image's CA bundle)"
+echo '[{"type": "basic_auth", "data": {"prismCentral": {"username": "u", "password": "p"}, "prismElements": null}}]' \
+    >"$staging/credentials.json"
+validated=$(timeout 5 "${run[@]}" --env RUST_LOG=prism_client=debug \
+    --volume "$root/provider/tests/fixtures:/fixtures:ro" --volume "$staging/credentials.json:/credentials.json:ro" \
+    "$check_container" -- /usr/local/bin/nutanix-machine-controller validate \
+    --machine /fixtures/machineset-linux.yaml --credentials-file /credentials.json \
+    --prism-endpoint https://127.0.0.1:9 2>&1 || true)
+roots=$(grep -o -m1 'system root certificates added=[0-9]*' <<<"$validated" || true)
+if [ -z "$roots" ] || [ "$roots" = "system root certificates added=0" ]; then
+    echo "$0: the image's binary loaded no trusted root certificate:" >&2
+    head -5 <<<"$validated" >&2
+    exit 1
+fi
+echo "$roots"
 
 if [ -n "${OCI_ARCHIVE:-}" ]; then
     "${buildah[@]}" push --quiet "$image" "oci-archive:$OCI_ARCHIVE:$image"

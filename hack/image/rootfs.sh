@@ -4,8 +4,13 @@
 #   /machine-controller-manager                 a link to it: the command the machine-api-operator
 #                                               gives the provider's container (docs/migration.md)
 #   the shared libraries `ldd` names, at the same paths, and the dynamic loader
-#   /etc/ssl/certs/ca-certificates.crt          CA bundle (Prism Central's certificate is checked
-#                                               against it, plus --prism-ca-file)
+#   /etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem
+#                                               the CA bundle Prism Central's certificate is checked
+#                                               against (plus --prism-ca-file). OpenShift operators
+#                                               mount the cluster's trusted bundle over this very
+#                                               directory (the machine-api-operator does for its
+#                                               machine-controller), and nothing else is probed first:
+#                                               no /etc/ssl/certs, whose bundle would take precedence
 #   /etc/passwd, /etc/group                     the unprivileged user and group 65532 (nonroot)
 # Used by the Containerfile's build stage and by hack/image/build.sh (buildah, from scratch).
 #
@@ -34,7 +39,7 @@ if [ ! -f "$ca_bundle" ]; then
     exit 1
 fi
 
-mkdir -p "$dest/usr/local/bin" "$dest/etc/ssl/certs"
+mkdir -p "$dest/usr/local/bin" "$dest/etc/pki/ca-trust/extracted/pem"
 install -m 0755 "$binary" "$dest/usr/local/bin/nutanix-machine-controller"
 ln -s usr/local/bin/nutanix-machine-controller "$dest/machine-controller-manager"
 
@@ -56,7 +61,7 @@ elif ! grep -q "not a dynamic executable\|statically linked" <<<"$ldd_output"; t
     exit 1
 fi
 
-cp -L "$ca_bundle" "$dest/etc/ssl/certs/ca-certificates.crt"
+cp -L "$ca_bundle" "$dest/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem"
 echo "nonroot:x:65532:65532:nonroot:/nonexistent:/sbin/nologin" >"$dest/etc/passwd"
 echo "nonroot:x:65532:" >"$dest/etc/group"
-chmod 0644 "$dest/etc/passwd" "$dest/etc/group" "$dest/etc/ssl/certs/ca-certificates.crt"
+chmod 0644 "$dest/etc/passwd" "$dest/etc/group" "$dest/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem"
