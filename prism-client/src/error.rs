@@ -357,7 +357,8 @@ pub(crate) fn decode_error(
     Error::Decode {
         endpoint,
         status,
-        reason: error.to_string(),
+        // serde quotes the offending value, which can be as long as the body.
+        reason: truncate(&error.to_string(), MAX_MESSAGE_CHARS),
         excerpt: truncate(&text, EXCERPT_CHARS),
     }
 }

@@ -2,6 +2,8 @@
 //! in the normal test suite.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
+mod common;
+
 use prism_client::{v3, v4};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -32,4 +34,38 @@ fn long_numbers_in_unknown_fields_survive_a_round_trip() {
     let read: serde_json::Value = serde_json::from_str(body).unwrap();
     assert_eq!(sent["spec"]["ratio"], read["spec"]["ratio"]);
     assert_eq!(sent["spec"]["big"], read["spec"]["big"]);
+}
+
+/// Found by the prism_client_http target's bound on error messages (replayed by hand with a
+/// long body before the fuzzer produced one): a 2xx body with a long string where a number
+/// belongs became a decode error whose reason quoted the whole string, so one bad answer could
+/// put kilobytes of Prism's body into a log line, an event or a Machine's status.
+#[tokio::test]
+async fn a_decode_error_stays_short_however_long_the_body() {
+    let filler = "A".repeat(5_000);
+    let body = format!(r#"{{"metadata": {{"kind": "vm", "spec_version": "{filler}"}}}}"#);
+    let router = axum::Router::new().fallback(move || {
+        let body = body.clone();
+        async move { body }
+    });
+    let (addr, _) = common::serve(router).await;
+    let client = prism_client::Client::new(common::http_config(addr)).unwrap();
+    let error = client
+        .get_vm("6f1c2a1e-3d4b-4c5d-8e9f-0a1b2c3d4e5f")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, prism_client::Error::Decode { .. }),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.chars().count() < 1_000,
+        "{} characters",
+        message.chars().count()
+    );
+    assert!(
+        message.contains("cannot decode the response (200)"),
+        "{message}"
+    );
 }
