@@ -87,7 +87,8 @@ pub fn parse_units(text: &str) -> Result<u64, QuantityError> {
         _ => return Err(syntax()),
     };
     let scaled = mantissa.checked_mul(multiplier).ok_or_else(too_large)?;
-    let power = exponent - fraction_digits;
+    // Saturating: past i32::MIN the value is a fraction of one unit either way.
+    let power = exponent.saturating_sub(fraction_digits);
     let units = if power >= 0 {
         let factor = 10u128
             .checked_pow(power.unsigned_abs())
