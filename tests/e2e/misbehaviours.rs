@@ -21,7 +21,7 @@ fn is_link_local(ip: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apipa_first_and_a_late_hybrid_overlay_address_still_give_the_primary_ip_and_a_joined_node()
 {
-    let mut options = options();
+    let mut options = options("misbehaviours");
     options.guest_behaviour = GuestBehaviour {
         apipa_first_ms: Some(1500),
         hybrid_overlay_after_ms: Some(500),

@@ -13,7 +13,7 @@ use sandbox::manifests::{WINDOWS_IMAGE_SET, WINDOWS_TEMPLATE_SET};
 use sandbox::node_agent::{JoinBehaviour, NodeIpChoice};
 use sandbox::world::{Snapshot, provider_condition};
 
-use crate::support::{TIMEOUT, events_of, options, start};
+use crate::support::{TIMEOUT, options, start, wait_event};
 
 /// In the subnet, but no VM's address.
 const WRONG_IP: &str = "10.40.15.249";
@@ -33,7 +33,7 @@ fn mismatch(snapshot: &Snapshot, set: &str) -> Result<(String, String), String> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_registered_with_an_ip_the_machine_lacks_is_node_ip_mismatch() {
-    let mut options = options();
+    let mut options = options("node-ip-mismatch");
     options.guest_behaviour = GuestBehaviour {
         hybrid_overlay_after_ms: Some(100),
         ..GuestBehaviour::default()
@@ -95,13 +95,13 @@ async fn a_node_registered_with_an_ip_the_machine_lacks_is_node_ip_mismatch() {
                 .is_none_or(str::is_empty),
             "{machine_name}: the Node got a providerID"
         );
-        let events = events_of(&world, machine_name);
-        assert!(
-            events
-                .iter()
-                .any(|(r, t, _)| r == join::reasons::NODE_IP_MISMATCH && t == "Warning"),
-            "{machine_name}: {events:?}"
-        );
+        wait_event(
+            &world,
+            machine_name,
+            join::reasons::NODE_IP_MISMATCH,
+            "Warning",
+        )
+        .await;
     }
     world.shutdown().await;
 }

@@ -20,8 +20,8 @@ use sandbox::world::{self, LINUX_USER_DATA_MARKER, Snapshot, World};
 use serde_json::json;
 
 use crate::support::{
-    TIMEOUT, VM_NETWORK, addresses, admin_password, assert_no_secrets_logged, element, events_of,
-    in_network, landed_script, options, start, vm_uuid,
+    TIMEOUT, VM_NETWORK, addresses, admin_password, assert_no_secrets_logged, element, in_network,
+    landed_script, options, start, vm_uuid, wait_event,
 };
 
 /// What every joined Machine must show, whatever its kind; returns its Node.
@@ -94,7 +94,7 @@ fn check_capacity(snapshot: &Snapshot, set: &str, node: &Node) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scenario_holds_step_by_step() {
-    let world = start(options()).await;
+    let world = start(options("scenario")).await;
     let mut scenario = Scenario::new(
         &world,
         ScenarioOptions {
@@ -227,12 +227,8 @@ async fn the_scenario_holds_step_by_step() {
         pods.get_opt("workload").await.unwrap().is_none(),
         "the drain evicted the workload"
     );
-    let events = events_of(&world, &victim);
     for reason in ["Drained", "Delete"] {
-        assert!(
-            events.iter().any(|(r, t, _)| r == reason && t == "Normal"),
-            "{victim}: no {reason} event in {events:?}"
-        );
+        wait_event(&world, &victim, reason, "Normal").await;
     }
     let snapshot = world.snapshot();
     assert_eq!(

@@ -2,6 +2,7 @@
 //! started from this package's `e2e-controller` binary, and readers of what reached the VMs.
 
 use std::net::Ipv4Addr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,12 +22,14 @@ pub const VM_NETWORK: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 40, 0, 0), 20);
 
 /// The world as the tests run it: prism-mock's test delays, short controller intervals, the
 /// controller at trace level (so the secrets check sees everything), progress on stderr (shown
-/// when a test fails).
-pub fn options() -> WorldOptions {
+/// when a test fails). With `E2E_WORK_DIR` set, the kubeconfig and the controller's log are kept
+/// in `$E2E_WORK_DIR/<test>` (named by `test`).
+pub fn options(test: &str) -> WorldOptions {
     let mut options = WorldOptions::tests(ControllerCommand::binary(env!(
         "CARGO_BIN_EXE_e2e-controller"
     )));
     options.progress = Some(Arc::new(|line: &str| eprintln!("{line}")));
+    options.work_dir = std::env::var_os("E2E_WORK_DIR").map(|dir| PathBuf::from(dir).join(test));
     options
 }
 
@@ -127,6 +130,28 @@ pub fn events_of(world: &World, name: &str) -> Vec<(String, String, String)> {
             (text(&e["reason"]), text(&e["type"]), text(note))
         })
         .collect()
+}
+
+/// Polls until an event about `name` has this reason and type (events are published after the
+/// write they report); returns the events about `name`.
+pub async fn wait_event(
+    world: &World,
+    name: &str,
+    reason: &str,
+    type_: &str,
+) -> Vec<(String, String, String)> {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let events = events_of(world, name);
+        if events.iter().any(|(r, t, _)| r == reason && t == type_) {
+            return events;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name}: no {type_} event {reason} in {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Fails if the controller's log holds the Prism password, user data (markers or whole, in

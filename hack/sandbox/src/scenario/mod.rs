@@ -420,9 +420,14 @@ impl<'w> Scenario<'w> {
                 .min();
             if record.is_none() || first_gone.map(|(_, name)| name) != Some(scaled.machine.clone())
             {
+                let gone: Vec<String> = history
+                    .iter()
+                    .map(|r| format!("{} gone {:?}", r.name, r.gone))
+                    .collect();
                 return Err(failure(format!(
-                    "the scaled-down Machine {} was not the first one deleted",
-                    scaled.machine
+                    "the scaled-down Machine {} was not the first one deleted: {}",
+                    scaled.machine,
+                    gone.join(", ")
                 )));
             }
         }

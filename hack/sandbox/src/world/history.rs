@@ -75,12 +75,19 @@ fn vm_uuid_of(machine: &Machine) -> Option<String> {
 #[derive(Clone, Debug, Default)]
 pub struct History {
     machines: BTreeMap<String, MachineRecord>,
+    /// The time of the latest snapshot recorded.
+    latest: Duration,
 }
 
 impl History {
-    /// Records what the snapshot shows.
+    /// Records what the snapshot shows. A snapshot older than one already recorded is ignored:
+    /// it would show Machines created since as gone.
     pub fn observe(&mut self, snapshot: &Snapshot) {
         let now = snapshot.elapsed;
+        if now < self.latest {
+            return;
+        }
+        self.latest = now;
         for machine in &snapshot.machines {
             let uid = machine.uid().unwrap_or_else(|| machine.name_any());
             let record = self.machines.entry(uid).or_insert_with(|| MachineRecord {
@@ -198,5 +205,13 @@ mod tests {
         assert!(!record.vm_outlived_machine);
         // Never joined: no Node in these snapshots.
         assert_eq!(record.joined, None);
+    }
+
+    #[test]
+    fn an_older_snapshot_recorded_late_does_not_make_a_new_machine_gone() {
+        let mut history = History::default();
+        history.observe(&at(2, vec![machine("u1", "Provisioning", false)]));
+        history.observe(&at(1, vec![]));
+        assert_eq!(history.machines()[0].gone, None);
     }
 }

@@ -286,6 +286,15 @@ struct Observed {
     last_print: Option<Instant>,
 }
 
+/// Takes a snapshot and records it, under the lock: snapshots are recorded in the order they are
+/// taken (a Machine created between two snapshots recorded out of order would look gone).
+fn observe(sources: &Sources, observed: &Mutex<Observed>) -> Snapshot {
+    let mut observed = lock(observed);
+    let snapshot = sources.snapshot();
+    observed.history.observe(&snapshot);
+    snapshot
+}
+
 /// How often the history task looks.
 const OBSERVE_EVERY: Duration = Duration::from_millis(100);
 /// An unchanged progress line is printed again after this long.
@@ -473,8 +482,7 @@ impl World {
             let (sources, observed) = (sources.clone(), observed.clone());
             AbortOnDrop(tokio::spawn(async move {
                 loop {
-                    let snapshot = sources.snapshot();
-                    lock(&observed).history.observe(&snapshot);
+                    observe(&sources, &observed);
                     tokio::time::sleep(OBSERVE_EVERY).await;
                 }
             }))
@@ -567,9 +575,7 @@ impl World {
 
     /// The world now (also recorded in the history).
     pub fn snapshot(&self) -> Snapshot {
-        let snapshot = self.sources.snapshot();
-        lock(&self.observed).history.observe(&snapshot);
-        snapshot
+        observe(&self.sources, &self.observed)
     }
 
     /// Every Machine seen so far.
