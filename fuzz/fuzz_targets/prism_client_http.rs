@@ -25,7 +25,7 @@ use prism_client::v3::{
 };
 use prism_client::v4::TemplateDeployRequest;
 use prism_client::{
-    Client, ClientConfig, Credentials, Error, RateLimit, RetryPolicy, TaskProgress,
+    Client, ClientConfig, Credentials, Error, ProxyConfig, RateLimit, RetryPolicy, TaskProgress,
 };
 
 /// Longest error message accepted: five Prism messages of at most 300 characters, a 160-character
@@ -88,6 +88,7 @@ fn harness() -> &'static Harness {
             Credentials::basic("fuzz", "fuzz-password"),
         )
         .expect("config");
+        config.proxy = ProxyConfig::Direct;
         config.retry = RetryPolicy::none();
         config.rate_limit = RateLimit {
             requests_per_second: 1e9,
