@@ -15,6 +15,7 @@ pub mod machine;
 pub mod machineset;
 pub mod nodes;
 pub mod provision;
+pub mod stores_ready;
 pub mod windows_join;
 
 use std::sync::Arc;

@@ -34,6 +34,7 @@ use super::Shared;
 use super::error::Error;
 use super::inputs::environment;
 use super::nodes::apply_provider_id_action;
+use super::stores_ready::StoresReady;
 use crate::api::{GuardedMachine, INSTANCE_STATE_ANNOTATION, Machine, phase};
 use crate::plan::addresses::nics_of;
 use crate::plan::csr::{CLIENT_SIGNER, SERVING_SIGNER};
@@ -54,6 +55,8 @@ use crate::plan::node_link::{
 const CONTROLLER: &str = "windows-join";
 /// How soon a reconcile whose write lost a race (409) looks again.
 const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+/// How soon a reconcile that came before the stores were filled looks again.
+const STORES_NOT_READY_RETRY: Duration = Duration::from_secs(1);
 
 /// The reconciler's context.
 #[derive(Debug)]
@@ -62,6 +65,9 @@ pub struct Context {
     machines: Store<GuardedMachine>,
     nodes: Store<Node>,
     csrs: Store<CertificateSigningRequest>,
+    /// Whether the Node and CSR stores have their first full list (the controller holds every
+    /// reconcile until its Machine store has).
+    stores_ready: StoresReady,
     /// CSRs that could not be read, logged once each.
     unreadable: Mutex<HashSet<String>>,
 }
@@ -92,11 +98,20 @@ pub async fn run(shared: Arc<Shared>) {
     let controller = Controller::new(machines, watcher::Config::default());
     let store = controller.store();
     let config = controller::Config::default().concurrency(shared.settings.concurrency);
+    // The Machine store is not waited on here: the controller itself holds every reconcile until
+    // that store is filled, and a second waiter on it could leave the controller's wait unwoken.
+    let stores_ready = {
+        let (nodes, csrs) = (nodes.clone(), csrs.clone());
+        StoresReady::spawn(async move {
+            nodes.wait_until_ready().await.is_ok() && csrs.wait_until_ready().await.is_ok()
+        })
+    };
     let context = Arc::new(Context {
         shared,
         machines: store.clone(),
         nodes,
         csrs,
+        stores_ready,
         unreadable: Mutex::new(HashSet::new()),
     });
     let for_nodes = store.clone();
@@ -286,13 +301,8 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
         machine.name_any()
     );
     // Decisions on half-filled stores would report stages and problems that are not there.
-    let ready = tokio::join!(
-        context.machines.wait_until_ready(),
-        context.nodes.wait_until_ready(),
-        context.csrs.wait_until_ready()
-    );
-    if ready.0.is_err() || ready.1.is_err() || ready.2.is_err() {
-        return Ok(Action::await_change());
+    if !context.stores_ready.is_ready() {
+        return Ok(Action::requeue(STORES_NOT_READY_RETRY));
     }
     let mut status = match machine.provider_status() {
         Ok(status) => status,

@@ -13,6 +13,7 @@ pub mod validate;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
@@ -127,6 +128,13 @@ pub fn actuator_settings(prism: &PrismArgs) -> ActuatorSettings {
     }
 }
 
+/// How long a VM read is reused: long enough for the reconciles a Machine's own status write
+/// triggers, shorter than the soonest planned look again, which must see a fresh VM (a Machine
+/// waiting for its address would otherwise wait one extra interval per look).
+fn vm_read_ttl(soonest_requeue: Duration) -> Duration {
+    (soonest_requeue / 2).min(ActuatorSettings::default().vm_read_ttl)
+}
+
 /// Watches the Secrets of `namespace` (all when `None`) into a store.
 fn secret_store(
     client: Client,
@@ -229,6 +237,7 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
         ActuatorSettings {
             inventory_max_age: args.inventory_refresh_interval,
             lookup_ttl: args.lookup_cache_ttl,
+            vm_read_ttl: vm_read_ttl(args.poll_interval.min(args.requeue_interval)),
             ..actuator_settings(&args.prism)
         },
         Some(metrics.prism_observer()),
@@ -301,4 +310,23 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
         leadership.release().await;
     }
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vm_read_is_never_reused_past_half_the_soonest_requeue() {
+        assert_eq!(
+            vm_read_ttl(Duration::from_secs(1)),
+            Duration::from_millis(500)
+        );
+        assert_eq!(vm_read_ttl(Duration::from_secs(4)), Duration::from_secs(2));
+        // Production intervals (10 s poll, 30 s requeue) keep the default.
+        assert_eq!(
+            vm_read_ttl(Duration::from_secs(10)),
+            ActuatorSettings::default().vm_read_ttl
+        );
+    }
 }
