@@ -291,7 +291,7 @@ impl Client {
     ) -> Result<Vec<T>, Error> {
         let page_size = self.page_size();
         let mut items = Vec::new();
-        loop {
+        for _ in 0..crate::MAX_LIST_PAGES {
             let offset = u32::try_from(items.len()).unwrap_or(u32::MAX);
             let call = Call::new(Api::V3, Method::POST, endpoint, segments)
                 .json(&ListRequest::page(kind, offset, page_size))?
@@ -307,6 +307,11 @@ impl Client {
                 return Ok(items);
             }
         }
+        Err(Error::ListDidNotEnd {
+            endpoint,
+            pages: crate::MAX_LIST_PAGES,
+            collected: items.len(),
+        })
     }
 
     // ---- idempotence identifiers ----

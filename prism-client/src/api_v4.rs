@@ -41,7 +41,7 @@ impl Client {
     pub async fn list_all_templates(&self) -> Result<Vec<Template>, Error> {
         let limit = self.page_size().min(V4_MAX_PAGE);
         let mut templates = Vec::new();
-        for page in 0.. {
+        for page in 0..crate::MAX_LIST_PAGES {
             let response = self.list_templates(page, limit).await?;
             let received = response.data.len();
             templates.extend(response.data);
@@ -53,10 +53,14 @@ impl Client {
                 None => received < limit as usize,
             };
             if done {
-                break;
+                return Ok(templates);
             }
         }
-        Ok(templates)
+        Err(Error::ListDidNotEnd {
+            endpoint: endpoints::TEMPLATES_LIST,
+            pages: crate::MAX_LIST_PAGES,
+            collected: templates.len(),
+        })
     }
 
     /// The one template named exactly `name`; [`Error::DuplicateName`] lists the extIds of several.

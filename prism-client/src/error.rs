@@ -217,6 +217,15 @@ pub enum Error {
         name: String,
         uuids: Vec<String>,
     },
+    /// A listing did not end within [`crate::MAX_LIST_PAGES`] pages: the server keeps announcing more
+    /// entities than it hands out (for example it ignores `offset`). Returning the partial list could make
+    /// present entities look missing, so the listing fails instead.
+    #[error("{endpoint}: listing did not end after {pages} pages ({collected} entities received)")]
+    ListDidNotEnd {
+        endpoint: &'static str,
+        pages: u32,
+        collected: usize,
+    },
     /// A task ended without success (`wait_task`).
     #[error("{0}")]
     TaskFailed(Box<TaskFailure>),
@@ -303,7 +312,8 @@ impl Error {
             | Self::Transport { endpoint, .. }
             | Self::Decode { endpoint, .. }
             | Self::Encode { endpoint, .. }
-            | Self::NoSessionCookie { endpoint } => Some(endpoint),
+            | Self::NoSessionCookie { endpoint }
+            | Self::ListDidNotEnd { endpoint, .. } => Some(endpoint),
             _ => None,
         }
     }

@@ -25,6 +25,11 @@ pub mod v3;
 pub mod v4;
 
 pub use api_v3::V3Entity;
+
+/// The most pages one listing (`list_all`, `find_by_exact_name`, `list_all_templates`) reads before it fails
+/// with [`Error::ListDidNotEnd`]: 200,000 entities at the default page length of 100, far beyond what one
+/// Prism Central holds, yet a bound on a server that keeps announcing more than it hands out.
+pub const MAX_LIST_PAGES: u32 = 2_000;
 pub use api_v4::DeployAccepted;
 pub use client::{Client, REQUEST_ID_HEADER};
 pub use config::{

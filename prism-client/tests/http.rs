@@ -91,6 +91,47 @@ async fn list_all_follows_a_server_that_returns_shorter_pages() {
 }
 
 #[tokio::test]
+async fn a_server_that_ignores_offset_cannot_keep_the_client_paging_for_ever() {
+    // Always the same full page, always "more to come": without a bound `list_all` would page for ever.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let router = Router::new().route(
+        "/api/nutanix/v3/vms/list",
+        post(move |Json(body): Json<Value>| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let length = body["length"].as_u64().unwrap_or(20) as usize;
+                let page: Vec<Value> = (0..length)
+                    .map(|i| vm_json(&format!("uuid-{i}"), &format!("vm-{i}")))
+                    .collect();
+                Json(json!({"metadata": {"kind": "vm", "total_matches": u64::MAX}, "entities": page}))
+            }
+        }),
+    );
+    let (addr, _) = serve(router).await;
+    let mut config = http_config(addr);
+    config.list_page_size = 2;
+    let error = Client::new(config)
+        .unwrap()
+        .list_all::<Vm>()
+        .await
+        .unwrap_err();
+    let Error::ListDidNotEnd {
+        pages, collected, ..
+    } = &error
+    else {
+        panic!("{error:?}")
+    };
+    assert_eq!(*pages, prism_client::MAX_LIST_PAGES);
+    assert_eq!(*collected, 2 * prism_client::MAX_LIST_PAGES as usize);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        prism_client::MAX_LIST_PAGES as usize
+    );
+    assert!(error.to_string().contains("POST /vms/list"), "{error}");
+}
+
+#[tokio::test]
 async fn find_by_exact_name_ignores_partial_matches_and_reports_duplicates() {
     let vms = vec![
         vm_json("u-1", "worker-1"),
