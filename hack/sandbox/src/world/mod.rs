@@ -92,6 +92,11 @@ pub struct WorldOptions {
     pub mock_timings: Timings,
     /// prism-mock's guest misbehaviours (APIPA first, late hybrid-overlay address).
     pub guest_behaviour: GuestBehaviour,
+    /// Seed of prism-mock's random-number generator (UUIDs, fault draws); 0 when `None`.
+    pub mock_rng_seed: Option<u64>,
+    /// The Prism password prism-mock accepts and the credentials Secret carries (prism-mock's
+    /// default when `None`); a distinctive one makes a search of the logs for it meaningful.
+    pub prism_password: Option<String>,
     pub controller: ControllerCommand,
     pub intervals: ControllerIntervals,
     /// The controller's `--v`.
@@ -128,6 +133,8 @@ impl WorldOptions {
             namespace: crate::MACHINE_API_NAMESPACE.to_owned(),
             mock_timings: Timings::sandbox(),
             guest_behaviour: GuestBehaviour::default(),
+            mock_rng_seed: None,
+            prism_password: None,
             controller,
             intervals: ControllerIntervals::sandbox(),
             controller_verbosity: 2,
@@ -366,12 +373,16 @@ impl World {
             }
         };
 
-        let mock = MockPrism::start(MockConfig {
+        let mut mock_config = MockConfig {
             timings: options.mock_timings.clone(),
             guest: options.guest_behaviour.clone(),
+            rng_seed: options.mock_rng_seed,
             ..MockConfig::default()
-        })
-        .await?;
+        };
+        if let Some(password) = &options.prism_password {
+            mock_config.credentials.password = password.clone();
+        }
+        let mock = MockPrism::start(mock_config).await?;
         let seed_vms = mock.admin().vms().into_iter().map(|vm| vm.uuid).collect();
         let prism_ca_file = work_dir.join("prism-ca.pem");
         std::fs::write(&prism_ca_file, mock.ca_pem().unwrap_or_default())
