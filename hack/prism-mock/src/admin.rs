@@ -5,7 +5,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 
 use crate::app::{App, Shared};
 use crate::config::{GuestBehaviour, Timings};
-use crate::faults::{Counter, FaultRule, InstalledRule, RateLimit};
+use crate::faults::{Counter, FaultRule, InstalledRule, RateLimit, RequestRecord};
 use crate::seed::GuestOs;
+use crate::store::Vm;
 use crate::store::vm::GuestCustomization;
 
 /// One VM as the admin side sees it.
@@ -67,9 +68,29 @@ impl Admin {
             .sum()
     }
 
-    /// Clears the counters.
+    /// Clears the counters (and the request log).
     pub fn reset_counters(&self) {
-        self.app.lock().faults.counters.clear();
+        let mut store = self.app.lock();
+        store.faults.counters.clear();
+        store.faults.log.clear();
+    }
+
+    /// The request log from entry `from` on (entries are numbered from 0 since the last reset; at
+    /// most the latest million are kept): what each Prism request was, when it was answered, and
+    /// the VM it concerned where the mock can tell.
+    pub fn requests_since(&self, from: usize) -> Vec<RequestRecord> {
+        let store = self.app.lock();
+        store.faults.log.iter().skip(from).cloned().collect()
+    }
+
+    /// Entries in the request log (a position for [`Admin::requests_since`]).
+    pub fn request_count(&self) -> usize {
+        self.app.lock().faults.log.len()
+    }
+
+    /// Milliseconds since the mock started (the clock of [`RequestRecord::at_ms`]).
+    pub fn elapsed_ms(&self) -> u64 {
+        self.app.lock().elapsed_ms(Instant::now())
     }
 
     /// Installs a fault rule; returns its id.
@@ -129,23 +150,13 @@ impl Admin {
             .vm_order
             .values()
             .filter_map(|u| store.vms.get(u))
-            .map(|vm| VmSummary {
-                uuid: vm.uuid.clone(),
-                name: vm.name().to_owned(),
-                state: vm.state().to_owned(),
-                power_state: vm.power_state().to_owned(),
-                listed: vm.listed,
-                spec_version: vm.spec_version,
-                addresses: vm
-                    .reported_addresses()
-                    .into_iter()
-                    .flatten()
-                    .map(|(ip, _)| ip)
-                    .collect(),
-                os: vm.os,
-                cluster_uuid: vm.cluster_uuid().to_owned(),
-            })
+            .map(summary)
             .collect()
+    }
+
+    /// One VM's summary (cheaper than [`Admin::vms`] for a caller interested in one VM).
+    pub fn vm_summary(&self, uuid: &str) -> Option<VmSummary> {
+        self.app.lock().vms.get(uuid).map(summary)
     }
 
     /// One VM as `GET /vms/{uuid}` would answer it.
@@ -188,6 +199,31 @@ impl Admin {
     }
 }
 
+fn summary(vm: &Vm) -> VmSummary {
+    VmSummary {
+        uuid: vm.uuid.clone(),
+        name: vm.name().to_owned(),
+        state: vm.state().to_owned(),
+        power_state: vm.power_state().to_owned(),
+        listed: vm.listed,
+        spec_version: vm.spec_version,
+        addresses: vm
+            .reported_addresses()
+            .into_iter()
+            .flatten()
+            .map(|(ip, _)| ip)
+            .collect(),
+        os: vm.os,
+        cluster_uuid: vm.cluster_uuid().to_owned(),
+    }
+}
+
+#[derive(Deserialize)]
+struct FromQuery {
+    #[serde(default)]
+    from: usize,
+}
+
 fn admin(app: &App) -> Admin {
     Admin::new(app.clone())
 }
@@ -211,6 +247,12 @@ pub(crate) fn routes() -> Router<App> {
                     StatusCode::NO_CONTENT
                 },
             ),
+        )
+        .route(
+            "/requests",
+            get(|State(app): State<App>, Query(query): Query<FromQuery>| async move {
+                Json(json!({"requests": admin(&app).requests_since(query.from)}))
+            }),
         )
         .route(
             "/faults",

@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 
 use crate::config::Credentials;
 use crate::errors::ApiError;
+use crate::faults::RequestRecord;
 use crate::store::{FailPlan, Store};
 
 /// State shared by all handlers.
@@ -61,6 +62,39 @@ impl Shared {
 /// Closes the connection a request came on (the "dropped connection" fault).
 #[derive(Clone, Debug)]
 pub(crate) struct ConnectionKill(pub(crate) Arc<Notify>);
+
+/// The VM a response concerns, set by handlers that create one (the request log's attribution).
+#[derive(Clone, Debug)]
+pub(crate) struct VmAttribution(pub(crate) String);
+
+/// Marks `response` as concerning `vm`.
+pub(crate) fn attribute(mut response: Response, vm: Option<String>) -> Response {
+    if let Some(vm) = vm {
+        response.extensions_mut().insert(VmAttribution(vm));
+    }
+    response
+}
+
+/// The VM a request concerned: what the handler said, else the `{uuid}` of a VM path, else the
+/// VM of a task read.
+fn attributed_vm(
+    store: &Store,
+    template: &str,
+    path: &str,
+    response: Option<&Response>,
+) -> Option<String> {
+    if let Some(VmAttribution(vm)) = response.and_then(|r| r.extensions().get::<VmAttribution>()) {
+        return Some(vm.clone());
+    }
+    let last = path.rsplit('/').next().unwrap_or_default();
+    match template {
+        "/api/nutanix/v3/vms/{uuid}" => Some(last.to_owned()),
+        "/api/nutanix/v3/tasks/{uuid}" | "/api/prism/v4.0/config/tasks/{ext_id}" => {
+            store.task_vm(last)
+        }
+        _ => None,
+    }
+}
 
 /// How a request authenticated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,7 +216,17 @@ async fn prism_layer(State(app): State<App>, mut request: Request, next: Next) -
             tokio::time::sleep(decision.latency).await;
         }
         if decision.drop_connection {
-            app.lock().faults.count(&method, &template, 0);
+            {
+                let mut store = app.lock();
+                let record = RequestRecord {
+                    at_ms: store.elapsed_ms(Instant::now()),
+                    method: method.clone(),
+                    endpoint: template.clone(),
+                    status: 0,
+                    vm: attributed_vm(&store, &template, &path, None),
+                };
+                store.faults.record(record);
+            }
             if let Some(kill) = request.extensions().get::<ConnectionKill>() {
                 kill.0.notify_one();
             }
@@ -223,9 +267,17 @@ async fn prism_layer(State(app): State<App>, mut request: Request, next: Next) -
             }
         }
     };
-    app.lock()
-        .faults
-        .count(&method, &template, response.status().as_u16());
+    {
+        let mut store = app.lock();
+        let record = RequestRecord {
+            at_ms: store.elapsed_ms(Instant::now()),
+            vm: attributed_vm(&store, &template, &path, Some(&response)),
+            method,
+            endpoint: template,
+            status: response.status().as_u16(),
+        };
+        store.faults.record(record);
+    }
     response
 }
 

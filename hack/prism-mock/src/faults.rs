@@ -128,6 +128,27 @@ pub struct Counter {
     pub count: u64,
 }
 
+/// One Prism request as the mock answered it (the request log, for per-VM and per-phase call
+/// attribution in benchmarks).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// Milliseconds since the mock started, when the answer was sent.
+    pub at_ms: u64,
+    /// HTTP method.
+    pub method: String,
+    /// Route template, e.g. `/api/nutanix/v3/vms/{uuid}`; `<unmatched>` for unknown paths.
+    pub endpoint: String,
+    /// Status answered; 0 when the connection was dropped.
+    pub status: u16,
+    /// The VM the request concerned, where the mock can tell: the `{uuid}` of `/vms/{uuid}`, the VM
+    /// a create, clone or deploy made, the VM of a task read. `None` for lists, lookups and
+    /// reservations (shared by every VM).
+    pub vm: Option<String>,
+}
+
+/// Requests kept in the log; older ones are dropped first (a long-running mock stays bounded).
+pub(crate) const REQUEST_LOG_CAPACITY: usize = 1_000_000;
+
 /// What the fault layer decided for one request.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct Decision {
@@ -148,6 +169,7 @@ pub(crate) struct FaultState {
     tokens: f64,
     refilled: Option<Instant>,
     pub(crate) counters: BTreeMap<(String, String, u16), u64>,
+    pub(crate) log: std::collections::VecDeque<RequestRecord>,
 }
 
 impl FaultState {
@@ -249,6 +271,15 @@ impl FaultState {
             .counters
             .entry((method.to_owned(), endpoint.to_owned(), status))
             .or_insert(0) += 1;
+    }
+
+    /// Counts the request and appends it to the request log.
+    pub(crate) fn record(&mut self, record: RequestRecord) {
+        self.count(&record.method, &record.endpoint, record.status);
+        if self.log.len() >= REQUEST_LOG_CAPACITY {
+            self.log.pop_front();
+        }
+        self.log.push_back(record);
     }
 
     pub(crate) fn counters(&self) -> Vec<Counter> {

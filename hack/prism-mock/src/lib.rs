@@ -35,7 +35,7 @@ use tokio::task::JoinHandle;
 
 pub use admin::{Admin, VmSummary};
 pub use config::{Credentials, GuestBehaviour, MockConfig, Timings};
-pub use faults::{Counter, FaultKind, FaultRule, InstalledRule, RateLimit};
+pub use faults::{Counter, FaultKind, FaultRule, InstalledRule, RateLimit, RequestRecord};
 pub use seed::{
     CategorySeed, ClusterSeed, GpuSeed, GuestOs, HostSeed, ImageSeed, PrismCentralSeed,
     ProjectSeed, Seed, SeedError, SubnetSeed, TemplateSeed, VmSeed,

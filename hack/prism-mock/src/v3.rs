@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 
-use crate::app::{App, AuthMethod, Directives, SESSION_COOKIE, parse_json};
+use crate::app::{App, AuthMethod, Directives, SESSION_COOKIE, attribute, parse_json};
 use crate::errors::{ApiError, json_ok};
 use crate::store::list::ListQuery;
 use crate::store::{Store, Table};
@@ -109,7 +109,8 @@ async fn create_vm(
     let body = parse_json("vm", &body)?;
     let mut store = app.lock();
     let response = store.create_vm(Instant::now(), &body, d.fail_task)?;
-    Ok(json_ok(StatusCode::ACCEPTED, response))
+    let vm = response["metadata"]["uuid"].as_str().map(str::to_owned);
+    Ok(attribute(json_ok(StatusCode::ACCEPTED, response), vm))
 }
 
 async fn list_vms(State(app): State<App>, body: Bytes) -> Answer {
@@ -149,10 +150,12 @@ async fn clone_vm(
     body: Bytes,
 ) -> Answer {
     let body = parse_json("vm", &body)?;
-    let response = app
-        .lock()
-        .clone_vm(Instant::now(), &uuid, &body, d.fail_task)?;
-    Ok(json_ok(StatusCode::ACCEPTED, response))
+    let mut store = app.lock();
+    let response = store.clone_vm(Instant::now(), &uuid, &body, d.fail_task)?;
+    let vm = response["task_uuid"]
+        .as_str()
+        .and_then(|task| store.task_vm(task));
+    Ok(attribute(json_ok(StatusCode::ACCEPTED, response), vm))
 }
 
 /// Takes the bare task UUID only (a v4 `<prefix>:<uuid>` extId is a 404 here, as v3 knows no prefixes).

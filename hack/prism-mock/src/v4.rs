@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use serde_json::Value;
 
-use crate::app::{App, Directives};
+use crate::app::{App, Directives, attribute};
 use crate::errors::{ApiError, json_ok};
 
 type Answer = Result<Response, ApiError>;
@@ -70,10 +70,13 @@ async fn deploy_template(
         })?
     };
     let request_id = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok());
+    let mut store = app.lock();
     let response =
-        app.lock()
-            .deploy_template(Instant::now(), &ext_id, request_id, &body, d.fail_task)?;
-    Ok(json_ok(StatusCode::ACCEPTED, response))
+        store.deploy_template(Instant::now(), &ext_id, request_id, &body, d.fail_task)?;
+    let vm = response["data"]["extId"]
+        .as_str()
+        .and_then(|task| store.task_vm(task));
+    Ok(attribute(json_ok(StatusCode::ACCEPTED, response), vm))
 }
 
 async fn get_task(State(app): State<App>, Path(ext_id): Path<String>) -> Answer {

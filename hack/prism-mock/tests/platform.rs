@@ -470,6 +470,97 @@ async fn counters_group_calls_by_route_template_and_status() {
 }
 
 #[tokio::test]
+async fn the_request_log_attributes_calls_to_the_vm_they_concern() {
+    let mock = start().await;
+    let api = Api::new(&mock);
+    let seeded = api.seeded().await;
+    let source = mock
+        .admin()
+        .vms()
+        .into_iter()
+        .find(|v| v.name == "windows-golden")
+        .unwrap()
+        .uuid;
+    mock.admin().reset_counters();
+
+    let created = api
+        .post(
+            &format!("{V3}/vms"),
+            &seeded.vm_body("log-1", &seeded.rhcos, "ON"),
+        )
+        .await;
+    assert_eq!(created.status, 202, "{}", created.text);
+    let vm = created.uuid();
+    api.wait_task(created.task_uuid()).await;
+    api.get(&format!("{V3}/vms/{vm}")).await;
+    api.post(&format!("{V3}/vms/list"), &json!({"kind": "vm"}))
+        .await;
+    let clone = api
+        .post(
+            &format!("{V3}/vms/{source}/clone"),
+            &json!({"override_spec": {"name": "log-2"}}),
+        )
+        .await;
+    assert_eq!(clone.status, 202, "{}", clone.text);
+    let clone_task = clone.body["task_uuid"].as_str().unwrap().to_owned();
+    let finished = api.wait_task(&clone_task).await;
+    let cloned = finished["entity_reference_list"][0]["uuid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(cloned, source);
+
+    let log = mock.admin().requests_since(0);
+    assert_eq!(
+        log.len() as u64,
+        mock.admin().counters().iter().map(|c| c.count).sum::<u64>()
+    );
+    assert_eq!(mock.admin().request_count(), log.len());
+    let of = |method: &str, endpoint: &str| -> Vec<Option<String>> {
+        log.iter()
+            .filter(|r| r.method == method && r.endpoint == endpoint)
+            .map(|r| r.vm.clone())
+            .collect()
+    };
+    assert_eq!(of("POST", "/api/nutanix/v3/vms"), [Some(vm.clone())]);
+    assert_eq!(of("GET", "/api/nutanix/v3/vms/{uuid}"), [Some(vm.clone())]);
+    assert_eq!(
+        of("POST", "/api/nutanix/v3/vms/list"),
+        [None],
+        "a list is shared"
+    );
+    assert_eq!(
+        of("POST", "/api/nutanix/v3/vms/{uuid}/clone"),
+        [Some(cloned.clone())],
+        "a clone counts for the new VM, not its source"
+    );
+    let task_reads = of("GET", "/api/nutanix/v3/tasks/{uuid}");
+    assert!(task_reads.contains(&Some(vm.clone())) && task_reads.contains(&Some(cloned)));
+    assert!(task_reads.iter().all(Option::is_some), "{task_reads:?}");
+    assert!(log.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+    assert!(log.last().unwrap().at_ms <= mock.admin().elapsed_ms());
+
+    let tail = mock.admin().requests_since(log.len() - 1);
+    assert_eq!(tail, [log.last().unwrap().clone()]);
+    let over_http = api
+        .client
+        .get(format!("{}/mock/requests?from=1", api.base))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    assert_eq!(
+        over_http["requests"].as_array().unwrap().len(),
+        log.len() - 1
+    );
+    assert_eq!(over_http["requests"][0]["vm"], json!(vm));
+    mock.admin().reset_counters();
+    assert_eq!(mock.admin().request_count(), 0);
+}
+
+#[tokio::test]
 async fn the_admin_http_api_installs_faults_and_shows_and_changes_vms() {
     let mock = start().await;
     let api = Api::new(&mock);

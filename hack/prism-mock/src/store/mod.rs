@@ -218,6 +218,26 @@ impl Store {
         }
     }
 
+    /// Milliseconds from the mock's start to `at`.
+    pub(crate) fn elapsed_ms(&self, at: Instant) -> u64 {
+        u64::try_from(
+            at.saturating_duration_since(self.started_instant)
+                .as_millis(),
+        )
+        .unwrap_or(u64::MAX)
+    }
+
+    /// The VM a task concerns (its first VM entity), by task UUID or v4 extId.
+    pub(crate) fn task_vm(&self, id: &str) -> Option<String> {
+        let uuid = id.strip_prefix(tasks::V4_TASK_PREFIX).unwrap_or(id);
+        self.tasks
+            .get(uuid)?
+            .entities
+            .iter()
+            .find(|(kind, _)| *kind == "vm")
+            .map(|(_, vm)| vm.clone())
+    }
+
     /// Ends every session: later requests carrying only a cookie get 401 until the client logs in again.
     pub(crate) fn expire_sessions(&mut self) -> usize {
         let n = self.sessions.len();
