@@ -61,6 +61,16 @@ impl ControllerIntervals {
         }
     }
 
+    /// The controller's defaults (`--poll-interval 10s --requeue-interval 30s
+    /// --inventory-refresh-interval 60s`), as in production.
+    pub fn production() -> Self {
+        Self {
+            poll: Duration::from_secs(10),
+            requeue: Duration::from_secs(30),
+            inventory_refresh: Duration::from_secs(60),
+        }
+    }
+
     /// For prism-mock's test timings (tens of milliseconds).
     pub fn tests() -> Self {
         Self {

@@ -110,6 +110,9 @@ pub struct WorldOptions {
     pub work_dir: Option<PathBuf>,
     /// Where progress lines go while waiting; none when `None`.
     pub progress: Option<ProgressSink>,
+    /// How often the background task takes a snapshot for the history (each lists every
+    /// Machine, Node and VM: a benchmark with a thousand Machines looks less often).
+    pub observe_every: Duration,
 }
 
 impl std::fmt::Debug for WorldOptions {
@@ -142,6 +145,7 @@ impl WorldOptions {
             node_agent: NodeAgentConfig::default(),
             work_dir: None,
             progress: None,
+            observe_every: OBSERVE_EVERY,
         }
     }
 
@@ -491,10 +495,11 @@ impl World {
         }));
         let observer = {
             let (sources, observed) = (sources.clone(), observed.clone());
+            let every = options.observe_every;
             AbortOnDrop(tokio::spawn(async move {
                 loop {
                     observe(&sources, &observed);
-                    tokio::time::sleep(OBSERVE_EVERY).await;
+                    tokio::time::sleep(every).await;
                 }
             }))
         };
@@ -725,6 +730,28 @@ impl World {
         state.starts += 1;
         state.process = Some(
             ControllerProcess::start(&self.launch, state.starts)
+                .map_err(io_error("restart the controller"))?,
+        );
+        Ok(())
+    }
+
+    /// Starts the controller again (killing a running one first) with other intervals and extra
+    /// flags; a later [`World::restart_controller`] goes back to the flags of the options.
+    pub async fn restart_controller_with(
+        &self,
+        intervals: ControllerIntervals,
+        extra_args: Vec<String>,
+    ) -> Result<(), WorldError> {
+        self.kill_controller().await?;
+        let launch = ControllerLaunch {
+            intervals,
+            extra_args,
+            ..self.launch.clone()
+        };
+        let mut state = self.controller.lock().await;
+        state.starts += 1;
+        state.process = Some(
+            ControllerProcess::start(&launch, state.starts)
                 .map_err(io_error("restart the controller"))?,
         );
         Ok(())
