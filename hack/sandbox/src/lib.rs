@@ -14,13 +14,17 @@
 //! On top of them, the one-command sandbox:
 //! - [`world`]: prism-mock and kube-sim in-process, the CRDs and [`manifests`] applied, the actors
 //!   running, and the controller as a separate process (killable, restartable);
-//! - [`scenario`]: the scenario's steps, checks and closing report.
+//! - [`scenario`]: the scenario's steps, checks and closing report;
+//! - [`chaos`]: the chaos soak (`sandbox chaos`): faults on, the controller killed, invariants checked;
+//! - [`bench`]: the scale benchmark (`sandbox bench --machines N`).
 //!
 //! See the README for what each simulates and what it does not.
 
 pub mod actor;
 pub mod approver;
 pub mod autoscaler;
+pub mod bench;
+pub mod chaos;
 pub mod csr;
 pub mod machine_autoscaler;
 pub mod machineset;

@@ -4,6 +4,10 @@
 //! - `sandbox [run] [--keep]` (the default): starts prism-mock, kube-sim, the controller and the
 //!   simulated actors on loopback, applies the CRDs and the examples, plays the scenario with a
 //!   progress display, prints the closing table, and exits 0 only when the scenario held.
+//! - `sandbox bench --machines N [--kind image|template|clone] [--rate-limit 50]`: the scale
+//!   benchmark (tables, then one JSON line).
+//! - `sandbox chaos [--machines 50] [--kills 5] [--seed S]`: the chaos soak (faults on, the
+//!   controller killed at chosen moments, invariants checked); exits 0 only when they held.
 //! - `sandbox actors --kubeconfig FILE`: the replica controller, nodelink and the approver against
 //!   an API server until Ctrl-C.
 //! - `sandbox controller -- FLAGS` (hidden): the controller itself, as the scenario starts it in a
@@ -46,6 +50,13 @@ enum Command {
     /// Play the scenario (the default): Windows and Linux MachineSets scaled up by hand and by the
     /// autoscaler, a scale-down, then everything to 0; exit 0 only when it held.
     Run(RunArgs),
+    /// Scale benchmark: one MachineSet scaled 0 → N (time against the mock's lower bound, Prism
+    /// calls per Machine), a controller restart (convergence, writes), the steady state (calls
+    /// per minute) and N → 0; controller CPU and peak memory. Prints tables, then one JSON line.
+    Bench(sandbox::bench::cli::BenchArgs),
+    /// Chaos soak: Machines of every kind scaled 0 → N → 0 with Prism faults on and the
+    /// controller killed at chosen moments; exit 0 only when the invariants held.
+    Chaos(ChaosArgs),
     /// Run the machine-api-operator's MachineSet replica controller and nodelink, and the
     /// cluster-machine-approver, against a cluster until Ctrl-C. (The node agent needs an
     /// in-process prism-mock and the autoscaler is driven by a scenario: both are library only.)
@@ -88,6 +99,47 @@ struct RunArgs {
     windows_replicas: i32,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ChaosTimings {
+    /// prism-mock's sandbox delays: tasks 1.5 s, addresses 2 s after power-on.
+    Sandbox,
+    /// Tasks of 200 ms, addresses 100 ms after power-on, the tests' controller intervals (the
+    /// test suite's version).
+    Short,
+}
+
+#[derive(Clone, Debug, Args)]
+struct ChaosArgs {
+    /// Machines at the top (30 % template deploys, 25 % Windows images, 20 % clones, the rest
+    /// Linux).
+    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    machines: u32,
+    /// Controller kills (SIGKILL): after a create, after a template deploy (then its Machine
+    /// deleted), at random, mid-drain, after a delete; more add follow-ups and random moments.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    kills: u32,
+    /// Seeds prism-mock (UUIDs, fault draws) and the run's choices (default: from the clock,
+    /// printed).
+    #[arg(long, value_name = "S")]
+    seed: Option<u64>,
+    /// prism-mock's delays and the controller's intervals.
+    #[arg(long, value_enum, default_value = "sandbox")]
+    timings: ChaosTimings,
+    /// Latency added to 20 % of Prism calls, milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 150)]
+    latency_ms: u64,
+    /// How long the scale-up, and the scale-down, may take, seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 900)]
+    phase_timeout: u64,
+    /// The controller's log verbosity (`--v`; 6 = trace, so the secrets search sees everything).
+    #[arg(long, value_name = "LEVEL", default_value_t = 6)]
+    controller_v: u8,
+    /// Where controller.log, sandbox.log, the kubeconfigs and the CA go (default: a temporary
+    /// directory, removed when the invariants held).
+    #[arg(long, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
+}
+
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == CONTROLLER_SUBCOMMAND) {
@@ -104,14 +156,17 @@ fn main() -> ExitCode {
         // stdout carries the progress display; only problems go to stderr.
         "warn"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    // `sandbox chaos` installs its own subscriber (it also writes the log to a file).
+    if !matches!(cli.command, Some(Command::Chaos(_))) {
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG")
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
+            )
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .init();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -134,6 +189,8 @@ fn main() -> ExitCode {
             }
         },
         Some(Command::Run(args)) => runtime.block_on(run_scenario(args)),
+        Some(Command::Chaos(args)) => run_chaos(args, &runtime),
+        Some(Command::Bench(args)) => runtime.block_on(sandbox::bench::cli::run(args)),
         None => runtime.block_on(run_scenario(cli.run)),
     }
 }
@@ -236,6 +293,92 @@ async fn run_scenario(args: RunArgs) -> ExitCode {
     if held {
         ExitCode::SUCCESS
     } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `sandbox chaos`: its own logging (stderr as usual, and everything at debug level in
+/// `sandbox.log`, which the run searches for secrets), then the soak.
+fn run_chaos(args: ChaosArgs, runtime: &tokio::runtime::Runtime) -> ExitCode {
+    let (work_dir, temp_dir) = match &args.work_dir {
+        Some(dir) => (dir.clone(), None),
+        None => match tempfile::Builder::new().prefix("chaos-").tempdir() {
+            Ok(temp) => (temp.path().to_path_buf(), Some(temp)),
+            Err(error) => {
+                eprintln!("sandbox: cannot create a temporary directory: {error}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    if let Err(error) = std::fs::create_dir_all(&work_dir) {
+        eprintln!("sandbox: cannot create {}: {error}", work_dir.display());
+        return ExitCode::FAILURE;
+    }
+    let sandbox_log = work_dir.join("sandbox.log");
+    let stderr_filter = std::env::var("SANDBOX_LOG").unwrap_or_else(|_| "warn".to_owned());
+    if let Err(error) = sandbox::chaos::capture_logs(&sandbox_log, Some(&stderr_filter)) {
+        eprintln!("sandbox: {error}");
+        return ExitCode::FAILURE;
+    }
+    let controller = match ControllerCommand::this_sandbox_binary() {
+        Ok(command) => command,
+        Err(error) => {
+            eprintln!("sandbox: cannot find its own executable to start the controller: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs())
+    });
+    let mut options = match args.timings {
+        ChaosTimings::Sandbox => sandbox::chaos::ChaosOptions::soak(controller, work_dir.clone()),
+        ChaosTimings::Short => sandbox::chaos::ChaosOptions::small(controller, work_dir.clone()),
+    };
+    options.machines = args.machines as usize;
+    options.kills = args.kills as usize;
+    options.seed = seed;
+    options.faults = sandbox::chaos::faults::FaultProfile::soak(args.latency_ms);
+    options.phase_timeout = Duration::from_secs(args.phase_timeout);
+    options.controller_verbosity = args.controller_v;
+    options.sandbox_log = Some(sandbox_log);
+    options.drain_blockers = (options.machines / 15).max(1);
+    options.progress = Some(Arc::new(|line: &str| println!("{line}")));
+    println!(
+        "sandbox chaos: seed {seed}, {} Machines, {} kills; work directory {}",
+        options.machines,
+        options.kills,
+        work_dir.display()
+    );
+    let report = runtime.block_on(async {
+        tokio::select! {
+            report = sandbox::chaos::run(options) => Some(report),
+            _ = tokio::signal::ctrl_c() => None,
+        }
+    });
+    let Some(report) = report else {
+        println!(
+            "\nsandbox chaos: interrupted; the work directory is kept: {}",
+            work_dir.display()
+        );
+        if let Some(temp) = temp_dir {
+            let _ = temp.keep();
+        }
+        return ExitCode::from(130);
+    };
+    println!("\n{}", report.render());
+    if report.held() {
+        drop(temp_dir);
+        ExitCode::SUCCESS
+    } else {
+        if let Some(temp) = temp_dir {
+            let _ = temp.keep();
+        }
+        eprintln!(
+            "sandbox chaos: an invariant broke or a step did not finish; logs in {}",
+            work_dir.display()
+        );
         ExitCode::FAILURE
     }
 }

@@ -1,0 +1,159 @@
+//! `sandbox bench`: the command line of the scale benchmark.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use prism_mock::Timings;
+
+use super::{BenchKind, BenchOptions};
+use crate::world::{ControllerCommand, ControllerIntervals, ProgressSink};
+
+/// How the benchmark's Machines get their VMs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KindChoice {
+    /// Linux Machines from an image (`POST /vms`).
+    Image,
+    /// Windows Machines from a Prism Central VM template (v4 deploy + update).
+    Template,
+    /// Windows Machines cloned from a powered-off VM (v3 clone + update).
+    Clone,
+}
+
+/// `sandbox bench` arguments.
+#[derive(Clone, Debug, Args)]
+pub struct BenchArgs {
+    /// Machines to scale the MachineSet to.
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=5000))]
+    machines: u32,
+    /// How the Machines get their VMs.
+    #[arg(long, value_enum, default_value = "image")]
+    kind: KindChoice,
+    /// prism-mock's rate limit in requests per second (0: unlimited).
+    #[arg(long, value_name = "RPS", default_value_t = 50.0)]
+    rate_limit: f64,
+    /// prism-mock's burst (default: one second's worth of the rate limit).
+    #[arg(long, value_name = "N")]
+    burst: Option<u32>,
+    /// The controller's --prism-rate-limit (default: 90 % of the mock's limit, or 20 when the
+    /// mock is unlimited).
+    #[arg(long, value_name = "QPS")]
+    prism_rate_limit: Option<f64>,
+    /// The controller's --prism-burst (default: half the mock's burst, or 40).
+    #[arg(long, value_name = "N")]
+    prism_burst: Option<u32>,
+    /// The controller's --concurrency.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    concurrency: u16,
+    /// The controller's --poll-interval while scaling, milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    poll_ms: u64,
+    /// The controller's --requeue-interval while scaling, milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    requeue_ms: u64,
+    /// The controller's --inventory-refresh-interval while scaling, milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    inventory_ms: u64,
+    /// Steady-state window after the restart (production intervals), seconds; 0 skips the
+    /// restart and the steady state.
+    #[arg(long, value_name = "SECONDS", default_value_t = 180)]
+    steady_seconds: u64,
+    /// Stop after the steady state (no scale-down).
+    #[arg(long)]
+    no_delete: bool,
+    /// prism-mock's delays.
+    #[arg(long, value_enum, default_value = "sandbox")]
+    timings: BenchTimings,
+    /// The controller's log verbosity (`--v`).
+    #[arg(long, value_name = "LEVEL", default_value_t = 2)]
+    controller_v: u8,
+    /// Where to write the kubeconfig, prism-mock's CA and the controller's log (default: a
+    /// temporary directory, removed at the end unless the benchmark fails).
+    #[arg(long, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
+}
+
+/// prism-mock's delays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchTimings {
+    /// Tasks of 1.5 s, addresses 2 s after power-on.
+    Sandbox,
+    /// Tens of milliseconds (as the end-to-end tests).
+    Tests,
+}
+
+/// The benchmark's options from the command line.
+pub fn options(args: &BenchArgs) -> BenchOptions {
+    let kind = match args.kind {
+        KindChoice::Image => BenchKind::Image,
+        KindChoice::Template => BenchKind::Template,
+        KindChoice::Clone => BenchKind::Clone,
+    };
+    let mut options = BenchOptions::new(args.machines as usize, kind);
+    let mock_limit = (args.rate_limit > 0.0).then(|| {
+        let burst = args
+            .burst
+            .unwrap_or_else(|| args.rate_limit.ceil().clamp(1.0, f64::from(u32::MAX)) as u32);
+        (args.rate_limit, burst)
+    });
+    options.mock_rate_limit = mock_limit;
+    options.controller_rate_limit = args
+        .prism_rate_limit
+        .unwrap_or_else(|| mock_limit.map_or(20.0, |(rate, _)| (rate * 0.9 * 10.0).round() / 10.0));
+    options.controller_burst = args
+        .prism_burst
+        .unwrap_or_else(|| mock_limit.map_or(40, |(_, burst)| (burst / 2).max(1)));
+    options.concurrency = args.concurrency;
+    options.scale_intervals = ControllerIntervals {
+        poll: Duration::from_millis(args.poll_ms),
+        requeue: Duration::from_millis(args.requeue_ms),
+        inventory_refresh: Duration::from_millis(args.inventory_ms),
+    };
+    options.steady = Duration::from_secs(args.steady_seconds);
+    options.delete = !args.no_delete;
+    if args.timings == BenchTimings::Tests {
+        options.timings = Timings::for_tests();
+    }
+    options.controller_verbosity = args.controller_v;
+    options.work_dir = args.work_dir.clone();
+    options
+}
+
+/// Runs the benchmark: progress lines, the tables, then one JSON line, all on stdout.
+pub async fn run(args: BenchArgs) -> ExitCode {
+    let controller = match ControllerCommand::this_sandbox_binary() {
+        Ok(command) => command,
+        Err(error) => {
+            eprintln!("sandbox: cannot find its own executable to start the controller: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let options = options(&args);
+    let progress: ProgressSink = Arc::new(|line: &str| println!("{line}"));
+    println!(
+        "sandbox bench: {} Machines ({}), starting prism-mock, kube-sim, the controller and the actors",
+        options.machines,
+        options.kind.as_str()
+    );
+    let finished = tokio::select! {
+        report = super::run(&options, controller, Some(progress)) => Some(report),
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    match finished {
+        None => {
+            println!("\nsandbox bench: interrupted");
+            ExitCode::from(130)
+        }
+        Some(Err(error)) => {
+            eprintln!("sandbox bench: {error}");
+            ExitCode::FAILURE
+        }
+        Some(Ok(report)) => {
+            println!("\n{}", report.render());
+            println!("{}", report.json());
+            ExitCode::SUCCESS
+        }
+    }
+}

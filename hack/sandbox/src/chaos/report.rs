@@ -1,0 +1,203 @@
+//! What a chaos run did and found, and its text rendering.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::faults::FaultLabel;
+use super::invariants::Invariant;
+use super::kills::KillAim;
+
+/// One kill of the controller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KillRecord {
+    pub aim: KillAim,
+    /// Since the run started.
+    pub at: Duration,
+    /// Whether the aimed event happened (else the kill fell back to the time it was due).
+    pub aimed: bool,
+    /// The event, e.g. `VM 1f0e… of win-tmpl-x7k2p appeared (PENDING)`.
+    pub event: String,
+    /// The target Machine's record at the kill (what the dead controller had written).
+    pub machine_state: Option<String>,
+    /// What the run did while the controller was down (e.g. deleted the Machine).
+    pub while_down: Option<String>,
+    pub down_for: Duration,
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Default)]
+pub struct ChaosReport {
+    pub seed: u64,
+    pub machines: usize,
+    /// Machines per MachineSet at the top, with what each creates.
+    pub sets: Vec<(String, &'static str, usize)>,
+    pub kills: Vec<KillRecord>,
+    /// Fault rules' firings per kind.
+    pub faults: Vec<(FaultLabel, u64)>,
+    /// prism-mock's answers by status (0: connection dropped).
+    pub answers: Vec<(u16, u64)>,
+    pub prism_calls: u64,
+    /// Each step and how long it took.
+    pub steps: Vec<(String, Duration)>,
+    pub total: Duration,
+    pub machines_seen: usize,
+    pub vms_seen: usize,
+    /// Machines that ended Failed: name, reason and message.
+    pub failed: Vec<(String, String, String)>,
+    /// Machines deleted on purpose before Running, with why.
+    pub deleted_early: Vec<(String, String)>,
+    pub invariants: Vec<Invariant>,
+    /// A step that did not finish, or the world not starting.
+    pub error: Option<String>,
+}
+
+impl ChaosReport {
+    /// Every step finished and every invariant held.
+    pub fn held(&self) -> bool {
+        self.error.is_none()
+            && !self.invariants.is_empty()
+            && self.invariants.iter().all(|i| i.held)
+    }
+
+    /// The report as plain text.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let outcome = if self.held() { "HELD" } else { "BROKEN" };
+        let _ = writeln!(
+            out,
+            "chaos soak: {outcome} (seed {}, {} Machines, {} kills, {:.1}s)",
+            self.seed,
+            self.machines,
+            self.kills.len(),
+            self.total.as_secs_f64()
+        );
+        if let Some(error) = &self.error {
+            let _ = writeln!(out, "error: {error}");
+        }
+        let sets: Vec<String> = self
+            .sets
+            .iter()
+            .map(|(set, kind, n)| format!("{set} {n} ({kind})"))
+            .collect();
+        let _ = writeln!(out, "MachineSets: {}", sets.join(", "));
+
+        let _ = writeln!(out, "\nInvariants:");
+        for invariant in &self.invariants {
+            let mark = if invariant.held { "ok  " } else { "FAIL" };
+            let _ = writeln!(out, "  {mark} {}: {}", invariant.name, invariant.detail);
+        }
+
+        let _ = writeln!(out, "\nKills (SIGKILL):");
+        for (i, kill) in self.kills.iter().enumerate() {
+            let hit = if kill.aimed {
+                ""
+            } else {
+                " [not aimed: no such event in time]"
+            };
+            let _ = writeln!(
+                out,
+                "  {}. +{:.1}s {}{hit}: {}; down {:.1}s",
+                i + 1,
+                kill.at.as_secs_f64(),
+                kill.aim,
+                kill.event,
+                kill.down_for.as_secs_f64()
+            );
+            if let Some(state) = &kill.machine_state {
+                let _ = writeln!(out, "     recorded on the Machine: {state}");
+            }
+            if let Some(action) = &kill.while_down {
+                let _ = writeln!(out, "     while down: {action}");
+            }
+        }
+
+        let _ = writeln!(
+            out,
+            "\nFaults injected (rule firings; rules can coincide, the first error answers):"
+        );
+        for (label, count) in &self.faults {
+            let _ = writeln!(out, "  {:>6}  {}", count, label.describe());
+        }
+        let answers: Vec<String> = self
+            .answers
+            .iter()
+            .map(|(status, count)| {
+                if *status == 0 {
+                    format!("dropped {count}")
+                } else {
+                    format!("{status}: {count}")
+                }
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "Prism calls: {} (answers {})",
+            self.prism_calls,
+            answers.join(", ")
+        );
+
+        let _ = writeln!(out, "\nSteps:");
+        for (step, took) in &self.steps {
+            let _ = writeln!(out, "  {:>7.1}s  {step}", took.as_secs_f64());
+        }
+        let _ = writeln!(
+            out,
+            "\nMachines seen: {}; VMs seen: {}",
+            self.machines_seen, self.vms_seen
+        );
+        for (name, reason, message) in &self.failed {
+            let _ = writeln!(out, "  Failed: {name}: {reason}: {message}");
+        }
+        for (name, why) in &self.deleted_early {
+            let _ = writeln!(out, "  Deleted before Running: {name}: {why}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_holds_only_with_invariants_all_held_and_no_error() {
+        let mut report = ChaosReport::default();
+        assert!(!report.held(), "nothing checked is not a pass");
+        report.invariants = vec![Invariant {
+            name: "x",
+            held: true,
+            detail: "fine".into(),
+        }];
+        assert!(report.held());
+        report.error = Some("timed out".into());
+        assert!(!report.held());
+        let text = report.render();
+        assert!(text.starts_with("chaos soak: BROKEN"), "{text}");
+        assert!(text.contains("error: timed out"));
+        assert!(text.contains("ok   x: fine"));
+    }
+
+    #[test]
+    fn kills_show_their_aim_event_and_what_was_recorded() {
+        let report = ChaosReport {
+            kills: vec![KillRecord {
+                aim: KillAim::AfterDeployThenDelete,
+                at: Duration::from_millis(2500),
+                aimed: true,
+                event: "VM u1 of win-tmpl-a appeared".into(),
+                machine_state: Some("deployRequestId recorded, no task".into()),
+                while_down: Some("deleted Machine win-tmpl-a".into()),
+                down_for: Duration::from_secs(1),
+            }],
+            faults: vec![(FaultLabel::Error429, 7)],
+            answers: vec![(0, 2), (429, 7)],
+            ..ChaosReport::default()
+        };
+        let text = report.render();
+        assert!(text.contains("1. +2.5s right after a template deploy was sent, then its Machine deleted: VM u1 of win-tmpl-a appeared; down 1.0s"), "{text}");
+        assert!(text.contains("recorded on the Machine: deployRequestId recorded, no task"));
+        assert!(text.contains("while down: deleted Machine win-tmpl-a"));
+        assert!(text.contains("     7  429 + Retry-After on any call"));
+        assert!(text.contains("answers dropped 2, 429: 7"));
+    }
+}
