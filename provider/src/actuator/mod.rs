@@ -41,6 +41,12 @@
 //!    PUT (a 409 means someone else changed the VM: read it again and retry). Applying it again
 //!    changes nothing, so a crash between the PUT and recording its task is harmless.
 //!
+//! 6. **Deletion of an unconfirmed deploy.** A Machine deleted while its deploy request id is
+//!    recorded but its task is not (the deploy's answer was a 500, or the controller stopped
+//!    before recording the task) sends the deploy again with that id before deleting: Prism
+//!    answers with the first deploy's task, whose VM is then deleted, so a deploy that got
+//!    through is never left behind.
+//!
 //! Known gap: for a template deploy, the identity marker only reaches the VM with the follow-up.
 //! A Machine whose status is lost (not merely stale) between the deploy and the follow-up cannot
 //! find its VM by identity; its deploy request id, if still recorded, still finds it.

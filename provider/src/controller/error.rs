@@ -27,6 +27,10 @@ pub enum Error {
     /// retried); the message is also in the condition and the event.
     #[error("{0}")]
     CreateRetry(String),
+    /// A deletion cannot yet confirm whether a template deploy made a VM (its plan needs a
+    /// lookup that failed); the deletion retries.
+    #[error("{0}")]
+    DeployUnconfirmed(String),
     /// The VM reported an error state.
     #[error("{0}")]
     VmError(String),
@@ -59,6 +63,7 @@ impl Error {
             Self::Configuration(_) => "Configuration",
             Self::InvalidMachine(_) => "InvalidMachine",
             Self::CreateRetry(_) => "CreateRetry",
+            Self::DeployUnconfirmed(_) => "DeployUnconfirmed",
             Self::VmError(_) => "VmError",
             Self::Drain(_) => "Drain",
         }

@@ -366,6 +366,7 @@ impl MachineReconcile {
             }
             Step::Fail { reason, message } => self.fail(reason, message).await,
             Step::Create => self.create().await,
+            Step::ConfirmDeploy => self.confirm_deploy().await,
             // `run` looks the VM up and asks again; reaching here would be a bug: look later.
             Step::LookUpVm => Ok(Action::requeue(poll)),
             Step::RetryCreate { message } => self.retry_create(message).await,

@@ -118,6 +118,32 @@ pub fn random_admin_password() -> AdminPassword {
     AdminPassword::from_random_bytes(&random)
 }
 
+/// How long a deletion keeps retrying to confirm a template deploy whose plan cannot be made
+/// (a lookup failing) before it forgets the deploy and finishes.
+pub const DEPLOY_CONFIRM_PATIENCE: Duration = Duration::from_secs(600);
+
+/// What a create needs, or why it cannot be made now.
+enum Prepared {
+    Ready {
+        connection: Arc<Connection>,
+        plan: Box<VmPlan>,
+    },
+    /// The Machine fails with this reason and message.
+    Invalid {
+        reason: Option<&'static str>,
+        message: String,
+    },
+    /// Something looked up is missing or was not reachable: retry later.
+    Unresolved(String),
+}
+
+fn is_template(plan: &VmPlan) -> bool {
+    matches!(
+        plan.source,
+        crate::plan::vm_plan::SourcePlan::Template { .. }
+    )
+}
+
 /// What looking the VM up found, or that the reconcile already did what it had to.
 pub(super) enum Observed {
     Vm(VmObservation, Option<Box<Vm>>),
@@ -231,9 +257,10 @@ impl MachineReconcile {
             });
         }
         if status.deploy_request_id.is_some() {
-            // The deploy may or may not have been sent: the create step sends it (again) with
-            // the same request id, which Prism answers with the same task.
-            return Ok(Observed::Vm(VmObservation::Missing, None));
+            // The deploy may or may not have been sent: the create step (or, for a deletion,
+            // the confirmation) sends it again with the same request id, which Prism answers
+            // with the same task.
+            return Ok(Observed::Vm(VmObservation::DeployUnconfirmed, None));
         }
 
         let uid = self.machine.uid().unwrap_or_default();
@@ -390,16 +417,13 @@ impl MachineReconcile {
         }
     }
 
-    /// Validates and plans the VM, records what a retry needs, and sends the create, clone or
-    /// deploy.
-    pub(super) async fn create(&mut self) -> Result<Action, Error> {
-        if let Some(wait) = self.shared().backoff.remaining(&self.key) {
-            return Ok(Action::requeue(wait));
-        }
+    /// What a create needs (the connection and the plan), or why it cannot be made now.
+    async fn prepare(&mut self) -> Result<Prepared, Error> {
         if let Some(errors) = invalid_in_itself(&self.machine) {
-            return self
-                .fail(Some(INVALID_CONFIGURATION), errors.to_string())
-                .await;
+            return Ok(Prepared::Invalid {
+                reason: Some(INVALID_CONFIGURATION),
+                message: errors.to_string(),
+            });
         }
         let Environment {
             connection,
@@ -424,9 +448,9 @@ impl MachineReconcile {
                 ) {
                     Ok(bytes) => Some(UserData::new(bytes)),
                     Err(problem) => {
-                        return self
-                            .retry_create(format!("providerSpec.userDataSecret: {problem}"))
-                            .await;
+                        return Ok(Prepared::Unresolved(format!(
+                            "providerSpec.userDataSecret: {problem}"
+                        )));
                     }
                 }
             }
@@ -434,7 +458,7 @@ impl MachineReconcile {
         };
         let password = match config.as_ref().map(|c| self.admin_password(c)).transpose() {
             Ok(password) => password.flatten(),
-            Err(message) => return self.retry_create(message).await,
+            Err(message) => return Ok(Prepared::Unresolved(message)),
         };
         let plan = resolve_and_plan(
             &connection,
@@ -444,25 +468,35 @@ impl MachineReconcile {
             password.as_ref(),
         )
         .await;
-        let plan = match plan {
-            Ok(plan) => plan,
-            Err(errors) => {
-                return match after_validation(&errors) {
-                    Step::Fail { reason, message } => self.fail(reason, message).await,
-                    _ => self.retry_create(errors.to_string()).await,
-                };
-            }
+        Ok(match plan {
+            Ok(plan) => Prepared::Ready {
+                connection,
+                plan: Box::new(plan),
+            },
+            Err(errors) => match after_validation(&errors) {
+                Step::Fail { reason, message } => Prepared::Invalid { reason, message },
+                _ => Prepared::Unresolved(errors.to_string()),
+            },
+        })
+    }
+
+    /// Validates and plans the VM, records what a retry needs, and sends the create, clone or
+    /// deploy.
+    pub(super) async fn create(&mut self) -> Result<Action, Error> {
+        if let Some(wait) = self.shared().backoff.remaining(&self.key) {
+            return Ok(Action::requeue(wait));
+        }
+        let (connection, plan) = match self.prepare().await? {
+            Prepared::Ready { connection, plan } => (connection, plan),
+            Prepared::Invalid { reason, message } => return self.fail(reason, message).await,
+            Prepared::Unresolved(message) => return self.retry_create(message).await,
         };
         for warning in &plan.warnings {
             tracing::info!(machine = %self.key, %warning, "plan warning");
         }
 
         let mut status = self.provider_status();
-        let template = matches!(
-            plan.source,
-            crate::plan::vm_plan::SourcePlan::Template { .. }
-        );
-        if template {
+        if is_template(&plan) {
             let request = build_request(&plan, "");
             let request_id = match status.deploy_request_id.clone() {
                 Some(id) => id,
@@ -493,6 +527,101 @@ impl MachineReconcile {
         };
         let request = build_request(&plan, &uuid);
         self.send(&connection, &request, None, status).await
+    }
+
+    /// Deleting a Machine whose template deploy is unconfirmed (its request id recorded, its
+    /// task not: the answer was lost, or the controller stopped before recording it): sends the
+    /// deploy again with the same request id. Prism answers a repeat with the first deploy's
+    /// task, whose VM the deletion then finds and deletes; a deploy that never got through is
+    /// made now and deleted the same way. Without this, the deletion would find no VM and
+    /// finish, leaving the deployed VM behind.
+    ///
+    /// When the deploy cannot be planned any more, the request is forgotten (with a warning
+    /// naming it) so that the deletion can finish: at once for a providerSpec that can never
+    /// deploy, after [`DEPLOY_CONFIRM_PATIENCE`] of deletion for a lookup that keeps failing
+    /// (a template or Secret deleted since).
+    pub(super) async fn confirm_deploy(&mut self) -> Result<Action, Error> {
+        let mut status = self.provider_status();
+        let Some(request_id) = status.deploy_request_id.clone() else {
+            return Ok(Action::requeue(Duration::ZERO));
+        };
+        let (connection, plan) = match self.prepare().await? {
+            Prepared::Ready { connection, plan } if is_template(&plan) => (connection, plan),
+            Prepared::Ready { .. } => {
+                let why = "the providerSpec no longer deploys a template".to_owned();
+                return self.forget_deploy(status, &request_id, why).await;
+            }
+            Prepared::Invalid { message, .. } => {
+                return self.forget_deploy(status, &request_id, message).await;
+            }
+            Prepared::Unresolved(message) => {
+                if self.deleting_for() >= DEPLOY_CONFIRM_PATIENCE {
+                    return self.forget_deploy(status, &request_id, message).await;
+                }
+                let message =
+                    format!("cannot confirm template deploy request {request_id}: {message}");
+                let machine = self.machine.clone();
+                self.shared()
+                    .event(&machine, true, "FailedDelete", message.clone())
+                    .await;
+                return Err(Error::DeployUnconfirmed(message));
+            }
+        };
+        let request = build_request(&plan, "");
+        match connection.send_create(&request, Some(&request_id)).await {
+            Ok(sent) => {
+                if let Some(task) = sent.task {
+                    tracing::info!(machine = %self.key, %request_id, %task, "template deploy sent again to find its VM before deleting it");
+                    status.pending_task = Some(PendingTask {
+                        id: task,
+                        operation: TaskOperation::Deploy,
+                        started: Some(now()),
+                    });
+                    self.write_provider_status(status).await?;
+                }
+                Ok(Action::requeue(self.shared().settings.poll_interval))
+            }
+            Err(error) => match classify_create_error(&error, false) {
+                CreateCallOutcome::Invalid(message) | CreateCallOutcome::SourceMissing(message) => {
+                    self.forget_deploy(status, &request_id, message).await
+                }
+                _ => Err(error.into()),
+            },
+        }
+    }
+
+    /// How long the Machine has been deleting (zero when not, or not known).
+    fn deleting_for(&self) -> Duration {
+        self.machine
+            .metadata
+            .deletion_timestamp
+            .as_ref()
+            .and_then(|since| Duration::try_from(Timestamp::now().duration_since(since.0)).ok())
+            .unwrap_or_default()
+    }
+
+    /// Gives up confirming a template deploy: the deletion goes on as if nothing was deployed,
+    /// and a warning names the request and the VM name to look for.
+    async fn forget_deploy(
+        &mut self,
+        mut status: NutanixMachineProviderStatus,
+        request_id: &str,
+        why: String,
+    ) -> Result<Action, Error> {
+        let message = format!(
+            "template deploy request {request_id} cannot be confirmed ({why}); if it made a VM \
+             named {}, delete that VM in Prism",
+            self.name()
+        );
+        tracing::warn!(machine = %self.key, "{message}");
+        status.deploy_request_id = None;
+        status.pending_follow_up = None;
+        self.write_provider_status(status).await?;
+        let machine = self.machine.clone();
+        self.shared()
+            .event(&machine, true, "DeployUnconfirmed", message)
+            .await;
+        Ok(Action::await_change())
     }
 
     /// Records the reserved UUID or request id (and the follow-up) before anything is sent.

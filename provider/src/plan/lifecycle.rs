@@ -115,6 +115,10 @@ pub enum VmObservation {
     NotLookedUp,
     /// Prism has no VM for the Machine (by recorded UUID, then by identity).
     Missing,
+    /// A template deploy is recorded (`deployRequestId`) and may have been sent, but neither its
+    /// task nor its VM is known: its answer was lost (a 500 after Prism accepted it) or the
+    /// controller stopped before recording the task.
+    DeployUnconfirmed,
     /// A create, clone or deploy task recorded on the Machine is still running, and the VM is not
     /// visible yet (Prism lists VMs only once their create task ends).
     Creating,
@@ -212,6 +216,10 @@ pub enum Step {
     WaitForCreate,
     /// Validate, build the request and send it.
     Create,
+    /// A Machine being deleted has an unconfirmed template deploy: send it again with the
+    /// recorded request id (Prism answers with the first deploy's task) so that its VM is found
+    /// and deleted rather than left behind.
+    ConfirmDeploy,
     /// Something the create needs is not there yet: report it and retry later.
     RetryCreate {
         message: String,
@@ -306,8 +314,10 @@ pub fn next_step(state: &MachineState, vm: &VmObservation, migration_gate: bool)
             reason: None,
             message: INSTANCE_MISSING_MESSAGE.into(),
         },
-        VmObservation::Missing if state.phase.is_empty() => Step::SetPhase(phase::PROVISIONING),
-        VmObservation::Missing => Step::Create,
+        VmObservation::Missing | VmObservation::DeployUnconfirmed if state.phase.is_empty() => {
+            Step::SetPhase(phase::PROVISIONING)
+        }
+        VmObservation::Missing | VmObservation::DeployUnconfirmed => Step::Create,
     }
 }
 
@@ -337,6 +347,7 @@ fn deletion_step(state: &MachineState, vm: &VmObservation) -> Step {
         // A create still running would bring the VM back after the delete: let it end first.
         VmObservation::Creating => Step::WaitForCreate,
         VmObservation::Present(_) => Step::DeleteVm,
+        VmObservation::DeployUnconfirmed => Step::ConfirmDeploy,
         VmObservation::Missing => Step::FinishDeletion {
             node: state.node.clone(),
         },

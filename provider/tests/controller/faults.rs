@@ -6,7 +6,7 @@ use std::time::Duration;
 use prism_mock::{FaultKind, FaultRule};
 use serde_json::Value;
 
-use crate::harness::{Env, linux_spec, scrape};
+use crate::harness::{Env, linux_spec, scrape, windows_template_spec};
 
 const VMS: &str = "/api/nutanix/v3/vms";
 
@@ -153,6 +153,59 @@ async fn controllers_killed_around_the_create_leave_exactly_one_vm() {
     env.wait_phase("killed-1", "Running").await;
     assert_eq!(env.vms_named("killed-1").len(), 1);
     assert_eq!(env.vms_named("killed-0").len(), 1);
+    env.assert_no_secrets_logged(&[]);
+}
+
+/// A template deploy whose answer was lost (Prism deployed, then answered 500) and whose Machine
+/// is deleted before a retry records the task: the deletion sends the deploy again with the
+/// recorded request id, learns the first deploy's task and VM, and deletes that VM. (Before
+/// this was handled, the deletion found no VM and finished, leaving the deployed VM behind.)
+#[tokio::test]
+async fn a_deploy_whose_answer_was_lost_is_found_and_deleted_with_its_machine() {
+    let mut env = Env::start().await;
+    let lost_answers = env.mock.admin().add_fault(FaultRule::new(
+        Some("POST"),
+        "*/$actions/deploy",
+        FaultKind::CreateThen500,
+    ));
+    let mut first = env.controller("first", &[]);
+    env.create_machine("lost-0", windows_template_spec(), true)
+        .await;
+    env.wait_event("lost-0", "FailedCreate", "500").await;
+    let deadline = std::time::Instant::now() + crate::harness::TIMEOUT;
+    while env.vms_named("lost-0").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no VM deployed for lost-0"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.kill();
+    let deployed = env.vms_named("lost-0");
+    assert_eq!(
+        deployed.len(),
+        1,
+        "repeats with the same request id deploy nothing more"
+    );
+    let uuid = deployed[0].uuid.clone();
+    assert!(env.mock.admin().remove_fault(lost_answers));
+
+    env.machines_api()
+        .delete("lost-0", &Default::default())
+        .await
+        .unwrap();
+    let status = env.machine("lost-0").unwrap()["status"]["providerStatus"].clone();
+    assert!(status["deployRequestId"].is_string(), "{status}");
+    assert!(status.get("pendingTask").is_none(), "{status}");
+    assert!(status.get("vmUUID").is_none(), "{status}");
+
+    let _second = env.controller("second", &[]);
+    env.wait_machine("lost-0", "deletion", Value::is_null).await;
+    assert!(
+        env.vms_named("lost-0").is_empty(),
+        "the deployed VM was deleted with its Machine"
+    );
+    env.wait_event("lost-0", "Delete", &uuid).await;
     env.assert_no_secrets_logged(&[]);
 }
 

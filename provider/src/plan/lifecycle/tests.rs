@@ -239,6 +239,13 @@ fn steps_in_the_machine_api_operator_order() {
             Step::WaitForCreate,
         ),
         (
+            "an unconfirmed template deploy is sent again to find its VM",
+            deleting(),
+            VmObservation::DeployUnconfirmed,
+            false,
+            Step::ConfirmDeploy,
+        ),
+        (
             "VM gone: node and finalizer",
             deleting(),
             VmObservation::Missing,
@@ -360,6 +367,16 @@ fn steps_in_the_machine_api_operator_order() {
                 ..fresh()
             },
             VmObservation::Missing,
+            false,
+            Step::Create,
+        ),
+        (
+            "an unconfirmed template deploy is sent again by the create",
+            MachineState {
+                phase: phase::PROVISIONING.into(),
+                ..fresh()
+            },
+            VmObservation::DeployUnconfirmed,
             false,
             Step::Create,
         ),
