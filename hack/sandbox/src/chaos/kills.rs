@@ -9,9 +9,10 @@ pub enum KillAim {
     /// A VM created from an image or cloned appeared in Prism: the create was just sent, and its
     /// task is probably not recorded yet.
     AfterCreate,
-    /// A VM deployed from a template appeared: the deploy was just sent (its request id is
-    /// recorded, its task probably not). While the controller is down, the Machine is deleted:
-    /// the gap a template deploy used to leave (no identity marker on the VM until the
+    /// A VM deployed from a template appeared: the deploy was just sent, its request id is
+    /// recorded, and its task is not (the run turns the next deploys' answers into 500s). While
+    /// the controller is down, the Machine is deleted: the deletion must send the deploy again
+    /// with the recorded request id to find the VM (no identity marker reaches the VM until the
     /// follow-up update).
     AfterDeployThenDelete,
     /// A cloned or deployed VM's spec version moved: the follow-up update was just sent.

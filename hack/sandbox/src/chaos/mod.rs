@@ -46,7 +46,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use nutanix_machine_controller::api::{Machine, MachineSet, phase};
-use prism_mock::Timings;
+use prism_mock::{FaultKind, FaultRule, Timings};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
@@ -250,6 +250,9 @@ struct Soak<'w> {
     last: Snapshot,
     blockers: Vec<String>,
 }
+
+/// prism-mock's route of a v4 template deploy (a fault rule's glob).
+const DEPLOY_PATH: &str = "*/$actions/deploy";
 
 /// How often Machines and Nodes are looked at (VMs are polled every [`VM_POLL`]).
 const LOOK_EVERY: Duration = Duration::from_millis(250);
@@ -563,6 +566,14 @@ impl<'w> Soak<'w> {
     ) -> Result<KillRecord, String> {
         let arm = self.random_duration(Duration::ZERO, self.options.arm_within);
         self.idle(arm).await?;
+        // The next deploys' answers are lost (Prism deploys, then answers 500), so the kill
+        // finds the Machine with its deploy request id and no task: the state in which a
+        // deletion must send the deploy again to find the VM.
+        let lost_answers = (aim == KillAim::AfterDeployThenDelete).then(|| {
+            self.world.admin().add_fault(
+                FaultRule::new(Some("POST"), DEPLOY_PATH, FaultKind::CreateThen500).times(2),
+            )
+        });
         let armed = Instant::now();
         let random_at = armed + self.random_duration(Duration::ZERO, self.options.random_within);
         let deadline = armed + self.options.trigger_timeout;
@@ -587,6 +598,9 @@ impl<'w> Soak<'w> {
             .await
             .map_err(|e| e.to_string())?;
         let at = self.elapsed();
+        if let Some(id) = lost_answers {
+            self.world.admin().remove_fault(id);
+        }
         let (aimed, event, target) = match found {
             Some((event, target)) => (true, event, target),
             None => (false, "killed when the wait ran out".to_owned(), None),
