@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::jiff::Timestamp;
 use prism_client::v3::{ListRequest, Vm};
 use prism_client::{Client, Error};
 
@@ -24,6 +25,8 @@ use crate::plan::identity_of;
 /// One listing of every VM.
 #[derive(Debug, Default)]
 pub struct InventorySnapshot {
+    /// When the listing began (what it shows is at least this recent).
+    listed_at: Timestamp,
     by_uuid: HashMap<String, Vm>,
     /// Machine uid → VM UUID, from the identity markers.
     by_machine_uid: HashMap<String, String>,
@@ -60,12 +63,18 @@ impl InventorySnapshot {
             by_uuid.insert(uuid, vm);
         }
         Self {
+            listed_at: Timestamp::now(),
             by_uuid,
             by_machine_uid: claims
                 .into_iter()
                 .map(|(uid, (_, uuid))| (uid, uuid))
                 .collect(),
         }
+    }
+
+    /// When the listing began: a VM's state in it is no older than this.
+    pub fn listed_at(&self) -> Timestamp {
+        self.listed_at
     }
 
     /// The VM with this UUID, if the listing had it.
@@ -114,26 +123,47 @@ impl Inventory {
         }
     }
 
-    fn fresh(&self) -> Option<Arc<InventorySnapshot>> {
+    fn fresh(&self, max_age: Duration) -> Option<Arc<InventorySnapshot>> {
         let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         current
             .as_ref()
-            .filter(|(taken, _)| taken.elapsed() < self.max_age)
+            .filter(|(taken, _)| taken.elapsed() < max_age)
             .map(|(_, snapshot)| snapshot.clone())
+    }
+
+    /// List calls one refresh takes, judging by the last listing (1 before any).
+    pub fn pages(&self) -> usize {
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let listed = current.as_ref().map_or(0, |(_, snapshot)| snapshot.len());
+        listed.div_ceil(self.page_length as usize).max(1)
     }
 
     /// A snapshot no older than the maximum age, listing every VM if needed.
     pub async fn snapshot(&self, client: &Client) -> Result<Arc<InventorySnapshot>, Error> {
-        if let Some(snapshot) = self.fresh() {
+        self.snapshot_within(client, self.max_age).await
+    }
+
+    /// A snapshot no older than `max_age` (at most the maximum age), listing every VM if needed:
+    /// for Machines that wait on their VMs and look more often than the inventory is refreshed.
+    pub async fn snapshot_within(
+        &self,
+        client: &Client,
+        max_age: Duration,
+    ) -> Result<Arc<InventorySnapshot>, Error> {
+        let max_age = max_age.min(self.max_age);
+        if let Some(snapshot) = self.fresh(max_age) {
             return Ok(snapshot);
         }
         let _refreshing = self.refresh.lock().await;
         // Another caller may have refreshed while this one waited.
-        if let Some(snapshot) = self.fresh() {
+        if let Some(snapshot) = self.fresh(max_age) {
             return Ok(snapshot);
         }
+        let began = Timestamp::now();
         let vms = self.list_every_vm(client).await?;
-        let snapshot = Arc::new(InventorySnapshot::new(vms));
+        let mut snapshot = InventorySnapshot::new(vms);
+        snapshot.listed_at = began;
+        let snapshot = Arc::new(snapshot);
         tracing::debug!(vms = snapshot.len(), "VM inventory refreshed");
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
             Some((Instant::now(), snapshot.clone()));

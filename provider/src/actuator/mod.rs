@@ -57,7 +57,7 @@ pub mod inventory;
 pub mod lookups;
 pub mod uuid_pool;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -67,7 +67,8 @@ use prism_client::{
     CaBundle, Client, ClientConfig, ConfigError, Error, RateLimit, RequestObserver, TaskProgress,
 };
 
-use crate::api::PendingTask;
+use crate::api::{PendingTask, TaskOperation};
+use crate::plan::provision::first_task_read_after;
 use crate::plan::request::{FollowUpError, FollowUpUpdate, VmRequest};
 use credentials::PrismCredentials;
 use inventory::Inventory;
@@ -180,6 +181,8 @@ impl Actuator {
             lookups: LookupCache::new(self.settings.lookup_ttl),
             uuids: UuidPool::new(self.settings.uuid_batch, self.settings.uuid_validity),
             recent_reads: RecentReads::new(self.settings.vm_read_ttl),
+            waiting: WaitingVms::default(),
+            task_durations: TaskDurations::default(),
         });
         connections.insert(key, (Instant::now(), connection.clone()));
         Ok(connection)
@@ -195,6 +198,8 @@ pub struct Connection {
     pub lookups: LookupCache,
     pub uuids: UuidPool,
     recent_reads: RecentReads,
+    waiting: WaitingVms,
+    task_durations: TaskDurations,
 }
 
 /// VMs read by UUID in the last few seconds.
@@ -231,6 +236,57 @@ impl RecentReads {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(uuid);
     }
+}
+
+/// VMs whose Machines are waiting on them (a create task to end, addresses to appear), with
+/// when each last looked: how many Machines one shared listing would serve.
+#[derive(Debug, Default)]
+struct WaitingVms {
+    seen: Mutex<HashMap<String, Instant>>,
+}
+
+impl WaitingVms {
+    /// Notes that the Machine of `uuid` is waiting and returns how many have looked within
+    /// `window` (this one included).
+    fn note(&self, uuid: &str, window: Duration) -> usize {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.retain(|_, at| at.elapsed() < window);
+        seen.insert(uuid.to_owned(), Instant::now());
+        seen.len()
+    }
+}
+
+/// How long the last tasks of each kind took (from being recorded to the read that saw them
+/// succeed), on one Prism Central.
+#[derive(Debug, Default)]
+struct TaskDurations {
+    recent: Mutex<HashMap<TaskOperation, VecDeque<Duration>>>,
+}
+
+/// Tasks of one kind remembered.
+const TASK_DURATIONS_KEPT: usize = 16;
+
+impl TaskDurations {
+    fn record(&self, operation: &TaskOperation, took: Duration) {
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        let durations = recent.entry(operation.clone()).or_default();
+        if durations.len() == TASK_DURATIONS_KEPT {
+            durations.pop_front();
+        }
+        durations.push_back(took);
+    }
+
+    fn minimum(&self, operation: &TaskOperation) -> Option<Duration> {
+        let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        recent.get(operation)?.iter().min().copied()
+    }
+}
+
+/// Whether Machines waiting on their VMs should look in the shared listing rather than each read
+/// its own VM or task: when one refresh (`pages` list calls) serves at least as many Machines as
+/// it costs calls.
+pub fn shared_listing_pays(waiting: usize, pages: usize) -> bool {
+    waiting >= pages.max(1)
 }
 
 /// What a create call returned.
@@ -300,6 +356,36 @@ impl Connection {
             Some(vm) => Ok(vm),
             None => self.get_vm(uuid).await,
         }
+    }
+
+    /// The shared listing, no older than `max_age`, for a Machine waiting on VM `uuid`; `None`
+    /// when fewer Machines wait (within `window`) than a refresh costs calls, so that reading
+    /// the VM or task directly is cheaper.
+    pub async fn listing_for_waiter(
+        &self,
+        uuid: &str,
+        window: Duration,
+        max_age: Duration,
+    ) -> Result<Option<Arc<inventory::InventorySnapshot>>, Error> {
+        let waiting = self.waiting.note(uuid, window);
+        if !shared_listing_pays(waiting, self.inventory.pages()) {
+            return Ok(None);
+        }
+        self.inventory
+            .snapshot_within(&self.client, max_age)
+            .await
+            .map(Some)
+    }
+
+    /// How soon after being recorded a task of this kind is first read
+    /// ([`crate::plan::provision::first_task_read_after`]).
+    pub fn first_task_read_after(&self, operation: &TaskOperation, poll: Duration) -> Duration {
+        first_task_read_after(self.task_durations.minimum(operation), poll)
+    }
+
+    /// Remembers how long a task that succeeded took, for [`Self::first_task_read_after`].
+    pub fn task_took(&self, operation: &TaskOperation, took: Duration) {
+        self.task_durations.record(operation, took);
     }
 
     /// One read of a recorded task (v4 for a deploy, v3 otherwise).
@@ -392,5 +478,57 @@ impl Connection {
             Err(error) if error.is_not_found() => Ok(DeleteOutcome::AlreadyGone),
             Err(error) => Err(error),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_pays_once_as_many_machines_wait_as_it_costs_calls() {
+        assert!(shared_listing_pays(1, 1));
+        assert!(shared_listing_pays(1, 0), "before any listing, one page");
+        assert!(!shared_listing_pays(3, 4));
+        assert!(shared_listing_pays(4, 4));
+    }
+
+    #[test]
+    fn the_shortest_of_the_last_tasks_of_a_kind_sets_the_first_read() {
+        let durations = TaskDurations::default();
+        assert_eq!(durations.minimum(&TaskOperation::Create), None);
+        durations.record(&TaskOperation::Create, Duration::from_secs(3));
+        durations.record(&TaskOperation::Create, Duration::from_secs(2));
+        durations.record(&TaskOperation::FollowUp, Duration::from_secs(1));
+        assert_eq!(
+            durations.minimum(&TaskOperation::Create),
+            Some(Duration::from_secs(2))
+        );
+        for _ in 0..TASK_DURATIONS_KEPT {
+            durations.record(&TaskOperation::Create, Duration::from_secs(5));
+        }
+        assert_eq!(
+            durations.minimum(&TaskOperation::Create),
+            Some(Duration::from_secs(5)),
+            "only the last tasks count: slower tasks raise the estimate"
+        );
+    }
+
+    #[test]
+    fn waiting_machines_are_counted_within_the_window_once_each() {
+        let waiting = WaitingVms::default();
+        let window = Duration::from_secs(60);
+        assert_eq!(waiting.note("a", window), 1);
+        assert_eq!(waiting.note("b", window), 2);
+        assert_eq!(
+            waiting.note("a", window),
+            2,
+            "a Machine looking again counts once"
+        );
+        assert_eq!(
+            waiting.note("c", Duration::ZERO),
+            1,
+            "looks older than the window are forgotten"
+        );
     }
 }

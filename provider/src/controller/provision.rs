@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use prism_client::v3::Vm;
+use prism_client::v3::{EntityState, Vm};
 use rand::RngCore;
 
 use super::error::Error;
@@ -118,6 +118,10 @@ pub fn random_admin_password() -> AdminPassword {
     AdminPassword::from_random_bytes(&random)
 }
 
+/// A v3 create task is looked for in the shared listing while it is younger than this many
+/// requeue intervals, then read directly.
+pub const DIRECT_TASK_READS_AFTER: u32 = 3;
+
 /// How long a deletion keeps retrying to confirm a template deploy whose plan cannot be made
 /// (a lookup failing) before it forgets the deploy and finishes.
 pub const DEPLOY_CONFIRM_PATIENCE: Duration = Duration::from_secs(600);
@@ -194,12 +198,19 @@ impl MachineReconcile {
             // A task recorded moments ago (the reconcile its own write triggered) is not read:
             // no create ends that fast.
             let poll = self.shared().settings.poll_interval;
+            let first_read = connection.first_task_read_after(&task.operation, poll);
             if let Some(started) = &task.started {
                 let age = Timestamp::now().duration_since(started.0);
                 let age = Duration::try_from(age).unwrap_or_default();
-                if age < poll {
-                    return Ok(Observed::Done(Action::requeue(poll - age)));
+                if age < first_read {
+                    return Ok(Observed::Done(Action::requeue(first_read - age)));
                 }
+            }
+            if let Some(observed) = self
+                .listing_before_task_read(&connection, &status, task)
+                .await?
+            {
+                return Ok(observed);
             }
             let progress = connection.read_task(task).await?;
             match read_task(task, &progress) {
@@ -210,7 +221,7 @@ impl MachineReconcile {
                     }
                 }
                 TaskReading::Created { vm_uuid } => {
-                    self.task_ended(task, true);
+                    self.task_ended(&connection, task, true);
                     let mut next = status.clone();
                     next.pending_task = None;
                     if vm_uuid.is_some() {
@@ -220,7 +231,7 @@ impl MachineReconcile {
                     return Ok(Observed::Done(Action::await_change()));
                 }
                 TaskReading::FollowUpApplied => {
-                    self.task_ended(task, true);
+                    self.task_ended(&connection, task, true);
                     let mut next = status.clone();
                     next.pending_task = None;
                     next.pending_follow_up = None;
@@ -228,7 +239,7 @@ impl MachineReconcile {
                     return Ok(Observed::Done(Action::await_change()));
                 }
                 TaskReading::Failed { class, message } => {
-                    self.task_ended(task, false);
+                    self.task_ended(&connection, task, false);
                     return self
                         .task_failed(&connection, status.clone(), task, class, message)
                         .await;
@@ -243,6 +254,16 @@ impl MachineReconcile {
                     return Ok(present(vm.clone()));
                 }
                 // Absent from the listing proves nothing (list lag): confirm with a GET.
+            } else if !self.deleting() && status.pending_follow_up.is_none() {
+                // Waiting for addresses or the Node: one listing serves every waiting Machine.
+                let requeue = self.shared().settings.requeue_interval;
+                if let Some(listing) = connection
+                    .listing_for_waiter(uuid, requeue * 2, requeue / 2)
+                    .await?
+                    && let Some(vm) = listing.vm(uuid)
+                {
+                    return Ok(present(vm.clone()));
+                }
             }
             // A deletion must see Prism as it is now; otherwise a read from the last few
             // seconds (the reconcile our own write triggered) will do.
@@ -287,13 +308,101 @@ impl MachineReconcile {
         Ok(Observed::Vm(VmObservation::Missing, None))
     }
 
-    fn task_ended(&self, task: &PendingTask, succeeded: bool) {
+    /// The shared listing looked at before a task is read, when enough Machines wait for one
+    /// listing to serve them all (`None`: read the task now). Prism lists a VM only once its
+    /// create task has ended, and shows it `PENDING` while an update runs, so:
+    /// - a v3 create or clone (VM UUID known): a `COMPLETE` VM listed is a create that
+    ///   succeeded (no read at all); none listed is a create still running;
+    /// - a follow-up update: the task is read once a listing taken after it started shows the
+    ///   VM `COMPLETE` again;
+    /// - a template deploy: the task (which names the VM) is read once a listing taken after
+    ///   the deploy started shows a VM with the Machine's name.
+    ///
+    /// A task older than [`DIRECT_TASK_READS_AFTER`] requeue intervals is read at every look
+    /// (a failed create's VM never shows up, and the error is in the task), as is one whose
+    /// listed VM is in any other state.
+    async fn listing_before_task_read(
+        &mut self,
+        connection: &Connection,
+        status: &NutanixMachineProviderStatus,
+        task: &PendingTask,
+    ) -> Result<Option<Observed>, Error> {
+        if self.deleting() {
+            return Ok(None);
+        }
+        let settings = &self.shared().settings;
+        let (poll, requeue) = (settings.poll_interval, settings.requeue_interval);
+        let started = task.started.as_ref().map(|time| time.0);
+        let age = started.map_or(Duration::MAX, |started| {
+            Duration::try_from(Timestamp::now().duration_since(started)).unwrap_or_default()
+        });
+        if age >= requeue * DIRECT_TASK_READS_AFTER {
+            return Ok(None);
+        }
+        let waiter = match (&status.vm_uuid, &task.operation) {
+            (Some(uuid), _) => uuid.clone(),
+            (None, TaskOperation::Deploy) => self.name(),
+            (None, _) => return Ok(None),
+        };
+        let Some(listing) = connection
+            .listing_for_waiter(&waiter, requeue * 2, poll)
+            .await?
+        else {
+            return Ok(None);
+        };
+        // `started` went through the Machine's status, which keeps whole seconds: the task
+        // began up to a second after it.
+        let after_start = started.is_some_and(|started| {
+            listing.listed_at().duration_since(started) > SignedDuration::from_secs(1)
+        });
+        let listed = status.vm_uuid.as_deref().and_then(|uuid| listing.vm(uuid));
+        let complete = listed.is_some_and(|vm| vm.state() == Some(&EntityState::Complete));
+        let wait = || Some(Observed::Done(Action::requeue(poll)));
+        Ok(match &task.operation {
+            TaskOperation::Create | TaskOperation::Clone => match listed {
+                Some(_) if complete => {
+                    tracing::debug!(machine = %self.key, task = %task.id, "create ended: the VM is listed");
+                    self.task_ended(connection, task, true);
+                    let mut next = status.clone();
+                    next.pending_task = None;
+                    self.write_provider_status(next).await?;
+                    Some(Observed::Done(Action::await_change()))
+                }
+                Some(_) => None,
+                None => Some(Observed::Vm(VmObservation::Creating, None)),
+            },
+            TaskOperation::FollowUp => match listed {
+                Some(_) if complete && after_start => None,
+                Some(_) => wait(),
+                None => None,
+            },
+            TaskOperation::Deploy => {
+                let name = self.name();
+                let named = listing
+                    .vms()
+                    .any(|vm| vm.spec.as_ref().is_some_and(|spec| spec.name == name));
+                if named && after_start {
+                    None
+                } else {
+                    Some(Observed::Vm(VmObservation::Creating, None))
+                }
+            }
+            _ => None,
+        })
+    }
+
+    /// Counts the task in the metrics and, when it succeeded, remembers how long it took (how
+    /// soon the next one of its kind is first read).
+    fn task_ended(&self, connection: &Connection, task: &PendingTask, succeeded: bool) {
         if let Some(started) = &task.started {
             let elapsed = Timestamp::now().duration_since(started.0);
             let elapsed = Duration::try_from(elapsed).unwrap_or_default();
             self.shared()
                 .metrics
                 .task_ended(task.operation.as_str(), succeeded, elapsed);
+            if succeeded {
+                connection.task_took(&task.operation, elapsed);
+            }
         }
     }
 

@@ -7,6 +7,8 @@
 //! pure decisions: what a task read means, how a failed task or a refused create is classified,
 //! and the follow-up update kept on the Machine.
 
+use std::time::Duration;
+
 use prism_client::{Error, TaskFailure, TaskProgress};
 
 use super::request::FollowUpUpdate;
@@ -210,6 +212,15 @@ pub fn after_transient_failure(status: &mut NutanixMachineProviderStatus) {
     {
         status.deploy_request_id = None;
     }
+}
+
+/// How soon after it was recorded a task is first read: when tasks of its kind on the same
+/// Prism Central have recently taken at least `recent_minimum`, reading before then only finds
+/// it running. A margin (four fifths of that minimum) lets the estimate follow tasks that get
+/// faster (observed durations overestimate by at most one read interval, so they come down as
+/// soon as tasks do). Never sooner than `poll`, the read interval itself.
+pub fn first_task_read_after(recent_minimum: Option<Duration>, poll: Duration) -> Duration {
+    recent_minimum.map_or(poll, |minimum| (minimum * 4 / 5).max(poll))
 }
 
 #[cfg(test)]

@@ -284,3 +284,23 @@ fn the_follow_up_round_trips_through_the_status() {
         NutanixMachineProviderStatus::from_value(Some(&status.to_value())).unwrap();
     assert_eq!(pending_follow_up(&round_tripped), Some(update));
 }
+
+#[test]
+fn a_task_is_first_read_when_tasks_of_its_kind_usually_end() {
+    let poll = Duration::from_millis(500);
+    assert_eq!(
+        first_task_read_after(None, poll),
+        poll,
+        "nothing learned yet"
+    );
+    assert_eq!(
+        first_task_read_after(Some(Duration::from_secs(10)), poll),
+        Duration::from_secs(8),
+        "four fifths of the recent minimum"
+    );
+    assert_eq!(
+        first_task_read_after(Some(Duration::from_millis(300)), poll),
+        poll,
+        "never sooner than the read interval"
+    );
+}
