@@ -141,6 +141,16 @@ enum Prepared {
     Unresolved(String),
 }
 
+/// Whether this controller has sent the delete of VM `uuid` (its `MachineDeletion` condition
+/// says so).
+fn delete_sent(status: &NutanixMachineProviderStatus, uuid: &str) -> bool {
+    status.conditions.iter().any(|condition| {
+        condition.type_ == conditions::MACHINE_DELETION
+            && condition.reason == conditions::DELETION_IN_PROGRESS
+            && condition.message.contains(uuid)
+    })
+}
+
 fn is_template(plan: &VmPlan) -> bool {
     matches!(
         plan.source,
@@ -261,6 +271,20 @@ impl MachineReconcile {
                     .listing_for_waiter(uuid, requeue * 2, requeue / 2)
                     .await?
                     && let Some(vm) = listing.vm(uuid)
+                {
+                    return Ok(present(vm.clone()));
+                }
+            }
+            if self.deleting() && delete_sent(&status, uuid) {
+                // Waiting for Prism to finish a delete this controller sent: the shared listing
+                // says whether it is still going (every other answer is confirmed by a GET).
+                let settings = &self.shared().settings;
+                let (poll, requeue) = (settings.poll_interval, settings.requeue_interval);
+                if let Some(listing) = connection
+                    .listing_for_waiter(uuid, requeue * 2, poll)
+                    .await?
+                    && let Some(vm) = listing.vm(uuid)
+                    && vm.state() == Some(&EntityState::DeletePending)
                 {
                     return Ok(present(vm.clone()));
                 }
