@@ -1,8 +1,15 @@
 //! Start and stop of the simulated actors: each runs as one tokio task that ends when its
 //! cancellation token fires.
 
+use std::fmt::Debug;
 use std::future::Future;
+use std::hash::Hash;
 
+use futures::StreamExt;
+use kube::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -59,4 +66,26 @@ impl Drop for ActorHandle {
     fn drop(&mut self) {
         self.cancel.cancel();
     }
+}
+
+/// A cache of `api`'s objects kept by a watch of its own until `cancel` fires, as the real
+/// controllers' informers keep theirs: an actor that reads it lists nothing per reconcile (a list
+/// of every Machine per Node or CSR made the actors quadratic in the cluster's size). It may lag
+/// the API server a little, so a decision that finds nothing on it looks again later.
+pub(crate) fn cache<K>(api: Api<K>, cancel: CancellationToken) -> Store<K>
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    let (reader, writer) = reflector::store();
+    let updates = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = cancel.cancelled() => {}
+            () = updates.for_each(|_| async {}) => {}
+        }
+    });
+    reader
 }

@@ -21,7 +21,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -32,7 +32,7 @@ use nutanix_machine_controller::plan::csr::{
 };
 use serde_json::json;
 
-use crate::actor::ActorHandle;
+use crate::actor::{ActorHandle, cache};
 use crate::csr;
 
 /// The reason the approver writes on its `Approved` condition.
@@ -123,8 +123,9 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 struct Context {
     csrs: Api<CertificateSigningRequest>,
-    machines: Api<Machine>,
-    nodes: Api<Node>,
+    /// Every Machine and Node, as the approver's informers keep them.
+    machines: Store<Machine>,
+    nodes: Store<Node>,
     store: Store<CertificateSigningRequest>,
     decisions: Arc<Mutex<BTreeMap<String, Decision>>>,
     config: ApproverConfig,
@@ -166,8 +167,8 @@ pub fn start(client: Client, config: ApproverConfig) -> ApproverHandle {
         let store = controller.store();
         let context = Arc::new(Context {
             csrs,
-            machines: machines.clone(),
-            nodes: nodes.clone(),
+            machines: cache(machines.clone(), cancel.clone()),
+            nodes: cache(nodes.clone(), cancel.clone()),
             store: store.clone(),
             decisions: shared,
             config,
@@ -282,21 +283,15 @@ async fn reconcile(
     };
     let machines: Vec<MachineFacts> = context
         .machines
-        .list(&ListParams::default())
-        .await
-        .map_err(api_error(&name, "list Machines"))?
-        .items
+        .state()
         .iter()
-        .map(facts)
+        .map(|machine| facts(machine))
         .collect();
     let node_names: Vec<String> = context
         .nodes
-        .list(&ListParams::default())
-        .await
-        .map_err(api_error(&name, "list Nodes"))?
-        .items
+        .state()
         .iter()
-        .map(ResourceExt::name_any)
+        .map(|node| node.name_any())
         .collect();
     let verdict = check_csr(
         &csr,

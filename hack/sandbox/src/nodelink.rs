@@ -14,6 +14,7 @@
 //! uid (not its name) and a Machine whose nodeRef does not name the Node is always written, so a
 //! Node re-created under the same name is linked again.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,15 +23,15 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use nutanix_machine_controller::api::Machine;
 use serde_json::json;
 
-use crate::actor::ActorHandle;
+use crate::actor::{ActorHandle, cache};
 
 /// Node annotation naming the Node's Machine as `<namespace>/<name>`.
 pub const MACHINE_ANNOTATION: &str = "machine.openshift.io/machine";
@@ -123,13 +124,14 @@ fn one<'a, T>(
 }
 
 /// The Machine of `node`: by exact providerID, else by the Node's first InternalIP.
-pub fn machine_for_node<'a>(
+pub fn machine_for_node<'a, M: Borrow<Machine>>(
     node: &Node,
-    machines: &'a [Machine],
+    machines: &'a [M],
 ) -> Result<Option<&'a Machine>, NodeLinkError> {
     if let Some(id) = node_provider_id(node) {
         let found = machines
             .iter()
+            .map(Borrow::borrow)
             .filter(|m| machine_provider_id(m) == Some(id))
             .collect();
         if let Some(machine) = one(node, "providerID", id, found)? {
@@ -141,6 +143,7 @@ pub fn machine_for_node<'a>(
     };
     let found = machines
         .iter()
+        .map(Borrow::borrow)
         .filter(|m| internal_ips(machine_addresses(m)).any(|a| a == ip))
         .collect();
     one(node, "InternalIP", ip, found)
@@ -224,6 +227,8 @@ fn is_ready(node: &Node) -> bool {
 
 struct Context {
     machines: Api<Machine>,
+    /// Every Machine, as the operator's informer keeps them (a reconcile lists nothing).
+    machine_cache: Store<Machine>,
     nodes: Api<Node>,
     /// Readiness last written per Node uid.
     readiness: Mutex<HashMap<String, bool>>,
@@ -237,6 +242,7 @@ pub fn start(client: Client, config: NodeLinkConfig) -> ActorHandle {
         let nodes: Api<Node> = Api::all(client);
         let context = Arc::new(Context {
             machines: machines.clone(),
+            machine_cache: cache(machines.clone(), cancel.clone()),
             nodes: nodes.clone(),
             readiness: Mutex::new(HashMap::new()),
             retry_after: config.retry_after,
@@ -289,15 +295,11 @@ fn api_error(node: &Node, action: impl Into<String>) -> impl FnOnce(kube::Error)
 }
 
 async fn reconcile(node: Arc<Node>, context: Arc<Context>) -> Result<Action, NodeLinkError> {
-    let machines = context
-        .machines
-        .list(&ListParams::default())
-        .await
-        .map_err(api_error(&node, "list Machines"))?
-        .items;
+    let machines = context.machine_cache.state();
     let Some(machine) = machine_for_node(&node, &machines)? else {
+        // The cache may not have the Machine's latest change yet: look again soon.
         tracing::debug!(node = %node.name_any(), "no Machine for node yet");
-        return Ok(Action::await_change());
+        return Ok(Action::requeue(context.retry_after));
     };
     let uid = node.uid().unwrap_or_default();
     if node.metadata.deletion_timestamp.is_some() {

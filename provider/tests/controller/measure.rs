@@ -58,6 +58,28 @@ async fn prism_calls_per_machine() {
             counter.method, counter.endpoint, counter.status, counter.count
         );
     }
+    let mut kube: std::collections::BTreeMap<String, usize> = Default::default();
+    for request in env.sim.requests().iter().filter(|r| r.user == "controller") {
+        let what = format!(
+            "{} {}{}",
+            request.verb,
+            request.resource,
+            if request.subresource.is_empty() {
+                String::new()
+            } else {
+                format!("/{}", request.subresource)
+            }
+        );
+        *kube.entry(what).or_default() += 1;
+    }
+    println!(
+        "Kubernetes API requests of the controller: {} ({:.1} per Machine)",
+        kube.values().sum::<usize>(),
+        kube.values().sum::<usize>() as f64 / machines as f64
+    );
+    for (what, count) in &kube {
+        println!("  {what}: {count}");
+    }
     let before = env.prism_calls();
     tokio::time::sleep(Duration::from_secs(30)).await;
     println!(
