@@ -3,7 +3,7 @@
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
@@ -131,6 +131,17 @@ impl Admin {
     /// Sets the timings of work started from now on.
     pub fn set_timings(&self, timings: Timings) {
         self.app.lock().timings = timings;
+    }
+
+    /// How long after its create task ends a VM appears in `POST /vms/list` (zero by default).
+    pub fn list_lag(&self) -> Duration {
+        self.app.lock().list_lag
+    }
+
+    /// Sets the list lag of creates that end from now on: a VM is missing from lists for this
+    /// long after its create task ended, as with an eventually consistent Prism Central.
+    pub fn set_list_lag(&self, lag: Duration) {
+        self.app.lock().list_lag = lag;
     }
 
     /// Current guest misbehaviours.

@@ -110,6 +110,31 @@ async fn create_goes_through_queued_running_succeeded_and_is_listed_only_after_i
 }
 
 #[tokio::test]
+async fn with_a_list_lag_a_created_vm_is_listed_only_that_long_after_its_task() {
+    let mock = start().await;
+    let api = Api::new(&mock);
+    let seeded = api.seeded().await;
+    mock.admin().set_timings(Timings {
+        task_queued_ms: 10,
+        task_running_ms: 10,
+        boot_to_address_ms: 10,
+    });
+    mock.admin()
+        .set_list_lag(std::time::Duration::from_millis(1500));
+    let uuid = create_and_wait(&api, &seeded.vm_body("lagged", &seeded.rhcos, "OFF")).await;
+    assert!(
+        listed_names(&api, "vm_name==lagged").await.is_empty(),
+        "the task ended, the list does not show the VM yet"
+    );
+    let vm = api.get(&format!("{V3}/vms/{uuid}")).await;
+    assert_eq!(vm.body["status"]["state"], "COMPLETE", "a GET sees it");
+    wait_for(|| async {
+        (listed_names(&api, "vm_name==lagged").await == vec!["lagged"]).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn lists_page_with_a_default_of_twenty_and_filter_partially() {
     let mock = start().await;
     let api = Api::new(&mock);

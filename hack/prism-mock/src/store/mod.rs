@@ -76,6 +76,9 @@ pub(crate) struct Reservation {
 pub(crate) struct Store {
     pub(crate) rng: StdRng,
     pub(crate) timings: Timings,
+    /// How long after its create task ends a VM appears in lists (real Prism's lists are
+    /// eventually consistent); zero by default.
+    pub(crate) list_lag: Duration,
     pub(crate) guest: GuestBehaviour,
     pub(crate) session_ttl: Duration,
     pub(crate) username: String,
@@ -115,6 +118,7 @@ impl Store {
         let mut store = Self {
             rng,
             timings: config.timings.clone(),
+            list_lag: Duration::ZERO,
             guest: config.guest.clone(),
             session_ttl: Duration::from_secs(config.session_ttl_secs),
             username: config.credentials.username.clone(),

@@ -103,6 +103,8 @@ pub(crate) struct Vm {
     pub(crate) spec_version: u64,
     /// The create task ended successfully (or the VM was seeded): it appears in lists.
     pub(crate) listed: bool,
+    /// With a list lag, the moment a listed VM starts to appear in lists.
+    pub(crate) listed_from: Option<Instant>,
     pub(crate) pending_updates: u32,
     pub(crate) deleting: Option<String>,
     pub(crate) error: Option<String>,
@@ -1169,6 +1171,7 @@ impl Store {
             meta: prepared.meta,
             spec_version: 0,
             listed: false,
+            listed_from: None,
             pending_updates: 0,
             deleting: None,
             error: None,
@@ -1651,6 +1654,7 @@ impl Store {
     }
 
     pub(crate) fn finish_vm_create(&mut self, uuid: &str, fail: Option<&FailPlan>, at: Instant) {
+        let listed_from = (!self.list_lag.is_zero()).then(|| at + self.list_lag);
         match fail {
             Some(plan) if !plan.leave_vm_in_error => {
                 self.remove_vm(uuid);
@@ -1658,6 +1662,7 @@ impl Store {
             Some(plan) => {
                 if let Some(vm) = self.vms.get_mut(uuid) {
                     vm.listed = true;
+                    vm.listed_from = listed_from;
                     vm.error = Some(plan.subtask_error.clone());
                 }
             }
@@ -1665,6 +1670,7 @@ impl Store {
                 let wants_on = match self.vms.get_mut(uuid) {
                     Some(vm) => {
                         vm.listed = true;
+                        vm.listed_from = listed_from;
                         vm.spec
                             .pointer("/resources/power_state")
                             .and_then(Value::as_str)
@@ -1936,8 +1942,10 @@ impl Store {
             .ok_or_else(|| ApiError::not_found(KIND, format!("VM {uuid} was not found")))
     }
 
-    /// `POST /vms/list`: VMs whose create task has not ended are not listed.
+    /// `POST /vms/list`: VMs whose create task has not ended (or ended less than the list lag
+    /// ago) are not listed.
     pub(crate) fn list_vms(&self, body: &[u8]) -> Result<Value, ApiError> {
+        let now = Instant::now();
         let query = ListQuery::parse(
             body,
             KIND,
@@ -1947,7 +1955,7 @@ impl Store {
             .vm_order
             .values()
             .filter_map(|u| self.vms.get(u))
-            .filter(|vm| vm.listed)
+            .filter(|vm| vm.listed && vm.listed_from.is_none_or(|from| now >= from))
             .filter(|vm| {
                 query.filter.as_ref().is_none_or(|f| {
                     f.matches(|attr| match attr {

@@ -36,11 +36,13 @@ pub struct FaultProfile {
     pub write_then_500: f64,
     /// Calls whose session cookie is ended first (the client must log in again).
     pub session_expiry: f64,
+    /// How long after its create task ends a VM appears in lists (prism-mock's list lag).
+    pub list_lag_ms: u64,
 }
 
 impl FaultProfile {
     /// Issue 9's soak: 10 % 5xx, 5 % 429, added latency, 2 % failed tasks, "create then 500",
-    /// session expiry (and a few dropped connections).
+    /// session expiry, list lag of ten times the added latency (and a few dropped connections).
     pub fn soak(latency_ms: u64) -> Self {
         Self {
             server_errors: 0.10,
@@ -52,6 +54,7 @@ impl FaultProfile {
             create_then_500: 0.05,
             write_then_500: 0.03,
             session_expiry: 0.02,
+            list_lag_ms: latency_ms * 10,
         }
     }
 }

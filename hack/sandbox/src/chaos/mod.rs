@@ -296,6 +296,9 @@ impl<'w> Soak<'w> {
     async fn play(&mut self, report: &mut ChaosReport) -> Result<(), String> {
         self.world.set_label("setup");
         self.create_clone_set().await.map_err(|e| e.to_string())?;
+        self.world
+            .admin()
+            .set_list_lag(Duration::from_millis(self.options.faults.list_lag_ms));
         for (label, rule) in faults::rules(&self.options.faults) {
             let id = self.world.admin().add_fault(rule);
             self.fault_ids.push((id, label));
@@ -856,6 +859,7 @@ impl<'w> Soak<'w> {
             unexpected_exits: &self.unexpected_exits,
         });
         report.faults = faults::firings(&self.world.admin().faults(), &self.fault_ids);
+        report.list_lag_ms = self.options.faults.list_lag_ms;
         let counters = self.world.prism_counters();
         report.answers = faults::answers_by_status(&counters);
         report.prism_calls = counters.iter().map(|c| c.count).sum();

@@ -34,6 +34,8 @@ pub struct ChaosReport {
     pub kills: Vec<KillRecord>,
     /// Fault rules' firings per kind.
     pub faults: Vec<(FaultLabel, u64)>,
+    /// prism-mock's list lag during the run.
+    pub list_lag_ms: u64,
     /// prism-mock's answers by status (0: connection dropped).
     pub answers: Vec<(u16, u64)>,
     pub prism_calls: u64,
@@ -118,6 +120,11 @@ impl ChaosReport {
         for (label, count) in &self.faults {
             let _ = writeln!(out, "  {:>6}  {}", count, label.describe());
         }
+        let _ = writeln!(
+            out,
+            "  and every created VM missing from lists for {} ms after its create task ended",
+            self.list_lag_ms
+        );
         let answers: Vec<String> = self
             .answers
             .iter()
