@@ -4,6 +4,7 @@
 //! the sandbox's scenario library.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a panic is the failure report
 
+mod bench;
 mod chaos;
 mod examples;
 mod misbehaviours;

@@ -38,7 +38,8 @@ impl InventorySnapshot {
     pub fn new(vms: Vec<Vm>) -> Self {
         let mut by_uuid = HashMap::with_capacity(vms.len());
         let mut claims: HashMap<String, (String, String)> = HashMap::new();
-        for vm in vms {
+        for mut vm in vms {
+            forget_guest_customization(&mut vm);
             let Some(uuid) = vm.uuid().map(str::to_ascii_lowercase) else {
                 continue;
             };
@@ -101,6 +102,18 @@ impl InventorySnapshot {
     /// Every VM, by UUID.
     pub fn vms(&self) -> impl Iterator<Item = &Vm> {
         self.by_uuid.values()
+    }
+}
+
+/// Drops a listed VM's guest customization (spec and status): nothing read from the inventory
+/// needs it, it is the largest part of a Windows VM (its unattend.xml, up to 32,000 characters),
+/// and it holds user data that is better not kept for every VM of the Prism Central.
+fn forget_guest_customization(vm: &mut Vm) {
+    if let Some(spec) = vm.spec.as_mut() {
+        spec.resources.guest_customization = None;
+    }
+    if let Some(resources) = vm.status.as_mut().and_then(|s| s.resources.as_mut()) {
+        resources.extra.remove("guest_customization");
     }
 }
 
@@ -203,6 +216,24 @@ mod tests {
                      "resources": {"num_sockets": 1, "num_vcpus_per_socket": 1, "memory_size_mib": 2048, "power_state": "ON"}},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn listed_vms_are_kept_without_their_guest_customization() {
+        let listed: Vm = serde_json::from_value(json!({
+            "metadata": {"kind": "vm", "uuid": "a-1"},
+            "spec": {"name": "n", "resources": {"num_sockets": 1, "num_vcpus_per_socket": 1,
+                "memory_size_mib": 2048, "power_state": "ON",
+                "guest_customization": {"sysprep": {"unattend_xml": "PHhtbD4="}}}},
+            "status": {"state": "COMPLETE", "resources": {
+                "guest_customization": {"sysprep": {"unattend_xml": "PHhtbD4="}},
+                "power_state": "ON"}},
+        }))
+        .unwrap();
+        let snapshot = InventorySnapshot::new(vec![listed]);
+        let kept = serde_json::to_string(snapshot.vm("a-1").unwrap()).unwrap();
+        assert!(!kept.contains("unattend_xml"), "{kept}");
+        assert!(kept.contains(r#""power_state":"ON""#), "{kept}");
     }
 
     #[test]

@@ -79,10 +79,19 @@ pub async fn run(shared: Arc<Shared>) {
         Some(namespace) => Api::namespaced(client.clone(), namespace),
         None => Api::all(client.clone()),
     };
+    // Cached without what is never read here: a real Node's image list and managed fields are
+    // most of its size, and a cluster has one per Machine.
     let (nodes, node_writer) = reflector::store();
     let node_events = reflector::reflector(
         node_writer,
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).default_backoff(),
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .modify(|node: &mut Node| {
+                node.managed_fields_mut().clear();
+                if let Some(status) = node.status.as_mut() {
+                    status.images = None;
+                }
+            }),
     )
     .touched_objects();
     let (csrs, csr_writer) = reflector::store();
@@ -92,7 +101,8 @@ pub async fn run(shared: Arc<Shared>) {
             Api::<CertificateSigningRequest>::all(client),
             watcher::Config::default(),
         )
-        .default_backoff(),
+        .default_backoff()
+        .modify(|csr: &mut CertificateSigningRequest| csr.managed_fields_mut().clear()),
     )
     .touched_objects();
     let controller = Controller::new(machines, watcher::Config::default());

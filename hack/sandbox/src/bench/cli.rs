@@ -41,7 +41,8 @@ pub struct BenchArgs {
     /// mock is unlimited).
     #[arg(long, value_name = "QPS")]
     prism_rate_limit: Option<f64>,
-    /// The controller's --prism-burst (default: half the mock's burst, or 40).
+    /// The controller's --prism-burst (default: the mock's burst, or 40: with its rate under the
+    /// mock's, the controller's bucket never empties the mock's).
     #[arg(long, value_name = "N")]
     prism_burst: Option<u32>,
     /// The controller's --concurrency.
@@ -104,7 +105,7 @@ pub fn options(args: &BenchArgs) -> BenchOptions {
         .unwrap_or_else(|| mock_limit.map_or(20.0, |(rate, _)| (rate * 0.9 * 10.0).round() / 10.0));
     options.controller_burst = args
         .prism_burst
-        .unwrap_or_else(|| mock_limit.map_or(40, |(_, burst)| (burst / 2).max(1)));
+        .unwrap_or_else(|| mock_limit.map_or(40, |(_, burst)| burst.max(1)));
     options.concurrency = args.concurrency;
     options.scale_intervals = ControllerIntervals {
         poll: Duration::from_millis(args.poll_ms),

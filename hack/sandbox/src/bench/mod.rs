@@ -109,15 +109,15 @@ pub struct BenchOptions {
 
 impl BenchOptions {
     /// Defaults for `machines` Machines of `kind`: the mock at 50 requests per second (burst 50),
-    /// the controller just under it, the sandbox's timings and intervals for scaling, the
-    /// production intervals for the steady state (3 minutes).
+    /// the controller just under it (45 per second, the same burst), the sandbox's timings and
+    /// intervals for scaling, the production intervals for the steady state (3 minutes).
     pub fn new(machines: usize, kind: BenchKind) -> Self {
         Self {
             machines,
             kind,
             mock_rate_limit: Some((50.0, 50)),
             controller_rate_limit: 45.0,
-            controller_burst: 25,
+            controller_burst: 50,
             concurrency: 10,
             scale_intervals: ControllerIntervals::sandbox(),
             steady_intervals: ControllerIntervals::production(),
@@ -652,6 +652,32 @@ async fn phases(
     let mut restart = None;
     let mut steady = None;
     if !options.steady.is_zero() {
+        // Running comes with nodelink's nodeRef, which may precede the controller's last step
+        // (a Node linked by address gets its providerID next): wait for it, so that what the
+        // restarted controller writes is its own doing.
+        world
+            .wait_for(
+                "every Node's providerID set",
+                options.phase_timeout,
+                |snapshot| {
+                    let missing = snapshot
+                        .nodes
+                        .iter()
+                        .filter(|node| {
+                            node.spec
+                                .as_ref()
+                                .and_then(|spec| spec.provider_id.as_deref())
+                                .is_none_or(str::is_empty)
+                        })
+                        .count();
+                    if missing == 0 {
+                        Ok(())
+                    } else {
+                        Err(format!("{missing} Nodes without a providerID"))
+                    }
+                },
+            )
+            .await?;
         let before = bench.controller_stats().await;
         processes.push(usage(&phase_names, before));
         world.sim().request_log().clear();

@@ -1,0 +1,50 @@
+//! The scale benchmark's library, small: 6 Linux Machines scaled 0 → 6 → 0 with prism-mock's test
+//! delays. Not a measurement (the numbers are in docs/performance.md, from `sandbox bench`): it
+//! checks that a run completes every phase and that what must hold whatever the timing holds:
+//! each Machine's own VM costs little more than its create (waits share one listing), a restarted controller
+//! writes nothing to Prism or Kubernetes, and the whole create stays within issue 9's budget of
+//! 6 Prism calls per Machine (shared lookups included).
+
+use std::time::Duration;
+
+use prism_mock::Timings;
+use sandbox::bench::{self, BenchKind, BenchOptions};
+use sandbox::world::{ControllerCommand, ControllerIntervals};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_benchmark_runs_every_phase_within_the_call_budget() {
+    let mut options = BenchOptions::new(6, BenchKind::Image);
+    options.timings = Timings::for_tests();
+    options.scale_intervals = ControllerIntervals::tests();
+    options.steady = Duration::from_secs(3);
+    options.phase_timeout = Duration::from_secs(120);
+    let controller = ControllerCommand::binary(env!("CARGO_BIN_EXE_e2e-controller"));
+    let report = bench::run(&options, controller, None).await.unwrap();
+    println!("{}", report.render());
+
+    let up = &report.scale_up;
+    assert_eq!(up.calls.machines, 6);
+    assert!(
+        up.calls.per_machine <= 6.0,
+        "{} Prism calls per Machine",
+        up.calls.per_machine
+    );
+    // One create per VM; the waits are served by the shared listing (a task is read directly
+    // only when its VM has not been listed after three requeue intervals, as can happen on a
+    // loaded machine).
+    assert_eq!(up.calls.per_vm_min, 1, "{:?}", up.calls);
+    assert!(up.calls.per_vm_max <= 3, "{:?}", up.calls);
+    let restart = report.restart.as_ref().unwrap();
+    assert_eq!((restart.prism_writes, restart.kube_writes), (0, 0));
+    let delete = report.delete.as_ref().unwrap();
+    assert_eq!(delete.calls.machines, 6);
+    assert!(report.steady.is_some());
+    assert!(
+        report
+            .controller_processes
+            .iter()
+            .all(|p| p.peak_rss_mib > 0.0),
+        "{:?}",
+        report.controller_processes
+    );
+}
