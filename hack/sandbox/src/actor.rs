@@ -89,3 +89,24 @@ where
     });
     reader
 }
+
+/// Completes on Ctrl-C (SIGINT) or SIGTERM, so that the sandbox's commands stop their world, and
+/// the controller process it started, on either (a SIGTERM that ended the process at once left
+/// the controller running).
+pub async fn stop_requested() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot watch for SIGTERM; only Ctrl-C stops the sandbox");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}

@@ -242,7 +242,7 @@ async fn run_scenario(args: RunArgs) -> ExitCode {
     };
     let finished = tokio::select! {
         report = scenario::run(&world, scenario_options) => Some(report),
-        _ = tokio::signal::ctrl_c() => None,
+        () = sandbox::actor::stop_requested() => None,
     };
     let Some(report) = finished else {
         println!("\nsandbox: interrupted; stopping");
@@ -280,7 +280,7 @@ async fn run_scenario(args: RunArgs) -> ExitCode {
         world.set_label("kept running");
         loop {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => break,
+                () = sandbox::actor::stop_requested() => break,
                 () = tokio::time::sleep(Duration::from_millis(500)) => {
                     let snapshot = world.snapshot();
                     world.print_progress(&snapshot);
@@ -354,7 +354,7 @@ fn run_chaos(args: ChaosArgs, runtime: &tokio::runtime::Runtime) -> ExitCode {
     let report = runtime.block_on(async {
         tokio::select! {
             report = sandbox::chaos::run(options) => Some(report),
-            _ = tokio::signal::ctrl_c() => None,
+            () = sandbox::actor::stop_requested() => None,
         }
     });
     let Some(report) = report else {

@@ -216,3 +216,69 @@ async fn keep_leaves_the_world_running_for_kubectl_until_sigint() {
     let dir = std::path::Path::new(&kubeconfig).parent().unwrap();
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// `sandbox bench` stopped with SIGTERM (as a CI job's timeout or `kill` stops it) stops the
+/// controller process it started, as Ctrl-C does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_benchmark_and_its_controller_process() {
+    let mut child = Command::new(BINARY)
+        .args(["bench", "--machines", "2", "--timings", "tests"])
+        .args(["--steady-seconds", "600"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Up to the steady-state window: the controller was started (and restarted) by then. Its
+    // flags name the benchmark's work directory (its kubeconfig), printed with its log's path.
+    let work_dir = tokio::time::timeout(Duration::from_secs(180), async {
+        let mut dir = None;
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line.split("(log ").nth(1) {
+                dir = rest
+                    .strip_suffix("/controller.log)")
+                    .or_else(|| rest.split("/controller.log").next())
+                    .map(str::to_owned);
+            }
+            if line.contains("steady state for") {
+                return dir;
+            }
+        }
+        panic!("the benchmark ended before its steady state");
+    })
+    .await
+    .expect("the steady state began")
+    .expect("the benchmark printed its controller's log path");
+    let drain = tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+    let pid = child.id().unwrap().to_string();
+    let signalled = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(signalled.success());
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "{status}");
+    drain.await.unwrap();
+    // The first controller was replaced at the restart; none may outlive the benchmark.
+    let controllers_left = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|entry| {
+                std::fs::read(entry.path().join("cmdline"))
+                    .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(&work_dir))
+            })
+            .count()
+    };
+    eventually("no controller process left", || async {
+        controllers_left() == 0
+    })
+    .await;
+}

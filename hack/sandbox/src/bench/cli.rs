@@ -140,7 +140,7 @@ pub async fn run(args: BenchArgs) -> ExitCode {
     );
     let finished = tokio::select! {
         report = super::run(&options, controller, Some(progress)) => Some(report),
-        _ = tokio::signal::ctrl_c() => None,
+        () = crate::actor::stop_requested() => None,
     };
     match finished {
         None => {
