@@ -214,7 +214,11 @@ impl Inventory {
                 .list::<Vm>(&ListRequest::page("vm", offset, self.page_length))
                 .await?;
             let received = page.entities.len();
-            vms.extend(page.entities);
+            // Trimmed page by page: only one page is ever held whole.
+            vms.extend(page.entities.into_iter().map(|mut vm| {
+                trim_for_inventory(&mut vm);
+                vm
+            }));
             let done = match page.metadata.total_matches {
                 Some(total) => received == 0 || vms.len() as u64 >= total,
                 None => received < self.page_length as usize,

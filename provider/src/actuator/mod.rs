@@ -30,7 +30,9 @@
 //!    `NTNX-Request-Id`; a repeat with the same id returns the same task instead of deploying
 //!    again. The VM's UUID is read from the task's affected entities and recorded.
 //! 4. **Tasks are never waited for.** The create, clone or deploy task is recorded as
-//!    `providerStatus.pendingTask`; each reconcile reads it once and requeues. A failed task's
+//!    `providerStatus.pendingTask`; each reconcile reads it once and requeues, or, while enough
+//!    Machines wait, looks for its VM in the shared listing instead
+//!    (`crate::controller::provision`: a listed `COMPLETE` VM is a create that ended). A failed task's
 //!    error (with its subtasks' errors, where Prism puts the real cause) goes into the
 //!    condition and the event; `crate::plan::provision` decides whether it fails the Machine
 //!    (invalid configuration) or is retried (a retried create first confirms the VM is gone
