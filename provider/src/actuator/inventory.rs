@@ -263,11 +263,21 @@ mod tests {
         let kept = snapshot.vm("a-1").unwrap();
         let text = serde_json::to_string(kept).unwrap();
         assert!(!text.contains("unattend_xml"), "{text}");
-        assert!(!text.contains("vga_console_enabled"), "unmodelled fields dropped: {text}");
+        assert!(
+            !text.contains("vga_console_enabled"),
+            "unmodelled fields dropped: {text}"
+        );
         assert_eq!(kept.state(), Some(&prism_client::v3::EntityState::Complete));
         assert!(text.contains(r#""power_state":"ON""#), "{text}");
         assert_eq!(kept.spec.as_ref().unwrap().resources.disk_list.len(), 1);
-        let nics = &kept.status.as_ref().unwrap().resources.as_ref().unwrap().nic_list;
+        let nics = &kept
+            .status
+            .as_ref()
+            .unwrap()
+            .resources
+            .as_ref()
+            .unwrap()
+            .nic_list;
         assert_eq!(nics[0].ip_endpoint_list[0].ip.as_deref(), Some("10.0.0.7"));
     }
 
