@@ -140,6 +140,25 @@ async fn concurrent_inventory_reads_share_one_refresh() {
 }
 
 #[tokio::test]
+async fn concurrent_lookups_of_one_listing_share_one_fetch() {
+    let f = fixture(ActuatorSettings::default()).await;
+    // As the reconciles of a restarted controller each want the region label at once.
+    let names = (0..8).map(|_| {
+        f.connection
+            .lookups
+            .prism_central_name(f.connection.client())
+    });
+    let names = futures::future::join_all(names).await;
+    assert!(names.iter().all(|n| n.as_ref().unwrap().is_some()));
+    assert_eq!(
+        f.mock
+            .admin()
+            .count("POST", "/api/nutanix/v3/clusters/list"),
+        1
+    );
+}
+
+#[tokio::test]
 async fn reserved_uuids_come_in_batches() {
     let f = fixture(ActuatorSettings {
         uuid_batch: 4,

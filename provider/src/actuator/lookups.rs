@@ -54,6 +54,9 @@ pub struct LookupCache {
     /// One resolution at a time: Machines created together share the listings instead of each
     /// listing everything.
     resolving: tokio::sync::Mutex<()>,
+    /// One listing fetched at a time, for callers outside a resolution too (the region label of
+    /// every Machine a restarted controller looks at).
+    fetching: tokio::sync::Mutex<()>,
 }
 
 /// Picks a cache slot.
@@ -65,6 +68,7 @@ impl LookupCache {
             ttl,
             caches: Mutex::new(Caches::default()),
             resolving: tokio::sync::Mutex::new(()),
+            fetching: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -73,17 +77,25 @@ impl LookupCache {
         *self.caches.lock().unwrap_or_else(PoisonError::into_inner) = Caches::default();
     }
 
+    fn cached<T>(&self, slot: Slot<T>) -> Option<Arc<Vec<T>>> {
+        let mut caches = self.caches.lock().unwrap_or_else(PoisonError::into_inner);
+        slot(&mut caches)
+            .as_ref()
+            .filter(|cached| cached.at.elapsed() < self.ttl)
+            .map(|cached| cached.value.clone())
+    }
+
     async fn listing<T, F>(&self, slot: Slot<T>, fetch: F) -> Result<Arc<Vec<T>>, Error>
     where
         F: Future<Output = Result<Vec<T>, Error>>,
     {
-        {
-            let mut caches = self.caches.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(cached) = slot(&mut caches)
-                && cached.at.elapsed() < self.ttl
-            {
-                return Ok(cached.value.clone());
-            }
+        if let Some(value) = self.cached(slot) {
+            return Ok(value);
+        }
+        let _fetching = self.fetching.lock().await;
+        // Another caller may have fetched it while this one waited.
+        if let Some(value) = self.cached(slot) {
+            return Ok(value);
         }
         let value = Arc::new(fetch.await?);
         let mut caches = self.caches.lock().unwrap_or_else(PoisonError::into_inner);
