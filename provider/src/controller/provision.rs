@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use prism_client::v3::{EntityState, Vm};
@@ -29,8 +29,9 @@ use crate::plan::machine_status::{
     StatusUpdate, conditions, machine_condition, provider_condition, vm_annotations, vm_labels,
 };
 use crate::plan::provision::{
-    CreateCallOutcome, FailureClass, TaskReading, after_transient_failure, classify_create_error,
-    follow_up_value, pending_follow_up, read_task,
+    CreateCallOutcome, FailureClass, ListingSays, ListingView, TaskReading,
+    after_transient_failure, classify_create_error, delete_sent, follow_up_value, listed_after,
+    listing_says, pending_follow_up, read_task, task_read_directly,
 };
 use crate::plan::request::{VmRequest, build_request};
 use crate::plan::resolve::{FailureDomain, RequiredLookups, ResolvedReferences};
@@ -118,10 +119,6 @@ pub fn random_admin_password() -> AdminPassword {
     AdminPassword::from_random_bytes(&random)
 }
 
-/// A v3 create task is looked for in the shared listing while it is younger than this many
-/// requeue intervals, then read directly.
-pub const DIRECT_TASK_READS_AFTER: u32 = 3;
-
 /// How long a deletion keeps retrying to confirm a template deploy whose plan cannot be made
 /// (a lookup failing) before it forgets the deploy and finishes.
 pub const DEPLOY_CONFIRM_PATIENCE: Duration = Duration::from_secs(600);
@@ -139,16 +136,6 @@ enum Prepared {
     },
     /// Something looked up is missing or was not reachable: retry later.
     Unresolved(String),
-}
-
-/// Whether this controller has sent the delete of VM `uuid` (its `MachineDeletion` condition
-/// says so).
-fn delete_sent(status: &NutanixMachineProviderStatus, uuid: &str) -> bool {
-    status.conditions.iter().any(|condition| {
-        condition.type_ == conditions::MACHINE_DELETION
-            && condition.reason == conditions::DELETION_IN_PROGRESS
-            && condition.message.contains(uuid)
-    })
 }
 
 fn is_template(plan: &VmPlan) -> bool {
@@ -333,18 +320,8 @@ impl MachineReconcile {
     }
 
     /// The shared listing looked at before a task is read, when enough Machines wait for one
-    /// listing to serve them all (`None`: read the task now). Prism lists a VM only once its
-    /// create task has ended, and shows it `PENDING` while an update runs, so:
-    /// - a v3 create or clone (VM UUID known): a `COMPLETE` VM listed is a create that
-    ///   succeeded (no read at all); none listed is a create still running;
-    /// - a follow-up update: the task is read once a listing taken after it started shows the
-    ///   VM `COMPLETE` again;
-    /// - a template deploy: the task (which names the VM) is read once a listing taken after
-    ///   the deploy started shows a VM with the Machine's name.
-    ///
-    /// A task older than [`DIRECT_TASK_READS_AFTER`] requeue intervals is read at every look
-    /// (a failed create's VM never shows up, and the error is in the task), as is one whose
-    /// listed VM is in any other state.
+    /// listing to serve them all (`None`: read the task now); what it means is
+    /// [`listing_says`]'s decision.
     async fn listing_before_task_read(
         &mut self,
         connection: &Connection,
@@ -360,7 +337,7 @@ impl MachineReconcile {
         let age = started.map_or(Duration::MAX, |started| {
             Duration::try_from(Timestamp::now().duration_since(started)).unwrap_or_default()
         });
-        if age >= requeue * DIRECT_TASK_READS_AFTER {
+        if task_read_directly(age, requeue) {
             return Ok(None);
         }
         let waiter = match (&status.vm_uuid, &task.operation) {
@@ -374,44 +351,32 @@ impl MachineReconcile {
         else {
             return Ok(None);
         };
-        // `started` went through the Machine's status, which keeps whole seconds: the task
-        // began up to a second after it.
-        let after_start = started.is_some_and(|started| {
-            listing.listed_at().duration_since(started) > SignedDuration::from_secs(1)
-        });
-        let listed = status.vm_uuid.as_deref().and_then(|uuid| listing.vm(uuid));
-        let complete = listed.is_some_and(|vm| vm.state() == Some(&EntityState::Complete));
-        let wait = || Some(Observed::Done(Action::requeue(poll)));
-        Ok(match &task.operation {
-            TaskOperation::Create | TaskOperation::Clone => match listed {
-                Some(_) if complete => {
-                    tracing::debug!(machine = %self.key, task = %task.id, "create ended: the VM is listed");
-                    self.task_ended(connection, task, true);
-                    let mut next = status.clone();
-                    next.pending_task = None;
-                    self.write_provider_status(next).await?;
-                    Some(Observed::Done(Action::await_change()))
-                }
-                Some(_) => None,
-                None => Some(Observed::Vm(VmObservation::Creating, None)),
-            },
-            TaskOperation::FollowUp => match listed {
-                Some(_) if complete && after_start => None,
-                Some(_) => wait(),
-                None => None,
-            },
-            TaskOperation::Deploy => {
-                let name = self.name();
-                let named = listing
-                    .vms()
-                    .any(|vm| vm.spec.as_ref().is_some_and(|spec| spec.name == name));
-                if named && after_start {
-                    None
-                } else {
-                    Some(Observed::Vm(VmObservation::Creating, None))
-                }
+        let name = self.name();
+        let view = ListingView {
+            listed: status
+                .vm_uuid
+                .as_deref()
+                .and_then(|uuid| listing.vm(uuid))
+                .map(Vm::state),
+            named: listing
+                .vms()
+                .any(|vm| vm.spec.as_ref().is_some_and(|spec| spec.name == name)),
+            after_start: listed_after(listing.listed_at(), started),
+        };
+        Ok(match listing_says(&task.operation, age, requeue, view) {
+            ListingSays::Created => {
+                tracing::debug!(machine = %self.key, task = %task.id, "create ended: the VM is listed");
+                self.task_ended(connection, task, true);
+                let mut next = status.clone();
+                next.pending_task = None;
+                self.write_provider_status(next).await?;
+                Some(Observed::Done(Action::await_change()))
             }
-            _ => None,
+            ListingSays::Running if task.operation.creates_vm() => {
+                Some(Observed::Vm(VmObservation::Creating, None))
+            }
+            ListingSays::Running => Some(Observed::Done(Action::requeue(poll))),
+            ListingSays::ReadTask => None,
         })
     }
 

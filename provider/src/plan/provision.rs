@@ -9,8 +9,11 @@
 
 use std::time::Duration;
 
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use prism_client::v3::EntityState;
 use prism_client::{Error, TaskFailure, TaskProgress};
 
+use super::machine_status::conditions;
 use super::request::FollowUpUpdate;
 use crate::api::{NutanixMachineProviderStatus, PendingTask, TaskOperation};
 
@@ -221,6 +224,94 @@ pub fn after_transient_failure(status: &mut NutanixMachineProviderStatus) {
 /// soon as tasks do). Never sooner than `poll`, the read interval itself.
 pub fn first_task_read_after(recent_minimum: Option<Duration>, poll: Duration) -> Duration {
     recent_minimum.map_or(poll, |minimum| (minimum * 4 / 5).max(poll))
+}
+
+/// A task is looked for in the shared listing while it is younger than this many requeue
+/// intervals, then read directly (a failed create's VM never shows up; the error is in the task).
+pub const DIRECT_TASK_READS_AFTER: u32 = 3;
+
+/// Whether a task this old is read at every look instead of being looked for in the listing.
+pub fn task_read_directly(age: Duration, requeue: Duration) -> bool {
+    age >= requeue.saturating_mul(DIRECT_TASK_READS_AFTER)
+}
+
+/// What the Machine's VM looks like in a listing, for [`listing_says`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListingView<'a> {
+    /// The state of the VM with the Machine's recorded UUID, if listed (`None` inside: listed
+    /// without a state).
+    pub listed: Option<Option<&'a EntityState>>,
+    /// A VM with the Machine's name is listed (how a deploy's VM, whose UUID is not known yet,
+    /// shows up).
+    pub named: bool,
+    /// The listing began after the task did.
+    pub after_start: bool,
+}
+
+/// What the shared listing says about a recorded task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListingSays {
+    /// A v3 create or clone whose VM is listed `COMPLETE`: it ended, no read needed (Prism
+    /// lists a VM only once its create task has ended).
+    Created,
+    /// Still running: look again after the poll interval, without reading the task.
+    Running,
+    /// Read the task now.
+    ReadTask,
+}
+
+/// What a listing says about `operation`'s task, `age` after it was recorded:
+/// - a v3 create or clone (VM UUID known): listed `COMPLETE` is [`ListingSays::Created`], not
+///   listed is still running, listed in another state is read (the task says why);
+/// - a follow-up update: read once a listing taken after it started shows the VM `COMPLETE`
+///   again (Prism shows it `PENDING` while an update runs);
+/// - a template deploy: read once a listing taken after it started shows a VM with the
+///   Machine's name (the task names the VM).
+///
+/// A task older than [`DIRECT_TASK_READS_AFTER`] requeue intervals is read at every look
+/// ([`task_read_directly`]).
+pub fn listing_says(
+    operation: &TaskOperation,
+    age: Duration,
+    requeue: Duration,
+    view: ListingView<'_>,
+) -> ListingSays {
+    if task_read_directly(age, requeue) {
+        return ListingSays::ReadTask;
+    }
+    let complete = view.listed == Some(Some(&EntityState::Complete));
+    match operation {
+        TaskOperation::Create | TaskOperation::Clone => match view.listed {
+            Some(_) if complete => ListingSays::Created,
+            Some(_) => ListingSays::ReadTask,
+            None => ListingSays::Running,
+        },
+        TaskOperation::FollowUp => match view.listed {
+            Some(_) if complete && view.after_start => ListingSays::ReadTask,
+            Some(_) => ListingSays::Running,
+            None => ListingSays::ReadTask,
+        },
+        TaskOperation::Deploy if view.named && view.after_start => ListingSays::ReadTask,
+        TaskOperation::Deploy => ListingSays::Running,
+        _ => ListingSays::ReadTask,
+    }
+}
+
+/// Whether a listing that began at `listed_at` began after a task recorded at `started`. The
+/// recorded time went through the Machine's status, which keeps whole seconds: the task began
+/// up to a second after it.
+pub fn listed_after(listed_at: Timestamp, started: Option<Timestamp>) -> bool {
+    started.is_some_and(|started| listed_at.duration_since(started) > SignedDuration::from_secs(1))
+}
+
+/// Whether this controller has sent the delete of VM `uuid` (its `MachineDeletion` condition
+/// says so).
+pub fn delete_sent(status: &NutanixMachineProviderStatus, uuid: &str) -> bool {
+    status.conditions.iter().any(|condition| {
+        condition.type_ == conditions::MACHINE_DELETION
+            && condition.reason == conditions::DELETION_IN_PROGRESS
+            && condition.message.contains(uuid)
+    })
 }
 
 #[cfg(test)]

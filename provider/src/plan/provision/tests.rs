@@ -304,3 +304,137 @@ fn a_task_is_first_read_when_tasks_of_its_kind_usually_end() {
         "never sooner than the read interval"
     );
 }
+
+fn view(listed: Option<Option<&EntityState>>, named: bool, after_start: bool) -> ListingView<'_> {
+    ListingView {
+        listed,
+        named,
+        after_start,
+    }
+}
+
+#[test]
+fn a_listed_complete_vm_ends_a_create_and_an_absent_one_is_still_running() {
+    let (young, requeue) = (Duration::from_secs(1), Duration::from_secs(30));
+    let complete = Some(Some(&EntityState::Complete));
+    for operation in [TaskOperation::Create, TaskOperation::Clone] {
+        assert_eq!(
+            listing_says(&operation, young, requeue, view(complete, false, false)),
+            ListingSays::Created
+        );
+        assert_eq!(
+            listing_says(&operation, young, requeue, view(None, true, true)),
+            ListingSays::Running
+        );
+        assert_eq!(
+            listing_says(
+                &operation,
+                young,
+                requeue,
+                view(Some(Some(&EntityState::Error)), false, true)
+            ),
+            ListingSays::ReadTask,
+            "a VM in another state: the task says why"
+        );
+    }
+}
+
+#[test]
+fn a_follow_up_is_read_once_a_later_listing_shows_the_vm_complete_again() {
+    let (young, requeue) = (Duration::from_secs(1), Duration::from_secs(30));
+    let complete = Some(Some(&EntityState::Complete));
+    let pending = Some(Some(&EntityState::Pending));
+    let follow_up = TaskOperation::FollowUp;
+    assert_eq!(
+        listing_says(&follow_up, young, requeue, view(complete, false, true)),
+        ListingSays::ReadTask
+    );
+    assert_eq!(
+        listing_says(&follow_up, young, requeue, view(complete, false, false)),
+        ListingSays::Running,
+        "a listing from before the update proves nothing"
+    );
+    assert_eq!(
+        listing_says(&follow_up, young, requeue, view(pending, false, true)),
+        ListingSays::Running
+    );
+    assert_eq!(
+        listing_says(&follow_up, young, requeue, view(None, false, true)),
+        ListingSays::ReadTask,
+        "not listed (list lag): the task is the only witness"
+    );
+}
+
+#[test]
+fn a_deploy_is_read_once_a_later_listing_shows_the_machines_name() {
+    let (young, requeue) = (Duration::from_secs(1), Duration::from_secs(30));
+    let deploy = TaskOperation::Deploy;
+    assert_eq!(
+        listing_says(&deploy, young, requeue, view(None, true, true)),
+        ListingSays::ReadTask
+    );
+    assert_eq!(
+        listing_says(&deploy, young, requeue, view(None, true, false)),
+        ListingSays::Running
+    );
+    assert_eq!(
+        listing_says(&deploy, young, requeue, view(None, false, true)),
+        ListingSays::Running
+    );
+}
+
+#[test]
+fn an_old_task_is_read_whatever_the_listing_says() {
+    let requeue = Duration::from_secs(30);
+    assert!(!task_read_directly(Duration::from_secs(89), requeue));
+    assert!(task_read_directly(Duration::from_secs(90), requeue));
+    assert_eq!(
+        listing_says(
+            &TaskOperation::Create,
+            Duration::from_secs(90),
+            requeue,
+            view(None, false, false)
+        ),
+        ListingSays::ReadTask,
+        "a failed create's VM never shows up"
+    );
+}
+
+#[test]
+fn a_listing_counts_as_after_a_task_only_a_second_past_its_recorded_time() {
+    let started: Timestamp = "2026-11-30T00:00:00Z".parse().unwrap();
+    let at = |s: &str| -> Timestamp { s.parse().unwrap() };
+    assert!(!listed_after(at("2026-11-30T00:00:00.900Z"), Some(started)));
+    assert!(!listed_after(at("2026-11-30T00:00:01Z"), Some(started)));
+    assert!(listed_after(at("2026-11-30T00:00:01.100Z"), Some(started)));
+    assert!(!listed_after(at("2026-11-30T00:10:00Z"), None));
+}
+
+#[test]
+fn a_delete_counts_as_sent_for_the_vm_its_condition_names() {
+    let condition = |reason: &str, message: &str| {
+        crate::plan::machine_status::provider_condition(
+            conditions::MACHINE_DELETION,
+            false,
+            reason,
+            message,
+            &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+        )
+    };
+    let mut status = NutanixMachineProviderStatus::default();
+    assert!(!delete_sent(&status, "vm-1"));
+    status.set_condition(condition(
+        conditions::DELETION_IN_PROGRESS,
+        "deleting VM vm-1",
+    ));
+    assert!(delete_sent(&status, "vm-1"));
+    assert!(!delete_sent(&status, "vm-2"));
+    status.set_condition(condition(
+        conditions::DELETION_FAILED,
+        "deleting VM vm-1: 500",
+    ));
+    assert!(
+        !delete_sent(&status, "vm-1"),
+        "a failed delete was not accepted"
+    );
+}
