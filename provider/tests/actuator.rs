@@ -102,11 +102,15 @@ async fn plan_for(connection: &Connection, machine: &Machine) -> VmPlan {
     .unwrap_or_else(|errors| panic!("{errors}"))
 }
 
-async fn wait_task(connection: &Connection, task: &PendingTask) -> TaskReading {
+async fn wait_task(
+    connection: &Connection,
+    task: &PendingTask,
+    recorded_vm: Option<&str>,
+) -> TaskReading {
     for _ in 0..200 {
         let progress = connection.read_task(task).await.unwrap();
         if !matches!(progress, TaskProgress::Running { .. }) {
-            return read_task(task, &progress);
+            return read_task(task, &progress, recorded_vm);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -289,7 +293,7 @@ async fn create_then_500_and_a_repeat_with_the_same_uuid_make_one_vm() {
     let repeat = f.connection.send_create(&request, None).await.unwrap_err();
     assert_eq!(
         classify_create_error(&repeat, true),
-        CreateCallOutcome::AlreadyExists
+        CreateCallOutcome::Conflict
     );
     let vms: Vec<_> = f
         .mock
@@ -351,10 +355,14 @@ async fn clone_then_follow_up_is_applied_once() {
         id: sent.task.unwrap(),
         operation: TaskOperation::Clone,
         started: None,
+        source_vm: None,
     };
     assert_eq!(
-        wait_task(&f.connection, &task).await,
-        TaskReading::Created { vm_uuid: None }
+        wait_task(&f.connection, &task, Some(&uuid)).await,
+        TaskReading::Created {
+            vm_uuid: Some(uuid.clone())
+        },
+        "the clone task names the VM with the reserved UUID"
     );
     let outcome = f
         .connection
@@ -368,9 +376,10 @@ async fn clone_then_follow_up_is_applied_once() {
         id: update,
         operation: TaskOperation::FollowUp,
         started: None,
+        source_vm: None,
     };
     assert_eq!(
-        wait_task(&f.connection, &update).await,
+        wait_task(&f.connection, &update, Some(&uuid)).await,
         TaskReading::FollowUpApplied
     );
     assert_eq!(
@@ -421,8 +430,10 @@ async fn a_repeated_deploy_with_the_recorded_request_id_returns_the_same_task() 
         id: first.task.unwrap(),
         operation: TaskOperation::Deploy,
         started: None,
+        source_vm: None,
     };
-    let TaskReading::Created { vm_uuid: Some(vm) } = wait_task(&f.connection, &task).await else {
+    let TaskReading::Created { vm_uuid: Some(vm) } = wait_task(&f.connection, &task, None).await
+    else {
         panic!("the deploy names its VM")
     };
     assert!(f.connection.get_vm(&vm).await.unwrap().is_some());

@@ -143,6 +143,7 @@ fn prism_that_has_everything(
             size_bytes: Some(16 << 30),
             boot_type: None,
             version_id: None,
+            cluster_uuid: None,
         })
     };
     ResolvedReferences {

@@ -12,7 +12,7 @@
 //! acts on its absence. Refreshes are single-flight: concurrent callers wait for the one refresh
 //! in progress instead of each listing everything.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -208,22 +208,33 @@ impl Inventory {
 
     async fn list_every_vm(&self, client: &Client) -> Result<Vec<Vm>, Error> {
         let mut vms: Vec<Vm> = Vec::new();
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut offset: u32 = 0;
         loop {
-            let offset = u32::try_from(vms.len()).unwrap_or(u32::MAX);
             let page = client
                 .list::<Vm>(&ListRequest::page("vm", offset, self.page_length))
                 .await?;
             let received = page.entities.len();
-            // Trimmed page by page: only one page is ever held whole.
-            vms.extend(page.entities.into_iter().map(|mut vm| {
+            offset = offset.saturating_add(u32::try_from(received).unwrap_or(u32::MAX));
+            let before = vms.len();
+            // Trimmed page by page: only one page is ever held whole. A VM listed twice (a
+            // server that ignores `offset`, or entities shifting between pages) is kept once.
+            for mut vm in page.entities {
+                if let Some(uuid) = vm.uuid().map(str::to_ascii_lowercase)
+                    && !seen.insert(uuid)
+                {
+                    continue;
+                }
                 trim_for_inventory(&mut vm);
-                vm
-            }));
+                vms.push(vm);
+            }
             let done = match page.metadata.total_matches {
-                Some(total) => received == 0 || vms.len() as u64 >= total,
+                Some(total) => received == 0 || u64::from(offset) >= total,
                 None => received < self.page_length as usize,
             };
-            if done {
+            // A page that adds nothing new ends the listing: otherwise a server that ignores
+            // `offset` (real `hosts/list` does, CAPX #577) would be paged forever.
+            if done || vms.len() == before {
                 return Ok(vms);
             }
         }

@@ -193,6 +193,7 @@ impl LookupCache {
                     size_bytes,
                     boot_type: None,
                     version_id: None,
+                    cluster_uuid: None,
                 });
                 insert(&mut resolved.images, id, lookup);
             }
@@ -482,6 +483,7 @@ pub fn template_source(uuid: String, template: &Template) -> ResolvedSource {
         size_bytes,
         boot_type,
         version_id: None,
+        cluster_uuid: None,
     }
 }
 
@@ -521,11 +523,22 @@ pub fn vm_source(vm: &Vm) -> ResolvedSource {
             _ => BootType::Legacy,
         }
     });
+    let cluster_uuid = vm
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.cluster_reference.as_ref())
+        .or_else(|| {
+            vm.status
+                .as_ref()
+                .and_then(|status| status.cluster_reference.as_ref())
+        })
+        .map(|cluster| cluster.uuid.to_ascii_lowercase());
     ResolvedSource {
         uuid: vm.uuid().unwrap_or_default().to_ascii_lowercase(),
         size_bytes,
         boot_type,
         version_id: None,
+        cluster_uuid,
     }
 }
 

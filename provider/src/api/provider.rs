@@ -388,6 +388,10 @@ pub struct PendingTask {
     /// When the task was recorded (for the task-duration metric).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started: Option<Time>,
+    /// The source VM of a clone: its task may name it beside the new VM, and it must never be
+    /// taken for the Machine's VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_vm: Option<String>,
 }
 
 open_enum! {

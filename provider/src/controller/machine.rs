@@ -206,6 +206,15 @@ impl MachineReconcile {
         self.machine.name_any()
     }
 
+    /// The identity its VM's marker carries.
+    pub(super) fn identity(&self) -> crate::plan::MachineIdentity {
+        crate::plan::MachineIdentity {
+            namespace: self.machine.namespace().unwrap_or_default(),
+            name: self.name(),
+            uid: self.machine.uid().unwrap_or_default(),
+        }
+    }
+
     async fn run(mut self) -> Result<Action, Error> {
         if self
             .context

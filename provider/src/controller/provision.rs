@@ -5,10 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
+use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 use prism_client::v3::{EntityState, Vm};
 use rand::RngCore;
 
@@ -29,17 +34,18 @@ use crate::plan::machine_status::{
     StatusUpdate, conditions, machine_condition, provider_condition, vm_annotations, vm_labels,
 };
 use crate::plan::provision::{
-    CreateCallOutcome, FailureClass, ListingSays, ListingView, TaskReading,
-    after_transient_failure, classify_create_error, delete_sent, follow_up_value, listed_after,
-    listing_says, pending_follow_up, read_task, task_read_directly,
+    CreateCallOutcome, DEPLOYED_VM_SEARCH, DeployCandidate, DeployedByName, FailureClass,
+    ListingSays, ListingView, TaskReading, after_transient_failure, classify_create_error,
+    delete_sent, deployed_vm_by_name, follow_up_value, listed_after, listing_says,
+    pending_follow_up, read_task, task_read_directly,
 };
-use crate::plan::request::{VmRequest, build_request};
+use crate::plan::request::{FollowUpUpdate, VmRequest, build_request};
 use crate::plan::resolve::{FailureDomain, RequiredLookups, ResolvedReferences};
-use crate::plan::secret::PASSWORD_RANDOM_BYTES;
+use crate::plan::secret::{PASSWORD_RANDOM_BYTES, generated_password_secret};
 use crate::plan::unattend::PasswordValue;
 use crate::plan::{
     AdminPassword, ErrorClass, PlanContext, ResolutionMode, UserData, ValidationErrors, VmPlan,
-    plan_vm,
+    identity_of, plan_vm,
 };
 
 /// Key of the user data in its Secret.
@@ -110,6 +116,28 @@ pub fn invalid_in_itself(machine: &Machine) -> Option<ValidationErrors> {
         .filter(|e| e.class == ErrorClass::Invalid)
         .collect();
     (!invalid.is_empty()).then_some(ValidationErrors(invalid))
+}
+
+/// The follow-up that powers a VM on again after its create task failed: the recorded one, if
+/// any, else one that keeps the VM's description.
+fn reasserted_power(recorded: Option<FollowUpUpdate>, vm: &Vm) -> FollowUpUpdate {
+    let description = || {
+        vm.spec
+            .as_ref()
+            .and_then(|spec| spec.description.clone())
+            .unwrap_or_default()
+    };
+    let mut update = recorded.unwrap_or_else(|| FollowUpUpdate::reassert_power(description()));
+    update.power_on = true;
+    update.reassert_power = true;
+    update
+}
+
+/// A password read from a Secret: UTF-8, one trailing newline dropped (`echo` into a file).
+fn password_of(bytes: &[u8]) -> Result<AdminPassword, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "the password is not UTF-8".to_owned())?;
+    let text = text.strip_suffix('\n').unwrap_or(text);
+    AdminPassword::new(text).map_err(|problem| problem.to_string())
 }
 
 /// A random Administrator password for one VM (Sysprep without `adminPasswordSecret`).
@@ -210,7 +238,7 @@ impl MachineReconcile {
                 return Ok(observed);
             }
             let progress = connection.read_task(task).await?;
-            match read_task(task, &progress) {
+            match read_task(task, &progress, status.vm_uuid.as_deref()) {
                 TaskReading::Running { status: running } => {
                     tracing::debug!(machine = %self.key, task = %task.id, running, "task running");
                     if task.operation.creates_vm() {
@@ -221,11 +249,32 @@ impl MachineReconcile {
                     self.task_ended(&connection, task, true);
                     let mut next = status.clone();
                     next.pending_task = None;
+                    if let (Some(reserved), Some(actual)) = (&status.vm_uuid, &vm_uuid)
+                        && reserved != actual
+                    {
+                        // Prism did not keep the reserved UUID: the VM it made is this
+                        // Machine's; creating again would make a second one.
+                        tracing::warn!(machine = %self.key, %reserved, %actual, "Prism gave the VM another UUID than the reserved one; recording it");
+                        let machine = self.machine.clone();
+                        self.shared()
+                            .event(
+                                &machine,
+                                false,
+                                "Adopted",
+                                format!("Prism created VM {actual} instead of the reserved UUID {reserved}"),
+                            )
+                            .await;
+                    }
                     if vm_uuid.is_some() {
                         next.vm_uuid = vm_uuid;
                     }
                     self.write_provider_status(next).await?;
                     return Ok(Observed::Done(Action::await_change()));
+                }
+                TaskReading::DeployedVmUnnamed => {
+                    return self
+                        .find_deployed_vm(&connection, status.clone(), task)
+                        .await;
                 }
                 TaskReading::FollowUpApplied => {
                     self.task_ended(&connection, task, true);
@@ -380,6 +429,107 @@ impl MachineReconcile {
         })
     }
 
+    /// A template deploy succeeded without naming its VM: looks for it by name in a listing
+    /// taken now ([`deployed_vm_by_name`]). The task and request id stay recorded until it is
+    /// found; after [`DEPLOYED_VM_SEARCH`] the Machine fails (a deletion forgets the deploy with
+    /// a warning) instead of deploying again.
+    async fn find_deployed_vm(
+        &mut self,
+        connection: &Connection,
+        mut status: NutanixMachineProviderStatus,
+        task: &PendingTask,
+    ) -> Result<Observed, Error> {
+        let poll = self.shared().settings.poll_interval;
+        let started = task.started.as_ref().map(|time| time.0);
+        let found = self.deployed_vm_in_listing(connection).await?;
+        let age = started.map_or(Duration::ZERO, |started| {
+            Duration::try_from(Timestamp::now().duration_since(started)).unwrap_or_default()
+        });
+        match found {
+            DeployedByName::One(uuid) => {
+                tracing::info!(machine = %self.key, task = %task.id, vm = %uuid, "the deploy task names no VM; found it by name");
+                self.task_ended(connection, task, true);
+                status.pending_task = None;
+                status.vm_uuid = Some(uuid);
+                self.write_provider_status(status).await?;
+                Ok(Observed::Done(Action::await_change()))
+            }
+            DeployedByName::NotFound | DeployedByName::Several(_) if age < DEPLOYED_VM_SEARCH => {
+                tracing::info!(machine = %self.key, task = %task.id, ?found, "deploy succeeded; its VM is not identified yet");
+                Ok(Observed::Done(Action::requeue(poll)))
+            }
+            DeployedByName::NotFound | DeployedByName::Several(_) => {
+                let request = status.deploy_request_id.clone().unwrap_or_default();
+                let candidates = match &found {
+                    DeployedByName::Several(uuids) => {
+                        format!("several VMs fit ({})", uuids.join(", "))
+                    }
+                    _ => "no VM fits".to_owned(),
+                };
+                let message = format!(
+                    "template deploy task {} (request {request}) succeeded but names no VM, and {candidates} among the VMs named {} created since; find the deployed VM in Prism",
+                    task.id,
+                    self.name()
+                );
+                self.task_ended(connection, task, true);
+                if self.deleting() {
+                    return self
+                        .forget_deploy(status, &request, message)
+                        .await
+                        .map(Observed::Done);
+                }
+                status.pending_task = None;
+                let action = self.fail_with(None, message, status).await?;
+                Ok(Observed::Done(action))
+            }
+        }
+    }
+
+    /// The VM the Machine's template deploy made, looked for by the Machine's name in a listing
+    /// no older than the poll interval, among VMs created since the Machine was (a deploy
+    /// sent again keeps the first one's VM, so the task's own start is no bound).
+    async fn deployed_vm_in_listing(
+        &self,
+        connection: &Connection,
+    ) -> Result<DeployedByName, Error> {
+        let machine_created = self
+            .machine
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|time| time.0);
+        let poll = self.shared().settings.poll_interval;
+        let listing = connection
+            .inventory
+            .snapshot_within(connection.client(), poll)
+            .await?;
+        let name = self.name();
+        let candidates: Vec<DeployCandidate> = listing
+            .vms()
+            .filter(|vm| vm.spec.as_ref().is_some_and(|spec| spec.name == name))
+            .filter_map(|vm| {
+                Some(DeployCandidate {
+                    uuid: vm.uuid()?.to_owned(),
+                    created: vm
+                        .metadata
+                        .creation_time
+                        .as_deref()
+                        .and_then(|time| time.parse().ok()),
+                    identity: vm
+                        .spec
+                        .as_ref()
+                        .and_then(|spec| spec.description.as_deref())
+                        .and_then(identity_of),
+                })
+            })
+            .collect();
+        Ok(deployed_vm_by_name(
+            &candidates,
+            &self.identity(),
+            machine_created,
+        ))
+    }
+
     /// Counts the task in the metrics and, when it succeeded, remembers how long it took (how
     /// soon the next one of its kind is first read).
     fn task_ended(&self, connection: &Connection, task: &PendingTask, succeeded: bool) {
@@ -440,6 +590,12 @@ impl MachineReconcile {
                             .await?;
                         return Ok(Observed::Done(action));
                     }
+                    // The VM exists (a failed power-on, for instance): nothing would power it
+                    // on, so an update asks for power ON again (with backoff while it fails).
+                    status.pending_follow_up = Some(follow_up_value(&reasserted_power(
+                        pending_follow_up(&status),
+                        &vm,
+                    )));
                 }
             }
         }
@@ -477,7 +633,7 @@ impl MachineReconcile {
         Err(Error::CreateRetry(message))
     }
 
-    fn admin_password(
+    async fn admin_password(
         &self,
         config: &NutanixMachineProviderConfig,
     ) -> Result<Option<AdminPassword>, String> {
@@ -502,16 +658,80 @@ impl MachineReconcile {
                 .map_err(|problem| {
                     format!("providerSpec.guestCustomization.adminPasswordSecret: {problem}")
                 })?;
-                let text = String::from_utf8(bytes).map_err(|_| {
-                    "providerSpec.guestCustomization.adminPasswordSecret: the password is not UTF-8"
-                        .to_owned()
-                })?;
-                let text = text.strip_suffix('\n').unwrap_or(&text).to_owned();
-                AdminPassword::new(text).map(Some).map_err(|problem| {
+                password_of(&bytes).map(Some).map_err(|problem| {
                     format!("providerSpec.guestCustomization.adminPasswordSecret: {problem}")
                 })
             }
-            _ => Ok(Some(random_admin_password())),
+            _ => self.generated_admin_password().await.map(Some),
+        }
+    }
+
+    /// The password generated once for this Machine's VM, kept in its own Secret
+    /// ([`generated_password_secret`]), which is created (owned by the Machine) the first time.
+    async fn generated_admin_password(&self) -> Result<AdminPassword, String> {
+        let namespace = self.machine.namespace().unwrap_or_default();
+        let name = generated_password_secret(&self.name());
+        let uid = self.machine.uid().unwrap_or_default();
+        let what = format!("Secret {namespace}/{name} (the generated Administrator password)");
+        if let Some(secret) = self
+            .shared()
+            .secrets
+            .get(&ObjectRef::new(&name).within(&namespace))
+        {
+            let owned = secret
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|owner| owner.uid == uid);
+            if !owned {
+                return Err(format!(
+                    "{what} exists but is not owned by this Machine; delete or rename it"
+                ));
+            }
+            let bytes = secret
+                .data
+                .as_ref()
+                .and_then(|data| data.get(ADMIN_PASSWORD_KEY))
+                .map(|bytes| bytes.0.clone())
+                .ok_or_else(|| format!("{what} has no key {ADMIN_PASSWORD_KEY}"))?;
+            return password_of(&bytes).map_err(|problem| format!("{what}: {problem}"));
+        }
+        let password = random_admin_password();
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.clone()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: Machine::api_version(&()).into_owned(),
+                    kind: Machine::kind(&()).into_owned(),
+                    name: self.name(),
+                    uid,
+                    ..OwnerReference::default()
+                }]),
+                ..ObjectMeta::default()
+            },
+            data: Some(
+                [(
+                    ADMIN_PASSWORD_KEY.to_owned(),
+                    ByteString(password.expose().as_bytes().to_vec()),
+                )]
+                .into(),
+            ),
+            type_: Some("Opaque".to_owned()),
+            ..Secret::default()
+        };
+        let api: Api<Secret> = Api::namespaced(self.shared().client.clone(), &namespace);
+        match api.create(&PostParams::default(), &secret).await {
+            Ok(_) => {
+                tracing::info!(machine = %self.key, secret = %name, "generated the VM's Administrator password and stored it in a Secret");
+                Ok(password)
+            }
+            // Made by an earlier attempt, not yet in the watch cache: use it once it is there.
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                Err(format!("waiting for {what} to reach the cache"))
+            }
+            Err(error) => Err(format!("cannot create {what}: {error}")),
         }
     }
 
@@ -554,9 +774,12 @@ impl MachineReconcile {
             }
             None => None,
         };
-        let password = match config.as_ref().map(|c| self.admin_password(c)).transpose() {
-            Ok(password) => password.flatten(),
-            Err(message) => return Ok(Prepared::Unresolved(message)),
+        let password = match config.as_ref() {
+            Some(config) => match self.admin_password(config).await {
+                Ok(password) => password,
+                Err(message) => return Ok(Prepared::Unresolved(message)),
+            },
+            None => None,
         };
         let plan = resolve_and_plan(
             &connection,
@@ -674,6 +897,7 @@ impl MachineReconcile {
                         id: task,
                         operation: TaskOperation::Deploy,
                         started: Some(now()),
+                        source_vm: None,
                     });
                     self.write_provider_status(status).await?;
                 }
@@ -759,6 +983,10 @@ impl MachineReconcile {
                         id: task,
                         operation: operation.clone(),
                         started: Some(now()),
+                        source_vm: match request {
+                            VmRequest::Clone { source_vm, .. } => Some(source_vm.clone()),
+                            _ => None,
+                        },
                     });
                     self.write_provider_status(status).await?;
                 }
@@ -775,9 +1003,25 @@ impl MachineReconcile {
                 Ok(Action::requeue(poll))
             }
             Err(error) => match classify_create_error(&error, deploy_request_id.is_none()) {
-                CreateCallOutcome::AlreadyExists => {
-                    tracing::info!(machine = %self.key, "the VM exists already: an earlier create got through");
-                    Ok(Action::requeue(poll))
+                CreateCallOutcome::Conflict => {
+                    let Some(uuid) = status.vm_uuid.clone() else {
+                        return Err(error.into());
+                    };
+                    if connection.get_vm(&uuid).await?.is_some() {
+                        tracing::info!(machine = %self.key, vm = %uuid, "the VM exists already: an earlier create got through");
+                        return Ok(Action::requeue(poll));
+                    }
+                    // No VM has the UUID: the 409 is a conflict of Prism's own; retrying at
+                    // once would meet it again.
+                    self.count_failure(super::machine::FailureKind::Create, "PrismConflict");
+                    let message = format!(
+                        "Prism refused the create of VM {uuid} for a conflict, and no VM has that UUID; retrying: {error}"
+                    );
+                    let machine = self.machine.clone();
+                    self.shared()
+                        .event(&machine, true, "FailedCreate", message.clone())
+                        .await;
+                    Err(Error::CreateRetry(message))
                 }
                 CreateCallOutcome::ReservationRejected => {
                     let Some(uuid) = status.vm_uuid.clone() else {
@@ -841,6 +1085,7 @@ impl MachineReconcile {
                     id: task,
                     operation: TaskOperation::FollowUp,
                     started: Some(now()),
+                    source_vm: None,
                 });
                 self.write_provider_status(status).await?;
                 Ok(Some(Action::requeue(poll)))

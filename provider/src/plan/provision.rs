@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use prism_client::v3::EntityState;
-use prism_client::{Error, TaskFailure, TaskProgress};
+use prism_client::{Error, TaskEntity, TaskFailure, TaskProgress};
 
+use super::identity::MachineIdentity;
 use super::machine_status::conditions;
 use super::request::FollowUpUpdate;
 use crate::api::{NutanixMachineProviderStatus, PendingTask, TaskOperation};
@@ -100,8 +101,10 @@ pub fn classify_task_failure(failure: &TaskFailure) -> FailureClass {
 /// What an error from `POST /vms`, a clone or a template deploy means.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CreateCallOutcome {
-    /// 409: a VM with the recorded UUID exists already; an earlier attempt got through.
-    AlreadyExists,
+    /// 409 to a request carrying the reserved UUID: either a VM with that UUID exists already
+    /// (an earlier attempt got through) or Prism refused for a conflict of its own (another
+    /// operation on the same source VM, for instance). Only a GET of the UUID tells which.
+    Conflict,
     /// 400/422 naming `metadata.uuid`: the reservation expired or was never made. Confirm that
     /// no VM has the UUID, then take a new one (recorded before it is used).
     ReservationRejected,
@@ -119,7 +122,7 @@ pub enum CreateCallOutcome {
 /// reserved `metadata.uuid` (create and clone), which a 409 or a 422 can be about.
 pub fn classify_create_error(error: &Error, reserved_uuid: bool) -> CreateCallOutcome {
     match error {
-        Error::Conflict { .. } if reserved_uuid => CreateCallOutcome::AlreadyExists,
+        Error::Conflict { .. } if reserved_uuid => CreateCallOutcome::Conflict,
         Error::Invalid { messages, .. } => {
             let about_uuid = messages.0.iter().any(|message| {
                 let text = message.to_string().to_ascii_lowercase();
@@ -141,9 +144,15 @@ pub fn classify_create_error(error: &Error, reserved_uuid: bool) -> CreateCallOu
 pub enum TaskReading {
     /// Not done: look again after the task poll interval.
     Running { status: String },
-    /// The create, clone or deploy succeeded; clear the task. `vm_uuid` is the VM a deploy task
-    /// names (a create or clone already recorded its reserved UUID).
+    /// The create, clone or deploy succeeded; clear the task. `vm_uuid` is the VM the task
+    /// names (lower case), to be recorded: a deploy's, or a create's or clone's when Prism gave
+    /// it a UUID other than the reserved one; `None` when the task names none, and the recorded
+    /// UUID stands.
     Created { vm_uuid: Option<String> },
+    /// A template deploy succeeded, but neither the task nor the subtasks read with it name a
+    /// VM: keep the task and the request id (deploying again would make a second VM) and look
+    /// for the VM by name ([`deployed_vm_by_name`]).
+    DeployedVmUnnamed,
     /// The follow-up update succeeded: clear the task and the pending follow-up.
     FollowUpApplied,
     /// The task failed.
@@ -159,30 +168,50 @@ fn is_vm_entity(kind: &str) -> bool {
     kind == "vm" || kind.ends_with(":vm")
 }
 
-/// Interprets one read of `task`.
-pub fn read_task(task: &PendingTask, progress: &TaskProgress) -> TaskReading {
+/// The VM a succeeded create, clone or deploy made, among the entities its task names: the
+/// recorded one if named, else the only VM named that is not the clone's source. Prism may
+/// name the source VM of a clone beside the new one; several candidates name nobody.
+fn created_vm(
+    entities: &[TaskEntity],
+    recorded: Option<&str>,
+    source_vm: Option<&str>,
+) -> Option<String> {
+    let same = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
+    let mut candidates = entities
+        .iter()
+        .filter(|entity| is_vm_entity(&entity.kind))
+        .filter(|entity| source_vm.is_none_or(|source| !same(&entity.uuid, source)))
+        .map(|entity| entity.uuid.to_ascii_lowercase());
+    let first = candidates.next()?;
+    let rest: Vec<String> = candidates.collect();
+    if let Some(recorded) = recorded
+        && (same(&first, recorded) || rest.iter().any(|uuid| same(uuid, recorded)))
+    {
+        return Some(recorded.to_ascii_lowercase());
+    }
+    rest.iter().all(|uuid| *uuid == first).then_some(first)
+}
+
+/// Interprets one read of `task`; `recorded_vm` is the Machine's `vmUUID`, if any.
+pub fn read_task(
+    task: &PendingTask,
+    progress: &TaskProgress,
+    recorded_vm: Option<&str>,
+) -> TaskReading {
     match progress {
         TaskProgress::Running { status, .. } => TaskReading::Running {
             status: status.clone(),
         },
         TaskProgress::Succeeded { entities } => match task.operation {
             TaskOperation::FollowUp => TaskReading::FollowUpApplied,
-            TaskOperation::Deploy => {
-                match entities.iter().find(|entity| is_vm_entity(&entity.kind)) {
-                    Some(vm) => TaskReading::Created {
-                        vm_uuid: Some(vm.uuid.to_ascii_lowercase()),
-                    },
-                    None => TaskReading::Failed {
-                        class: FailureClass::Transient,
-                        message: format!(
-                            "deploy task {} succeeded but names no VM among its affected entities",
-                            task.id
-                        ),
-                    },
-                }
-            }
+            TaskOperation::Deploy => match created_vm(entities, None, None) {
+                Some(vm) => TaskReading::Created { vm_uuid: Some(vm) },
+                None => TaskReading::DeployedVmUnnamed,
+            },
             TaskOperation::Create | TaskOperation::Clone | TaskOperation::Unknown(_) => {
-                TaskReading::Created { vm_uuid: None }
+                TaskReading::Created {
+                    vm_uuid: created_vm(entities, recorded_vm, task.source_vm.as_deref()),
+                }
             }
         },
         TaskProgress::Failed(failure) => TaskReading::Failed {
@@ -191,6 +220,62 @@ pub fn read_task(task: &PendingTask, progress: &TaskProgress) -> TaskReading {
         },
     }
 }
+
+/// A listed VM that may be the one a template deploy made, for [`deployed_vm_by_name`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeployCandidate {
+    pub uuid: String,
+    /// `metadata.creation_time`.
+    pub created: Option<Timestamp>,
+    /// The identity marker in its description, if any.
+    pub identity: Option<MachineIdentity>,
+}
+
+/// What looking for a deployed VM by name found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeployedByName {
+    /// Exactly one VM fits: record it.
+    One(String),
+    /// None fits (yet: a listing may lag behind the task).
+    NotFound,
+    /// Several fit; none is taken (a wrong guess would adopt, and later delete, another VM).
+    Several(Vec<String>),
+}
+
+/// The VM a succeeded deploy made, among listed VMs with the Machine's name: one created no
+/// earlier than `not_before` (the Machine's creation; Kubernetes keeps whole seconds: a second
+/// of slack) and carrying no identity marker of another Machine (a deployed VM has none until
+/// its follow-up; the Machine's own marker is accepted). A VM without a creation time is not
+/// taken.
+pub fn deployed_vm_by_name(
+    candidates: &[DeployCandidate],
+    machine: &MachineIdentity,
+    not_before: Option<Timestamp>,
+) -> DeployedByName {
+    let Some(started) = not_before else {
+        return DeployedByName::NotFound;
+    };
+    let earliest = started - SignedDuration::from_secs(1);
+    let fits: Vec<String> = candidates
+        .iter()
+        .filter(|vm| vm.created.is_some_and(|created| created >= earliest))
+        .filter(|vm| {
+            vm.identity
+                .as_ref()
+                .is_none_or(|identity| identity == machine)
+        })
+        .map(|vm| vm.uuid.to_ascii_lowercase())
+        .collect();
+    match fits.as_slice() {
+        [] => DeployedByName::NotFound,
+        [one] => DeployedByName::One(one.clone()),
+        _ => DeployedByName::Several(fits),
+    }
+}
+
+/// How long after a deploy succeeded its VM may stay unfound (neither named by the task nor
+/// listed by name) before the Machine fails; the request id is kept, never sent again.
+pub const DEPLOYED_VM_SEARCH: Duration = Duration::from_secs(600);
 
 /// The follow-up update recorded on the Machine, if any (an unreadable one is dropped: it holds
 /// nothing that is not also in the plan, and the plan is made again on the next create).

@@ -112,6 +112,10 @@ pub struct ResolvedSource {
     /// The template version to deploy; the active version when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version_id: Option<String>,
+    /// The cluster a source VM runs on: its clones land there (`vm_clone_input` has no cluster
+    /// reference in the v3 schema, nutanix-cloud-native/prism-go-client `v3/swagger.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_uuid: Option<String>,
 }
 
 /// A subnet and the cluster it belongs to (subnet lists span every Prism Element).
@@ -299,7 +303,8 @@ mod tests {
                 uuid: "i-1".into(),
                 size_bytes: Some(16 << 30),
                 boot_type: None,
-                version_id: None
+                version_id: None,
+                cluster_uuid: None,
             })
         );
         assert!(matches!(resolved.projects["ocp"], Lookup::Failed { .. }));

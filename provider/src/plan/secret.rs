@@ -49,6 +49,14 @@ const LOWER: &[u8] = b"abcdefghijkmnopqrstuvwxyz";
 const DIGITS: &[u8] = b"23456789";
 const SYMBOLS: &[u8] = b"!#%+-.:=?@_~";
 
+/// The Secret that keeps the Administrator password generated for a Machine's VM (Sysprep
+/// without `adminPasswordSecret`), so that every attempt to create the VM (a resend with the same
+/// UUID or `NTNX-Request-Id` must carry the same body) and a restarted controller use the same
+/// password, and an administrator can read it. Owned by the Machine: deleted with it.
+pub fn generated_password_secret(machine_name: &str) -> String {
+    format!("{machine_name}-admin-password")
+}
+
 /// Random bytes [`AdminPassword::from_random_bytes`] needs: two per character.
 pub const PASSWORD_RANDOM_BYTES: usize = 2 * GENERATED_PASSWORD_LENGTH;
 const GENERATED_PASSWORD_LENGTH: usize = 20;

@@ -54,6 +54,12 @@ pub struct PlanContext<'a> {
     pub admin_password: Option<PasswordValue<'a>>,
 }
 
+/// Why a Secure Boot VM with guest customization may be refused, and what to do instead.
+pub const SECURE_BOOT_CUSTOMIZATION_WARNING: &str = "bootType SecureBoot with guest customization: AHV \
+     refuses this on many versions (VMM-30102: the customization CD-ROM is IDE, which Secure Boot \
+     forbids); use bootType UEFI, or a template or source VM with Secure Boot whose guest needs no \
+     customization";
+
 /// The category that marks a VM as owned by the cluster (the installer's teardown uses it).
 pub fn owned_category_key(infra_id: &str) -> String {
     format!("kubernetes-io-cluster-{infra_id}")
@@ -187,6 +193,12 @@ impl Validator<'_, '_> {
         let cluster = cluster_id
             .and_then(|id| self.resolve_entity(&resolved.clusters, &id, "cluster", &cluster_path));
         let source = self.source(&image_kind);
+        if let (Some(EntityRef::Uuid(cluster)), Some((_, Some(found)))) =
+            (cluster.as_ref(), source.as_ref())
+            && image_kind == ImageKind::Vm
+        {
+            self.clone_lands_on(found, cluster, &cluster_path);
+        }
         let subnets = self.subnets(subnet_ids, cluster.as_ref());
 
         let num_sockets = self.positive(config.vcpu_sockets, "vcpuSockets");
@@ -209,11 +221,10 @@ impl Validator<'_, '_> {
             self.source_plan(source, resolved.as_ref(), system_disk)
         });
         if boot == BootPlan::SecureBoot && guest.as_ref().is_some_and(|g| *g != GuestPlan::None) {
-            self.warnings.push(
-                "SecureBoot with guest customization: Prism attaches the customization CD-ROM itself, and Q35 \
-                 machines need it on SATA; whether v3 does so is not verified"
-                    .into(),
-            );
+            // Field reports (nutanix/nutanix.ansible#876, nutanix/terraform-provider-nutanix#908):
+            // AHV refuses it with VMM-30102, as the customization CD-ROM is IDE, which Secure Boot
+            // forbids. A warning, not an error: the refusal depends on the AHV version.
+            self.warnings.push(SECURE_BOOT_CUSTOMIZATION_WARNING.into());
         }
 
         Some(VmPlan {
@@ -516,6 +527,23 @@ impl Validator<'_, '_> {
                 self.errors.unresolved(&path, message);
                 None
             }
+        }
+    }
+
+    /// A clone lands on its source VM's cluster, whatever the Machine's cluster is: a source
+    /// VM on another cluster is an error naming both.
+    fn clone_lands_on(&mut self, source: &ResolvedSource, cluster: &str, cluster_path: &Path) {
+        if let Some(source_cluster) = &source.cluster_uuid
+            && !source_cluster.eq_ignore_ascii_case(cluster)
+        {
+            let path = self.spec.field("image");
+            self.errors.invalid(
+                &path,
+                format!(
+                    "source VM {} runs on cluster {source_cluster}, but the Machine's cluster ({cluster_path}) is {cluster}; a clone always lands on its source VM's cluster: use a source VM on cluster {cluster}, or an image or template",
+                    source.uuid
+                ),
+            );
         }
     }
 

@@ -134,7 +134,7 @@ fn create_errors_are_classified() {
 
     assert_eq!(
         classify_create_error(&conflict, true),
-        CreateCallOutcome::AlreadyExists
+        CreateCallOutcome::Conflict
     );
     assert_eq!(
         classify_create_error(&conflict, false),
@@ -171,6 +171,7 @@ fn task(operation: TaskOperation) -> PendingTask {
         id: "t-1".into(),
         operation,
         started: None,
+        source_vm: None,
     }
 }
 
@@ -181,7 +182,7 @@ fn task_reads() {
         percentage_complete: Some(40),
     };
     assert_eq!(
-        read_task(&task(TaskOperation::Create), &running),
+        read_task(&task(TaskOperation::Create), &running, None),
         TaskReading::Running {
             status: "RUNNING".into()
         }
@@ -198,40 +199,40 @@ fn task_reads() {
         entities: vec![cluster.clone(), vm],
     };
     assert_eq!(
-        read_task(&task(TaskOperation::Deploy), &deployed),
+        read_task(&task(TaskOperation::Deploy), &deployed, None),
         TaskReading::Created {
             vm_uuid: Some("abcdef00-0000-4000-8000-000000000001".into())
         },
         "the VM among the affected entities, lower case"
     );
-    assert!(matches!(
+    assert_eq!(
         read_task(
             &task(TaskOperation::Deploy),
             &TaskProgress::Succeeded {
                 entities: vec![cluster]
-            }
+            },
+            None,
         ),
-        TaskReading::Failed {
-            class: FailureClass::Transient,
-            ..
-        }
-    ));
+        TaskReading::DeployedVmUnnamed,
+        "a succeeded deploy that names no VM is not a failure: deploying again would make a second VM"
+    );
     let created = TaskProgress::Succeeded {
         entities: Vec::new(),
     };
     assert_eq!(
-        read_task(&task(TaskOperation::Clone), &created),
+        read_task(&task(TaskOperation::Clone), &created, Some("v-1")),
         TaskReading::Created { vm_uuid: None }
     );
     assert_eq!(
-        read_task(&task(TaskOperation::FollowUp), &created),
+        read_task(&task(TaskOperation::FollowUp), &created, Some("v-1")),
         TaskReading::FollowUpApplied
     );
     let failed = TaskProgress::Failed(Box::new(failure(
         "Internal Error",
         &["IP pool of subnet 'vm-network' is exhausted"],
     )));
-    let TaskReading::Failed { class, message } = read_task(&task(TaskOperation::Create), &failed)
+    let TaskReading::Failed { class, message } =
+        read_task(&task(TaskOperation::Create), &failed, None)
     else {
         panic!()
     };
@@ -275,6 +276,7 @@ fn the_follow_up_round_trips_through_the_status() {
         project_uuid: None,
         resize_system_disk_mib: Some(40960),
         power_on: true,
+        reassert_power: false,
     };
     let status = NutanixMachineProviderStatus {
         pending_follow_up: Some(follow_up_value(&update)),
@@ -436,5 +438,152 @@ fn a_delete_counts_as_sent_for_the_vm_its_condition_names() {
     assert!(
         !delete_sent(&status, "vm-1"),
         "a failed delete was not accepted"
+    );
+}
+
+fn vm_entity(uuid: &str) -> TaskEntity {
+    TaskEntity {
+        kind: "vm".into(),
+        uuid: uuid.into(),
+    }
+}
+
+fn succeeded(uuids: &[&str]) -> TaskProgress {
+    TaskProgress::Succeeded {
+        entities: uuids.iter().map(|uuid| vm_entity(uuid)).collect(),
+    }
+}
+
+#[test]
+fn a_clone_that_prism_gave_another_uuid_is_adopted_with_that_uuid() {
+    let clone = PendingTask {
+        source_vm: Some("source-0".into()),
+        ..task(TaskOperation::Clone)
+    };
+    let cases: &[(&[&str], Option<&str>, &str)] = &[
+        (
+            &["RESERVED-1"],
+            Some("reserved-1"),
+            "the reserved UUID named",
+        ),
+        (
+            &["source-0", "reserved-1"],
+            Some("reserved-1"),
+            "source named beside it",
+        ),
+        (
+            &["OTHER-2"],
+            Some("other-2"),
+            "another UUID: adopt it, lower case",
+        ),
+        (
+            &["source-0", "other-2"],
+            Some("other-2"),
+            "never the source VM",
+        ),
+        (
+            &["source-0"],
+            None,
+            "only the source: the recorded UUID stands",
+        ),
+        (&["other-2", "other-3"], None, "two strangers: take neither"),
+        (&[], None, "no entity"),
+    ];
+    for (entities, expected, why) in cases {
+        assert_eq!(
+            read_task(&clone, &succeeded(entities), Some("reserved-1")),
+            TaskReading::Created {
+                vm_uuid: expected.map(str::to_owned)
+            },
+            "{why}"
+        );
+    }
+    assert_eq!(
+        read_task(
+            &task(TaskOperation::Create),
+            &succeeded(&["other-2"]),
+            Some("reserved-1")
+        ),
+        TaskReading::Created {
+            vm_uuid: Some("other-2".into())
+        },
+        "a v3 create is read the same way"
+    );
+}
+
+#[test]
+fn a_deploy_found_through_its_subtasks_names_its_vm() {
+    // The shape of a real kVmTemplateDeploy task: the parent names only the template, the
+    // subtask read with it names the VM (prism-client merges both into `entities`).
+    let entities = vec![
+        TaskEntity {
+            kind: "vmm:content:templates".into(),
+            uuid: "template-1".into(),
+        },
+        TaskEntity {
+            kind: "vmm:ahv:config:vm".into(),
+            uuid: "VM-9".into(),
+        },
+    ];
+    assert_eq!(
+        read_task(
+            &task(TaskOperation::Deploy),
+            &TaskProgress::Succeeded { entities },
+            None
+        ),
+        TaskReading::Created {
+            vm_uuid: Some("vm-9".into())
+        }
+    );
+}
+
+fn identity(uid: &str) -> MachineIdentity {
+    MachineIdentity {
+        namespace: "openshift-machine-api".into(),
+        name: "win-0".into(),
+        uid: uid.into(),
+    }
+}
+
+#[test]
+fn a_deployed_vm_is_found_by_name_only_when_exactly_one_fits() {
+    let started: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+    let at = |text: &str| Some(text.parse::<Timestamp>().unwrap());
+    let machine = identity("uid-1");
+    let candidate = |uuid: &str, created, identity| DeployCandidate {
+        uuid: uuid.into(),
+        created,
+        identity,
+    };
+    let fresh = candidate("VM-1", at("2026-12-01T10:00:03Z"), None);
+    let old = candidate("vm-0", at("2026-12-01T09:00:00Z"), None);
+    let foreign = candidate("vm-2", at("2026-12-01T10:00:04Z"), Some(identity("uid-2")));
+    let ours = candidate("vm-3", at("2026-12-01T10:00:05Z"), Some(machine.clone()));
+    let truncated = candidate("vm-4", at("2026-12-01T09:59:59.5Z"), None);
+    let undated = candidate("vm-5", None, None);
+    let find = |vms: &[DeployCandidate]| deployed_vm_by_name(vms, &machine, Some(started));
+    assert_eq!(
+        find(&[fresh.clone(), old.clone(), foreign.clone(), undated.clone()]),
+        DeployedByName::One("vm-1".into()),
+        "older VMs, another Machine's and undated ones are not taken"
+    );
+    assert_eq!(
+        find(std::slice::from_ref(&ours)),
+        DeployedByName::One("vm-3".into())
+    );
+    assert_eq!(
+        find(&[truncated]),
+        DeployedByName::One("vm-4".into()),
+        "the recorded start keeps whole seconds"
+    );
+    assert_eq!(find(&[old, foreign]), DeployedByName::NotFound);
+    assert_eq!(
+        find(&[fresh.clone(), ours]),
+        DeployedByName::Several(vec!["vm-1".into(), "vm-3".into()])
+    );
+    assert_eq!(
+        deployed_vm_by_name(&[fresh], &machine, None),
+        DeployedByName::NotFound,
+        "without a recorded start nothing is provably new"
     );
 }

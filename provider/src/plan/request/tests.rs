@@ -111,7 +111,7 @@ fn create_body_carries_the_whole_vm() {
             {"data_source_reference": {"kind": "image", "uuid": "image-1"}, "disk_size_mib": 122_880},
             {"disk_size_mib": 10_240,
              "device_properties": {"device_type": "DISK", "disk_address": {"adapter_type": "SCSI", "device_index": 1}},
-             "storage_config": {"flash_mode": "ON", "storage_container_reference": {"kind": "storage_container", "uuid": "container-1"}}}
+             "storage_config": {"flash_mode": "ENABLED", "storage_container_reference": {"kind": "storage_container", "uuid": "container-1"}}}
         ])
     );
     assert_eq!(
@@ -205,6 +205,7 @@ fn clone_takes_the_reserved_uuid_and_defers_the_rest() {
             project_uuid: Some("project-1".into()),
             resize_system_disk_mib: Some(204_800),
             power_on: true,
+            reassert_power: false,
         })
     );
 }
@@ -282,6 +283,7 @@ fn follow_up_update_changes_what_clone_could_not_and_only_once() {
         project_uuid: Some("project-1".into()),
         resize_system_disk_mib: Some(102_400),
         power_on: true,
+        reassert_power: false,
     };
     let mut input = cloned_vm().into_update_input().unwrap();
     assert_eq!(follow_up.apply(&mut input), Ok(true));
@@ -339,6 +341,7 @@ fn follow_up_never_shrinks_and_needs_a_disk_to_grow() {
         project_uuid: None,
         resize_system_disk_mib: Some(1024),
         power_on: false,
+        reassert_power: false,
     };
     let mut input = cloned_vm().into_update_input().unwrap();
     follow_up.apply(&mut input).unwrap();
@@ -353,4 +356,22 @@ fn follow_up_never_shrinks_and_needs_a_disk_to_grow() {
         follow_up.apply(&mut input),
         Err(FollowUpError::NoSystemDisk(200_000))
     );
+}
+
+#[test]
+fn a_reasserted_power_on_is_sent_although_the_spec_already_asks_for_it() {
+    let update = FollowUpUpdate::reassert_power("d".into());
+    let mut input = cloned_vm().into_update_input().unwrap();
+    input.spec.description = Some("d".into());
+    input.spec.resources.power_state = PowerState::On;
+    assert_eq!(
+        update.apply(&mut input),
+        Ok(true),
+        "a create whose power-on failed leaves the spec ON and the VM OFF: only a new PUT retries it"
+    );
+    let plain = FollowUpUpdate {
+        reassert_power: false,
+        ..update
+    };
+    assert_eq!(plain.apply(&mut input), Ok(false));
 }

@@ -361,6 +361,7 @@ fn bad_specs() -> Vec<(&'static str, Edit, &'static str, ErrorClass)> {
                         size_bytes: Some(40 << 30),
                         boot_type: None,
                         version_id: None,
+                        cluster_uuid: None,
                     }),
                 );
             },
@@ -937,6 +938,25 @@ fn bad_specs() -> Vec<(&'static str, Edit, &'static str, ErrorClass)> {
             Unresolved,
         ),
         (
+            "source VM on another cluster",
+            |c| {
+                c.set("/imageKind", json!("VM"));
+                c.set("/image", json!({"type": "name", "name": "win-golden"}));
+                c.resolved.source_vms.insert(
+                    "win-golden".into(),
+                    Lookup::Found(ResolvedSource {
+                        uuid: SOURCE_VM.into(),
+                        size_bytes: Some(40 << 30),
+                        boot_type: None,
+                        version_id: None,
+                        cluster_uuid: Some("0005b0f1-0000-0000-0000-00000000beef".into()),
+                    }),
+                );
+            },
+            "providerSpec.image",
+            Invalid,
+        ),
+        (
             "source VM disk size unknown",
             |c| {
                 c.set("/imageKind", json!("VM"));
@@ -948,6 +968,7 @@ fn bad_specs() -> Vec<(&'static str, Edit, &'static str, ErrorClass)> {
                         size_bytes: None,
                         boot_type: None,
                         version_id: None,
+                        cluster_uuid: None,
                     }),
                 );
             },
@@ -1139,7 +1160,7 @@ fn secure_boot_sets_q35_and_warns_about_the_customization_cdrom() {
     let plan = case.plan().unwrap();
     assert_eq!(plan.boot, BootPlan::SecureBoot);
     assert!(
-        plan.warnings.iter().any(|w| w.contains("SATA")),
+        plan.warnings.iter().any(|w| w.contains("VMM-30102")),
         "{:?}",
         plan.warnings
     );
@@ -1351,6 +1372,7 @@ fn resolved_entities_are_looked_up_by_uuid_too() {
             size_bytes: None,
             boot_type: None,
             version_id: None,
+            cluster_uuid: None,
         }),
     );
     let plan = case.plan().unwrap();
