@@ -18,7 +18,8 @@
 //!    Windows runs `SetupComplete.cmd` as SYSTEM after setup, with the network up, before anyone
 //!    logs on. It replaces any `SetupComplete.cmd` the image carries.
 //!
-//! The oobeSystem pass skips OOBE and sets the Administrator password (Windows' obfuscated form,
+//! The oobeSystem pass sets the locale (which is what skips OOBE's region and keyboard pages), skips
+//! the rest of OOBE and sets the Administrator password (Windows' obfuscated form,
 //! not plain text); there is no AutoLogon. `ComputerName` is the Machine name only when that is a
 //! valid computer name of at most 15 characters; otherwise Windows picks a name and WMCO renames
 //! the host to the Machine name over SSH.
@@ -338,7 +339,20 @@ fn write_specialize(writer: &mut Writer<Vec<u8>>, input: &UnattendInput<'_>) -> 
     })
 }
 
+/// The locale set in the oobeSystem pass. `SkipMachineOOBE` (deprecated) is not what skips the
+/// region and keyboard pages of Windows Server 2022's OOBE: `Microsoft-Windows-International-Core`
+/// is, as image builders set it (rwgb/hashicorp.packer.builds
+/// `builds/proxmox/windows/server/2019/base/data/unattend.pkrtpl.hcl`, rancher/windows
+/// `vsphere-templates/builds/windows/server/2025/data/sysprep_unattend.pkrtpl.hcl`).
+pub const OOBE_LOCALE: &str = "en-US";
+
 fn write_oobe(writer: &mut Writer<Vec<u8>>, password: PasswordValue<'_>) -> XmlResult {
+    component(writer, "Microsoft-Windows-International-Core", |writer| {
+        for element in ["InputLocale", "SystemLocale", "UILanguage", "UserLocale"] {
+            text_element(writer, element, OOBE_LOCALE)?;
+        }
+        Ok(())
+    })?;
     component(writer, "Microsoft-Windows-Shell-Setup", |writer| {
         writer
             .create_element("OOBE")

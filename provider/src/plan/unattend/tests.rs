@@ -39,6 +39,11 @@ struct Component {
     user_accounts: Option<UserAccounts>,
     #[serde(rename = "OOBE")]
     oobe: Option<BTreeMap<String, String>>,
+    input_locale: Option<String>,
+    system_locale: Option<String>,
+    #[serde(rename = "UILanguage")]
+    ui_language: Option<String>,
+    user_locale: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -507,6 +512,21 @@ fn oobe_is_skipped_and_the_password_is_obfuscated_not_plain() {
     );
     assert_eq!(oobe.get("SkipUserOOBE").map(String::as_str), Some("true"));
     assert_eq!(oobe.get("HideEULAPage").map(String::as_str), Some("true"));
+    // The locale is what skips the region and keyboard pages of Windows Server 2022's OOBE.
+    let international = component(
+        &document,
+        "oobeSystem",
+        "Microsoft-Windows-International-Core",
+    )
+    .unwrap();
+    for value in [
+        &international.input_locale,
+        &international.system_locale,
+        &international.ui_language,
+        &international.user_locale,
+    ] {
+        assert_eq!(value.as_deref(), Some("en-US"));
+    }
     let element = &shell.user_accounts.as_ref().unwrap().administrator_password;
     assert_eq!(element.plain_text, "false");
     let utf16 = STANDARD.decode(&element.value).unwrap();
