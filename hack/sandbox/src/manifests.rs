@@ -30,10 +30,12 @@ pub const MACHINE_API_CRDS: [Manifest; 2] = [
     manifest!("manifests/crds/machine.openshift.io_machinesets.yaml"),
 ];
 
-/// CRDs an OpenShift cluster has and kube-sim lacks (`hack/crds/`): `Infrastructure` and
-/// `MachineAutoscaler`.
-pub const SANDBOX_CRDS: [Manifest; 2] = [
+/// CRDs an OpenShift cluster has and kube-sim lacks (`hack/crds/`): `Infrastructure`, the two
+/// `Network`s and `MachineAutoscaler`.
+pub const SANDBOX_CRDS: [Manifest; 4] = [
     manifest!("hack/crds/infrastructure.yaml"),
+    manifest!("hack/crds/network-config.yaml"),
+    manifest!("hack/crds/network-operator.yaml"),
     manifest!("hack/crds/machineautoscaler.yaml"),
 ];
 

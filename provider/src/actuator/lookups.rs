@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use ipnet::IpNet;
 use prism_client::v3::{Cluster, Image, Project, Subnet, Vm};
 use prism_client::v4::Template;
 use prism_client::{Client, Error};
@@ -25,6 +26,7 @@ use serde_json::Value;
 use super::inventory::Inventory;
 use crate::api::quantity::MIB;
 use crate::api::{BootType, IdentifierType, NutanixResourceIdentifier};
+use crate::plan::addresses::subnet_cidr;
 use crate::plan::resolve::{
     FailureDomain, Lookup, RequiredLookups, ResolvedEntity, ResolvedReferences, ResolvedSource,
     ResolvedSubnet,
@@ -120,6 +122,17 @@ impl LookupCache {
             .iter()
             .find(|cluster| cluster.is_prism_central())
             .and_then(|cluster| cluster.name().map(str::to_owned)))
+    }
+
+    /// The CIDR of subnet `uuid` (from the cached subnet listing), for preferring the primary
+    /// NIC's own address.
+    pub async fn subnet_cidr(&self, client: &Client, uuid: &str) -> Result<Option<IpNet>, Error> {
+        Ok(self
+            .listing(|c| &mut c.subnets, client.list_all::<Subnet>())
+            .await?
+            .iter()
+            .find(|subnet| subnet.uuid().is_some_and(|u| u.eq_ignore_ascii_case(uuid)))
+            .and_then(subnet_cidr))
     }
 
     async fn category_exists(&self, client: &Client, key: &str, value: &str) -> Lookup<bool> {

@@ -34,7 +34,7 @@ use crate::api::Machine;
 use crate::metrics::Metrics;
 use backoff::Backoff;
 use error::Error;
-use inputs::InfrastructureCache;
+use inputs::{InfrastructureCache, NetworkCache};
 
 /// Name under which events are reported.
 pub const CONTROLLER_NAME: &str = "nutanix-machine-controller";
@@ -57,7 +57,8 @@ pub struct ControllerSettings {
     pub requeue_interval: Duration,
     /// How often a Running Machine is checked against the VM inventory.
     pub running_interval: Duration,
-    /// Addresses in these networks are never reported (cluster, service, hybrid overlay).
+    /// `--excluded-address-cidrs`: when given, addresses in these networks are never reported,
+    /// instead of the cluster's own networks read from its network configuration.
     pub excluded_cidrs: Vec<IpNet>,
     /// Backoff after failed reconciles.
     pub backoff_min: Duration,
@@ -100,6 +101,9 @@ pub struct Shared {
     /// Secrets of the watched namespace(s): credentials, user data, Administrator passwords.
     pub secrets: Store<Secret>,
     pub infrastructure: InfrastructureCache,
+    /// The cluster's networks (excluded from Machine addresses), unless `--excluded-address-cidrs`
+    /// overrides them.
+    pub networks: NetworkCache,
     pub backoff: Backoff,
 }
 
@@ -131,6 +135,7 @@ impl Shared {
         );
         Self {
             infrastructure: InfrastructureCache::new(client.clone(), Duration::from_secs(60)),
+            networks: NetworkCache::new(client.clone(), Duration::from_secs(60)),
             backoff: Backoff::new(settings.backoff_min, settings.backoff_max),
             client,
             eviction_client,

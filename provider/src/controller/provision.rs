@@ -1144,11 +1144,34 @@ impl MachineReconcile {
             .map(|s| s.addresses.clone())
             .unwrap_or_default();
         let name = self.name();
+        let primary_cidr = match subnet_order.first() {
+            Some(primary) => match connection
+                .lookups
+                .subnet_cidr(connection.client(), primary)
+                .await
+            {
+                Ok(cidr) => cidr,
+                Err(error) => {
+                    tracing::warn!(machine = %self.key, %error, "cannot read the primary subnet's CIDR; addresses ordered without it");
+                    None
+                }
+            },
+            None => None,
+        };
+        let networks = self.shared().networks.get().await?;
+        // `--excluded-address-cidrs` overrides the cluster's own networks.
+        let excluded = if settings.excluded_cidrs.is_empty() {
+            &networks.excluded
+        } else {
+            &settings.excluded_cidrs
+        };
         let addresses = machine_addresses(&AddressInput {
             machine_name: &name,
             nics: &nics,
             subnet_order: &subnet_order,
-            excluded: &settings.excluded_cidrs,
+            primary_cidr,
+            excluded,
+            ipv6_primary: networks.ipv6_primary,
             previous: &previous,
         });
         let region = match connection

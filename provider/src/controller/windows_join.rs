@@ -294,7 +294,7 @@ impl Context {
             nics_of(vm)
                 .iter()
                 .flat_map(|nic| &nic.ips)
-                .filter_map(|ip| ip.trim().parse().ok())
+                .filter_map(|reading| reading.ip.trim().parse().ok())
                 .collect(),
         )
     }

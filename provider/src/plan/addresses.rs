@@ -1,9 +1,13 @@
 //! `status.addresses` of a Machine from what Prism reports about its VM.
 //!
-//! Order matters: WMCO connects to the first IPv4 `InternalIP`, and nodelink falls back to it to
-//! match the Node. So the primary NIC's (the first subnet's) IPv4 comes first, then the other
-//! IPv4 in subnet order, then IPv6; `InternalDNS` and `Hostname` (the Machine name, which the
-//! cluster-machine-approver matches the kubelet's CSR against) come last.
+//! Order matters: WMCO connects to the first `InternalIP`, and nodelink falls back to it to match
+//! the Node. So the primary NIC's (the first subnet's) address comes first: of its addresses,
+//! those inside the primary subnet's CIDR, and `ASSIGNED` before `LEARNED` (a VIP or secondary
+//! address Prism happens to list first must not win); then the other NICs' in subnet order. The
+//! cluster's primary IP family goes first (IPv4, or IPv6 on an IPv6-primary cluster).
+//! `InternalDNS` and `Hostname` (the Machine name, which the cluster-machine-approver matches the
+//! kubelet's CSR against) come last. While the primary NIC has no usable address, the previous
+//! addresses are kept, so a second NIC's address is never promoted to first.
 //!
 //! Dropped: link-local (169.254.0.0/16, where Windows puts APIPA addresses before DHCP answers,
 //! and fe80::/10), loopback, unspecified and multicast addresses, and anything inside the
@@ -19,7 +23,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::NodeAddress;
-use prism_client::v3::Vm;
+use prism_client::v3::{IpEndpointType, Subnet, Vm};
 
 /// Address types of `NodeAddress`.
 pub mod address_type {
@@ -29,11 +33,20 @@ pub mod address_type {
     pub const HOSTNAME: &str = "Hostname";
 }
 
+/// One address of a NIC as Prism reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IpReading {
+    pub ip: String,
+    /// `ASSIGNED` (by Prism's IP address management, or as the create asked) rather than
+    /// `LEARNED` (seen on the wire: a VIP, a secondary address, a container bridge).
+    pub assigned: bool,
+}
+
 /// One NIC as Prism reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NicReading {
     pub subnet_uuid: Option<String>,
-    pub ips: Vec<String>,
+    pub ips: Vec<IpReading>,
 }
 
 /// The NICs in a VM's `status.resources.nic_list`, in Prism's order.
@@ -50,10 +63,29 @@ pub fn nics_of(vm: &Vm) -> Vec<NicReading> {
             ips: nic
                 .ip_endpoint_list
                 .iter()
-                .filter_map(|e| e.ip.clone())
+                .filter_map(|e| {
+                    Some(IpReading {
+                        ip: e.ip.clone()?,
+                        assigned: e.endpoint_type == Some(IpEndpointType::Assigned),
+                    })
+                })
                 .collect(),
         })
         .collect()
+}
+
+/// A subnet's CIDR, when Prism manages its addresses: `spec.resources.ip_config.subnet_ip` and
+/// `prefix_length` (as in the recorded `GET /subnets/{uuid}` of a real Prism Central,
+/// hack/prism-mock/recorded/get_subnet.json). A subnet without IP address management has none.
+pub fn subnet_cidr(subnet: &Subnet) -> Option<IpNet> {
+    let config = subnet
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.resources.as_ref())
+        .and_then(|resources| resources.extra.get("ip_config"))?;
+    let ip: IpAddr = config.get("subnet_ip")?.as_str()?.parse().ok()?;
+    let prefix = u8::try_from(config.get("prefix_length")?.as_u64()?).ok()?;
+    IpNet::new(ip, prefix).ok().map(|net| net.trunc())
 }
 
 /// What the addresses are computed from.
@@ -64,8 +96,12 @@ pub struct AddressInput<'a> {
     pub nics: &'a [NicReading],
     /// The Machine's subnet UUIDs in providerSpec order; the first is the primary NIC's.
     pub subnet_order: &'a [String],
+    /// The primary subnet's CIDR, when Prism manages its addresses.
+    pub primary_cidr: Option<IpNet>,
     /// Networks whose addresses never belong to the Machine.
     pub excluded: &'a [IpNet],
+    /// The cluster's primary IP family is IPv6: IPv6 addresses come first.
+    pub ipv6_primary: bool,
     /// The Machine's current `status.addresses`.
     pub previous: &'a [NodeAddress],
 }
@@ -90,6 +126,23 @@ fn is_usable(ip: IpAddr, excluded: &[IpNet]) -> bool {
     !special && !excluded.iter().any(|net| net.contains(&ip))
 }
 
+/// The usable addresses of one NIC, best first: inside `cidr` (the primary subnet's, for the
+/// primary NIC) before outside it, `ASSIGNED` before `LEARNED`, otherwise Prism's order.
+fn usable_ips(nic: &NicReading, cidr: Option<IpNet>, excluded: &[IpNet]) -> Vec<IpAddr> {
+    let mut ips: Vec<(bool, bool, IpAddr)> = nic
+        .ips
+        .iter()
+        .filter_map(|reading| {
+            let ip = reading.ip.trim().parse::<IpAddr>().ok()?;
+            let outside = cidr.is_some_and(|net| !net.contains(&ip));
+            Some((outside, !reading.assigned, ip))
+        })
+        .filter(|(_, _, ip)| is_usable(*ip, excluded))
+        .collect();
+    ips.sort_by_key(|(outside, learned, _)| (*outside, *learned));
+    ips.into_iter().map(|(_, _, ip)| ip).collect()
+}
+
 /// The Machine's addresses.
 pub fn machine_addresses(input: &AddressInput<'_>) -> Vec<NodeAddress> {
     let position = |nic: &NicReading| {
@@ -107,18 +160,29 @@ pub fn machine_addresses(input: &AddressInput<'_>) -> Vec<NodeAddress> {
     let mut nics: Vec<&NicReading> = input.nics.iter().collect();
     nics.sort_by_key(|nic| position(nic));
 
-    let ips: Vec<IpAddr> = nics
-        .iter()
-        .flat_map(|nic| &nic.ips)
-        .filter_map(|ip| ip.trim().parse::<IpAddr>().ok())
-        .filter(|ip| is_usable(*ip, input.excluded))
-        .collect();
+    let mut primary_seen = false;
+    let mut primary_has_ip = false;
+    let mut ips: Vec<IpAddr> = Vec::new();
+    for nic in &nics {
+        let primary = position(nic) == 0 && !input.subnet_order.is_empty();
+        let usable = usable_ips(nic, input.primary_cidr.filter(|_| primary), input.excluded);
+        primary_seen |= primary;
+        primary_has_ip |= primary && !usable.is_empty();
+        ips.extend(usable);
+    }
+    // A primary NIC without an address yet (DHCP not answered, the guest agent starting) must
+    // not let the second NIC's address become the first InternalIP, which WMCO connects to:
+    // keep what was reported until it has one.
+    if primary_seen && !primary_has_ip {
+        ips.clear();
+    }
     let mut seen = BTreeSet::new();
-    let ordered: Vec<IpAddr> = ips
+    let (first, second): (Vec<IpAddr>, Vec<IpAddr>) = ips
         .iter()
-        .filter(|ip| ip.is_ipv4())
-        .chain(ips.iter().filter(|ip| ip.is_ipv6()))
-        .copied()
+        .partition(|ip| ip.is_ipv6() == input.ipv6_primary);
+    let ordered: Vec<IpAddr> = first
+        .into_iter()
+        .chain(second)
         .filter(|ip| seen.insert(*ip))
         .collect();
 

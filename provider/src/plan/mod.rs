@@ -14,6 +14,7 @@ pub mod join;
 pub mod lifecycle;
 pub mod machine_status;
 pub mod machineset;
+pub mod networks;
 pub mod node_link;
 pub mod provision;
 pub mod request;

@@ -426,6 +426,7 @@ impl World {
             })?;
         }
         create_infrastructure(&sim, mock.addr().port())?;
+        create_networks(&sim)?;
         write_secrets(&client, &options.namespace, &mock).await?;
         apply_examples(&client, &options.namespace).await?;
         machine_autoscaler::apply_machine_autoscalers(&client, &options.namespace).await?;
@@ -470,7 +471,9 @@ impl World {
             prism_ca_file,
             namespace,
             intervals: options.intervals,
-            excluded_cidrs: EXCLUDED_CIDRS.iter().map(|c| (*c).to_owned()).collect(),
+            // Read from the cluster's Network objects (create_networks), as on OpenShift, where
+            // the machine-api-operator passes no such flag.
+            excluded_cidrs: Vec::new(),
             verbosity: options.controller_verbosity,
             extra_args: options.controller_args.clone(),
             log_file: work_dir.join("controller.log"),
@@ -839,6 +842,45 @@ fn create_infrastructure(sim: &RunningKubeSim, prism_port: u16) -> Result<(), Wo
         }),
     )
     .map_err(store_error("write Infrastructure/cluster status"))?;
+    Ok(())
+}
+
+/// `Network.config.openshift.io/cluster` and `Network.operator.openshift.io/cluster` as an
+/// OVN-Kubernetes cluster with the hybrid overlay that WMCO requires has them (openshift/api
+/// `config/v1/types_network.go`, `operator/v1/types_network.go`; WMCO refuses a cluster without
+/// `hybridClusterNetwork`, openshift/windows-machine-config-operator `pkg/cluster/config.go`):
+/// the controller reads the networks whose addresses are never a Machine's from them.
+fn create_networks(sim: &RunningKubeSim) -> Result<(), WorldError> {
+    let store_error = |what: &str| {
+        let what = what.to_owned();
+        move |e: kube_sim::ApiError| WorldError::Store {
+            what,
+            message: e.to_string(),
+        }
+    };
+    let [cluster, service, hybrid] = EXCLUDED_CIDRS;
+    let networks = json!({
+        "clusterNetwork": [{"cidr": cluster, "hostPrefix": 23}],
+        "serviceNetwork": [service],
+        "networkType": "OVNKubernetes",
+    });
+    sim.create(json!({
+        "apiVersion": "config.openshift.io/v1", "kind": "Network",
+        "metadata": {"name": "cluster"},
+        "spec": networks,
+    }))
+    .map_err(store_error("create Network.config.openshift.io/cluster"))?;
+    sim.set_status("config.openshift.io", "networks", "", "cluster", networks)
+        .map_err(store_error(
+            "write Network.config.openshift.io/cluster status",
+        ))?;
+    sim.create(json!({
+        "apiVersion": "operator.openshift.io/v1", "kind": "Network",
+        "metadata": {"name": "cluster"},
+        "spec": {"defaultNetwork": {"type": "OVNKubernetes", "ovnKubernetesConfig": {
+            "hybridOverlayConfig": {"hybridClusterNetwork": [{"cidr": hybrid, "hostPrefix": 23}]}}}},
+    }))
+    .map_err(store_error("create Network.operator.openshift.io/cluster"))?;
     Ok(())
 }
 
