@@ -28,7 +28,7 @@ pub struct ClusterNetworks {
     pub unreadable: Vec<String>,
 }
 
-fn strings<'a>(value: Option<&'a Value>) -> impl Iterator<Item = &'a str> {
+fn strings(value: Option<&Value>) -> impl Iterator<Item = &str> {
     value
         .and_then(Value::as_array)
         .into_iter()
@@ -36,7 +36,7 @@ fn strings<'a>(value: Option<&'a Value>) -> impl Iterator<Item = &'a str> {
         .filter_map(Value::as_str)
 }
 
-fn cidrs<'a>(entries: Option<&'a Value>) -> impl Iterator<Item = &'a str> {
+fn cidrs(entries: Option<&Value>) -> impl Iterator<Item = &str> {
     entries
         .and_then(Value::as_array)
         .into_iter()
