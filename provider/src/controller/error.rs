@@ -4,6 +4,9 @@
 
 use std::time::Duration;
 
+use super::inputs::SecretProblem;
+use crate::actuator::credentials::{CREDENTIALS_KEY, CredentialsError};
+
 /// A failed reconcile.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -17,9 +20,24 @@ pub enum Error {
     Prism(#[from] prism_client::Error),
     #[error("Prism Central client: {0}")]
     PrismConfig(#[from] prism_client::ConfigError),
-    /// Something the controller needs is missing or unusable (an endpoint, a Secret).
+    /// Something the controller needs is missing or unusable.
     #[error("{0}")]
     Configuration(String),
+    #[error(
+        "no Prism Central endpoint: Infrastructure/cluster has no spec.platformSpec.nutanix.prismCentral and --prism-endpoint is not set"
+    )]
+    NoPrismEndpoint,
+    /// The Machine's credentials Secret (or its key) is missing.
+    #[error("credentials: {0}")]
+    CredentialsSecret(SecretProblem),
+    /// The credentials Secret's content cannot be used.
+    #[error("credentials Secret {namespace}/{name}: {source}")]
+    Credentials {
+        namespace: String,
+        name: String,
+        #[source]
+        source: CredentialsError,
+    },
     /// The Machine lacks what every Machine needs (cluster label, providerSpec).
     #[error("invalid Machine: {0}")]
     InvalidMachine(String),
@@ -40,6 +58,49 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the reconcile that failed published this failure on the Machine already (a
+    /// condition and an event where it happened); every other failure is published as an event
+    /// by the reconcile wrapper.
+    pub fn published(&self) -> bool {
+        matches!(
+            self,
+            Self::CreateRetry(_)
+                | Self::DeployUnconfirmed(_)
+                | Self::InvalidMachine(_)
+                | Self::VmError(_)
+        )
+    }
+
+    /// What an administrator does about this failure, where the cause tells.
+    pub fn advice(&self) -> Option<String> {
+        let credentials_fix = "the controller uses a corrected Secret at once";
+        Some(match self {
+            Self::NoPrismEndpoint => "set spec.platformSpec.nutanix.prismCentral in Infrastructure/cluster, or start the controller with --prism-endpoint".to_owned(),
+            Self::CredentialsSecret(SecretProblem::NotFound { namespace, name }) => format!(
+                "create Secret {namespace}/{name} with key {CREDENTIALS_KEY} (manifests/examples/credentials-secret.yaml), or name another Secret in providerSpec.credentialsSecret; {credentials_fix}"
+            ),
+            Self::CredentialsSecret(SecretProblem::MissingKey { namespace, name, .. }) => format!(
+                "put the Prism Central credentials under key {CREDENTIALS_KEY} of Secret {namespace}/{name} (a JSON list of basic_auth entries, manifests/examples/credentials-secret.yaml); {credentials_fix}"
+            ),
+            Self::Credentials { namespace, name, .. } => format!(
+                "write key {CREDENTIALS_KEY} of Secret {namespace}/{name} as [{{\"type\":\"basic_auth\",\"data\":{{\"prismCentral\":{{\"username\":...,\"password\":...}}}}}}]; {credentials_fix}"
+            ),
+            Self::Prism(prism_client::Error::Unauthorized { .. }) => format!(
+                "Prism Central refused the user name or password of the Machine's credentials Secret (providerSpec.credentialsSecret, else nutanix-credentials): correct key {CREDENTIALS_KEY}; {credentials_fix}"
+            ),
+            Self::Prism(prism_client::Error::Forbidden { .. }) => "the Prism Central user lacks a permission this operation needs: grant it a role that manages VMs (and reads images, subnets, clusters and categories)".to_owned(),
+            Self::Prism(prism_client::Error::Transport {
+                kind: prism_client::TransportKind::Tls,
+                ..
+            }) => "the controller does not trust Prism Central's certificate: add its CA to the trusted bundle (--prism-ca-file, or the cluster's trusted CA bundle on OpenShift)".to_owned(),
+            Self::Prism(prism_client::Error::Transport {
+                kind: prism_client::TransportKind::Connect | prism_client::TransportKind::Timeout,
+                ..
+            }) => "check that Prism Central's address (Infrastructure/cluster or --prism-endpoint) is right and reachable from the controller's pod on port 9440".to_owned(),
+            _ => return None,
+        })
+    }
+
     pub fn kube(action: impl Into<String>, source: kube::Error) -> Self {
         Self::Kube {
             action: action.into(),
@@ -61,6 +122,8 @@ impl Error {
             Self::Kube { .. } => "Kubernetes",
             Self::Prism(_) | Self::PrismConfig(_) => "Prism",
             Self::Configuration(_) => "Configuration",
+            Self::NoPrismEndpoint => "NoPrismEndpoint",
+            Self::CredentialsSecret(_) | Self::Credentials { .. } => "Credentials",
             Self::InvalidMachine(_) => "InvalidMachine",
             Self::CreateRetry(_) => "CreateRetry",
             Self::DeployUnconfirmed(_) => "DeployUnconfirmed",

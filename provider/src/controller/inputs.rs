@@ -174,6 +174,38 @@ pub fn secret_value(
         })
 }
 
+/// The name of the credentials Secret a Machine uses (its namespace's).
+pub fn credentials_secret_of(machine: &Machine) -> String {
+    machine
+        .provider_config()
+        .and_then(Result::ok)
+        .and_then(|config| config.credentials_secret)
+        .map(|secret| secret.name)
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| DEFAULT_CREDENTIALS_SECRET.to_owned())
+}
+
+/// The Secrets a Machine reads (credentials, user data, Administrator password), by name in
+/// its namespace: a change to one of them is reconciled at once.
+pub fn secrets_named_by(machine: &Machine) -> Vec<String> {
+    let mut names = vec![credentials_secret_of(machine)];
+    if let Some(config) = machine.provider_config().and_then(Result::ok) {
+        let admin = config
+            .guest_customization
+            .and_then(|guest| guest.admin_password_secret)
+            .map(|secret| secret.name);
+        names.extend(
+            config
+                .user_data_secret
+                .map(|secret| secret.name)
+                .into_iter()
+                .chain(admin)
+                .filter(|name| !name.is_empty()),
+        );
+    }
+    names
+}
+
 /// The Prism side of a Machine: its connection and Infrastructure's settings.
 #[derive(Debug)]
 pub struct Environment {
@@ -189,27 +221,20 @@ pub async fn environment(shared: &Shared, machine: &Machine) -> Result<Environme
         .settings
         .prism_endpoint
         .clone()
-        .or_else(|| infrastructure.as_ref().and_then(|i| i.prism_central.clone()))
-        .ok_or_else(|| {
-            Error::Configuration(
-                "no Prism Central endpoint: Infrastructure/cluster has no spec.platformSpec.nutanix.prismCentral and --prism-endpoint is not set"
-                    .into(),
-            )
-        })?;
-    let secret_name = machine
-        .provider_config()
-        .and_then(Result::ok)
-        .and_then(|config| config.credentials_secret)
-        .map(|secret| secret.name)
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| DEFAULT_CREDENTIALS_SECRET.to_owned());
+        .or_else(|| {
+            infrastructure
+                .as_ref()
+                .and_then(|i| i.prism_central.clone())
+        })
+        .ok_or(Error::NoPrismEndpoint)?;
+    let secret_name = credentials_secret_of(machine);
     let namespace = machine.namespace().unwrap_or_default();
     let bytes = secret_value(&shared.secrets, &namespace, &secret_name, CREDENTIALS_KEY)
-        .map_err(|problem| Error::Configuration(format!("credentials: {problem}")))?;
-    let credentials = PrismCredentials::parse(&bytes).map_err(|problem| {
-        Error::Configuration(format!(
-            "credentials Secret {namespace}/{secret_name}: {problem}"
-        ))
+        .map_err(Error::CredentialsSecret)?;
+    let credentials = PrismCredentials::parse(&bytes).map_err(|source| Error::Credentials {
+        namespace: namespace.clone(),
+        name: secret_name.clone(),
+        source,
     })?;
     let connection = shared.actuator.connection(&endpoint, &credentials)?;
     Ok(Environment {

@@ -13,19 +13,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use prism_client::v3::Vm;
 use serde_json::json;
+use tokio::sync::broadcast;
 
 use super::Shared;
 use super::drain::{DrainProgress, drain_round};
 use super::error::Error;
+use super::inputs::secrets_named_by;
 use super::nodes::{ProviderIdsDone, machine_to_requeue};
 use super::provision::Observed;
 use crate::actuator::DeleteOutcome;
@@ -117,12 +120,17 @@ pub async fn run(shared: Arc<Shared>) {
     });
     let controller = Controller::new(machines, watcher::Config::default());
     let store = controller.store();
+    let secret_changes = secret_change_stream(context.shared.secret_changes.subscribe());
+    let (for_secrets, shared) = (store.clone(), context.shared.clone());
     controller
         .watches(
             Api::<Node>::all(client),
             watcher::Config::default(),
             move |node| machine_to_requeue(&node, &store),
         )
+        .reconcile_on(secret_changes.flat_map(move |secret| {
+            futures::stream::iter(machines_using_secret(&secret, &for_secrets, &shared))
+        }))
         .with_config(config)
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {
@@ -131,6 +139,44 @@ pub async fn run(shared: Arc<Shared>) {
             }
         })
         .await;
+}
+
+/// The Secrets the store has just taken in, as a stream (a receiver that fell behind skips the
+/// changes it missed).
+fn secret_change_stream(
+    receiver: broadcast::Receiver<ObjectRef<Secret>>,
+) -> impl futures::Stream<Item = ObjectRef<Secret>> + Send + 'static {
+    futures::stream::unfold(receiver, |mut receiver| async move {
+        loop {
+            match receiver.recv().await {
+                Ok(secret) => return Some((secret, receiver)),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+}
+
+/// The Machines that read `secret` (credentials, user data, Administrator password), to be
+/// reconciled at once with it as it now is: a corrected Secret is used without waiting out the
+/// backoff its earlier failures earned, which is dropped.
+fn machines_using_secret(
+    secret: &ObjectRef<Secret>,
+    machines: &Store<GuardedMachine>,
+    shared: &Shared,
+) -> Vec<ObjectRef<GuardedMachine>> {
+    machines
+        .state()
+        .iter()
+        .filter_map(|guarded| {
+            let machine = guarded.0.as_ref().ok()?;
+            let same_namespace = machine.namespace() == secret.namespace;
+            (same_namespace && secrets_named_by(machine).contains(&secret.name)).then(|| {
+                shared.backoff.reset(&key_of(guarded));
+                ObjectRef::from_obj(guarded.as_ref())
+            })
+        })
+        .collect()
 }
 
 fn key_of(guarded: &GuardedMachine) -> String {
@@ -145,9 +191,15 @@ async fn reconcile(guarded: Arc<GuardedMachine>, context: Arc<Context>) -> Resul
     let started = Instant::now();
     let result = match &guarded.0 {
         Ok(machine) => {
-            MachineReconcile::new(context.clone(), machine.clone())
+            let result = MachineReconcile::new(context.clone(), machine.clone())
                 .run()
-                .await
+                .await;
+            if let Err(error) = &result
+                && !error.published()
+            {
+                publish_failure(&context.shared, machine, error).await;
+            }
+            result
         }
         Err(invalid) => {
             tracing::warn!(machine = %key_of(&guarded), error = %invalid.error, "cannot read the Machine; skipped until it changes");
@@ -158,6 +210,39 @@ async fn reconcile(guarded: Arc<GuardedMachine>, context: Arc<Context>) -> Resul
         .shared
         .observe_reconcile(CONTROLLER, started, &result);
     result
+}
+
+/// Kubernetes keeps at most this many bytes of an event's note.
+const EVENT_NOTE_LIMIT: usize = 1024;
+
+/// Makes a failed reconcile visible on the Machine (`oc describe machine`), as the Go provider's
+/// `FailedCreate` / `FailedUpdate` / `FailedDelete` events do: the error and, where its cause
+/// tells, the fix. The recorder folds repeats of one note into one event with a count. Errors
+/// carry no secret (see [`Error`]).
+async fn publish_failure(shared: &Shared, machine: &Machine, error: &Error) {
+    let reason = if machine.metadata.deletion_timestamp.is_some() {
+        "FailedDelete"
+    } else if matches!(
+        machine.phase(),
+        crate::api::phase::PROVISIONED | crate::api::phase::RUNNING
+    ) {
+        "FailedUpdate"
+    } else {
+        "FailedCreate"
+    };
+    let mut note = match error.advice() {
+        Some(advice) => format!("{error}. Fix: {advice}"),
+        None => error.to_string(),
+    };
+    if note.len() > EVENT_NOTE_LIMIT {
+        let mut end = EVENT_NOTE_LIMIT - 3;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str("...");
+    }
+    shared.event(machine, true, reason, note).await;
 }
 
 fn error_policy(guarded: Arc<GuardedMachine>, error: &Error, context: Arc<Context>) -> Action {
@@ -655,10 +740,7 @@ impl MachineReconcile {
                 ));
                 self.write_provider_status(status).await?;
                 self.count_failure(FailureKind::Delete, "PrismError");
-                let machine = self.machine.clone();
-                self.shared()
-                    .event(&machine, true, "FailedDelete", error.to_string())
-                    .await;
+                // The event is the reconcile wrapper's (publish_failure), with the fix.
                 Err(error.into())
             }
         }

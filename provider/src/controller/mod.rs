@@ -26,8 +26,9 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
+use tokio::sync::broadcast;
 
 use crate::actuator::Actuator;
 use crate::api::Machine;
@@ -100,6 +101,8 @@ pub struct Shared {
     pub settings: ControllerSettings,
     /// Secrets of the watched namespace(s): credentials, user data, Administrator passwords.
     pub secrets: Store<Secret>,
+    /// Names each Secret just taken into [`Self::secrets`].
+    pub secret_changes: broadcast::Sender<ObjectRef<Secret>>,
     pub infrastructure: InfrastructureCache,
     /// The cluster's networks (excluded from Machine addresses), unless `--excluded-address-cidrs`
     /// overrides them.
@@ -124,6 +127,7 @@ impl Shared {
         metrics: Arc<Metrics>,
         settings: ControllerSettings,
         secrets: Store<Secret>,
+        secret_changes: broadcast::Sender<ObjectRef<Secret>>,
         instance: String,
     ) -> Self {
         let recorder = Recorder::new(
@@ -144,6 +148,7 @@ impl Shared {
             metrics,
             settings,
             secrets,
+            secret_changes,
         }
     }
 

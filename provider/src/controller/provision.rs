@@ -1048,10 +1048,7 @@ impl MachineReconcile {
                 }
                 CreateCallOutcome::Retry => {
                     self.count_failure(super::machine::FailureKind::Create, "PrismError");
-                    let machine = self.machine.clone();
-                    self.shared()
-                        .event(&machine, true, "FailedCreate", error.to_string())
-                        .await;
+                    // The event is the reconcile wrapper's, with the fix where the cause tells.
                     Err(error.into())
                 }
             },

@@ -18,10 +18,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Config};
 use prism_client::RateLimit;
+use tokio::sync::broadcast;
 use tokio::task::JoinSet;
 use tracing_subscriber::EnvFilter;
 
@@ -136,10 +137,17 @@ fn vm_read_ttl(soonest_requeue: Duration) -> Duration {
 }
 
 /// Watches the Secrets of `namespace` (all when `None`) into a store.
+/// The watched Secrets, the task that keeps the store current, and a channel that names every
+/// Secret the store has just taken in (so that the Machines using it are reconciled at once,
+/// and read the Secret as changed).
 fn secret_store(
     client: Client,
     namespace: Option<&str>,
-) -> (Store<Secret>, impl Future<Output = ()> + Send + 'static) {
+) -> (
+    Store<Secret>,
+    impl Future<Output = ()> + Send + 'static,
+    broadcast::Sender<ObjectRef<Secret>>,
+) {
     let api: Api<Secret> = match namespace {
         Some(namespace) => Api::namespaced(client, namespace),
         None => Api::all(client),
@@ -150,17 +158,28 @@ fn secret_store(
         watcher(api, watcher::Config::default()).default_backoff(),
     )
     .touched_objects();
+    let (changes, _) = broadcast::channel(SECRET_CHANGES_BUFFER);
+    let sender = changes.clone();
     let run = async move {
         stream
-            .for_each(|result| async move {
-                if let Err(error) = result {
-                    tracing::warn!(%error, "watching Secrets");
+            .for_each(|result| {
+                let sender = sender.clone();
+                async move {
+                    match result {
+                        // No receiver (no Machine controller running yet) is no error.
+                        Ok(secret) => drop(sender.send(ObjectRef::from_obj(&secret))),
+                        Err(error) => tracing::warn!(%error, "watching Secrets"),
+                    }
                 }
             })
             .await;
     };
-    (reader, run)
+    (reader, run, changes)
 }
+
+/// Secret changes buffered for a slow receiver; one that falls behind skips the oldest (the
+/// Machines they concern are reconciled on their own schedule anyway).
+const SECRET_CHANGES_BUFFER: usize = 1024;
 
 fn lease_namespace(args: &RunArgs, config: &Config) -> String {
     args.leader_elect_resource_namespace
@@ -230,7 +249,8 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
         parse_listen_address(&args.metrics_bind_address).map_err(RuntimeError::Flag)?;
     server::start(health, metrics_address, metrics.clone()).await?;
 
-    let (secrets, watch_secrets) = secret_store(client.clone(), args.namespace.as_deref());
+    let (secrets, watch_secrets, secret_changes) =
+        secret_store(client.clone(), args.namespace.as_deref());
     tokio::spawn(watch_secrets);
 
     let actuator = Arc::new(Actuator::new(
@@ -282,6 +302,7 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
         metrics,
         settings,
         secrets,
+        secret_changes,
         identity,
     ));
     let mut running = JoinSet::new();

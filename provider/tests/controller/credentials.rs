@@ -1,35 +1,116 @@
-//! A rotated credentials Secret is used without a restart.
+//! Credentials problems are explained on the Machine, and a corrected Secret is used at once,
+//! without a restart and without waiting out the backoff that the failures earned.
+
+use std::time::{Duration, Instant};
 
 use prism_mock::MockConfig;
 
-use crate::harness::{Env, PRISM_PASSWORD, credentials_json, linux_spec};
+use crate::harness::{Env, PRISM_PASSWORD, TIMEOUT, credentials_json, linux_spec};
 
 const WRONG_PASSWORD: &str = "stale-password-41c7";
 
+/// Failed reconciles of a Machine so far, from the controller's log.
+fn failures(env: &Env, machine: &str) -> usize {
+    env.all_logs()
+        .iter()
+        .filter(|line| line.contains("reconcile failed") && line.contains(machine))
+        .count()
+}
+
 #[tokio::test]
-async fn rotated_credentials_are_picked_up_without_a_restart() {
+async fn a_refused_password_is_explained_and_its_fix_is_used_at_once() {
     let mut env = Env::start_with(MockConfig::default(), WRONG_PASSWORD).await;
     env.start_nodelink();
     let mut controller = env.controller("controller", &[]);
     env.create_machine("rotate-0", linux_spec(), false).await;
 
-    // Prism refuses the stale password; the Machine waits (retried with backoff).
-    let deadline = std::time::Instant::now() + crate::harness::TIMEOUT;
-    while env.mock.admin().counters().iter().all(|c| c.status != 401) {
-        assert!(std::time::Instant::now() < deadline, "no 401 from Prism");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    controller.wait_log("unauthorized").await;
+    // Prism refuses the stale password: `oc describe machine` shows why, and what to do.
+    let (_, kind, note) = env
+        .wait_event("rotate-0", "FailedCreate", "unauthorized (401)")
+        .await;
+    assert_eq!(kind, "Warning");
+    assert!(
+        note.contains("Fix:") && note.contains("key credentials"),
+        "{note}"
+    );
     assert!(env.vms_named("rotate-0").is_empty());
 
+    // Five failures: the next attempt is 16 s away (backoff 1 s, doubling).
+    let deadline = Instant::now() + TIMEOUT;
+    while failures(&env, "rotate-0") < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "the reconcile did not keep failing"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     env.put_secret(
         "nutanix-credentials",
         "credentials",
         &credentials_json(PRISM_PASSWORD),
     )
     .await;
+    let fixed = Instant::now();
     env.wait_phase("rotate-0", "Running").await;
+    let took = fixed.elapsed();
+    assert!(
+        took < Duration::from_secs(12),
+        "the corrected Secret waited out the backoff ({took:?}): it must be used at once"
+    );
     assert_eq!(env.vms_named("rotate-0").len(), 1);
     assert!(controller.exited().is_none(), "no restart");
+    let events = env.events_of("rotate-0");
+    assert!(
+        events
+            .iter()
+            .all(|(_, _, note)| !note.contains(WRONG_PASSWORD)),
+        "{events:?}"
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|(reason, _, _)| reason == "FailedCreate")
+            .count(),
+        1,
+        "the same failure is one event, its repeats counted: {events:?}"
+    );
+    assert!(env.event_count("rotate-0", "FailedCreate") >= 5);
     env.assert_no_secrets_logged(&[WRONG_PASSWORD.to_owned()]);
+}
+
+#[tokio::test]
+async fn a_credentials_secret_without_its_key_is_explained_on_the_machine() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let _controller = env.controller("controller", &[]);
+    env.put_secret(
+        "broken-credentials",
+        "creds",
+        &credentials_json(PRISM_PASSWORD),
+    )
+    .await;
+    let mut spec = linux_spec();
+    spec["credentialsSecret"]["name"] = "broken-credentials".into();
+    env.create_machine("nokey-0", spec, false).await;
+
+    let (_, _, note) = env
+        .wait_event("nokey-0", "FailedCreate", "has no key \"credentials\"")
+        .await;
+    assert!(
+        note.contains("Fix: put the Prism Central credentials under key credentials of Secret openshift-machine-api/broken-credentials"),
+        "{note}"
+    );
+    assert!(
+        !note.contains(PRISM_PASSWORD),
+        "the note names the Secret, never its content: {note}"
+    );
+
+    env.put_secret(
+        "broken-credentials",
+        "credentials",
+        &credentials_json(PRISM_PASSWORD),
+    )
+    .await;
+    env.wait_phase("nokey-0", "Running").await;
+    assert_eq!(env.vms_named("nokey-0").len(), 1);
 }
