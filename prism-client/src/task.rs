@@ -171,14 +171,12 @@ pub(crate) fn v3_progress(requested: &str, task: &v3::Task) -> TaskProgress {
         .unwrap_or_else(|| TaskStatus::Other(String::new()));
     if status == TaskStatus::Succeeded {
         return TaskProgress::Succeeded {
-            entities: dedup(
-                task.entity_reference_list
-                    .iter()
-                    .map(|reference| TaskEntity {
-                        kind: reference.kind.clone(),
-                        uuid: reference.uuid.clone(),
-                    }),
-            ),
+            entities: dedup(task.entity_reference_list.iter().filter_map(|reference| {
+                Some(TaskEntity {
+                    kind: reference.kind.clone().unwrap_or_default(),
+                    uuid: reference.uuid.clone()?,
+                })
+            })),
         };
     }
     match v3_end(&status) {

@@ -50,6 +50,20 @@ impl Reference {
     }
 }
 
+/// The v3 schema's generic `reference` (task entities, a VM's host): unlike the typed references (`cluster_reference`,
+/// `subnet_reference`, ...), which require `kind` and `uuid`, it requires no field.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EntityReference {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
 /// `metadata` of any v3 entity (VMs, images, subnets, clusters, projects, hosts, users).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EntityMetadata {

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::common::{Extra, Reference};
+use super::common::{EntityReference, Extra, Reference};
 use crate::open_enum::open_enum;
 
 open_enum! {
@@ -49,7 +49,7 @@ pub struct Task {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_code: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub entity_reference_list: Vec<Reference>,
+    pub entity_reference_list: Vec<EntityReference>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subtask_reference_list: Vec<Reference>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
