@@ -217,6 +217,14 @@ pub enum Error {
         name: String,
         uuids: Vec<String>,
     },
+    /// `find_by_exact_name`: an entity with the name was listed but could not be decoded, so whether it is the
+    /// one looked for cannot be told.
+    #[error("a {kind} entity named {name:?} was listed but cannot be read: {entity}")]
+    UnreadableMatch {
+        kind: &'static str,
+        name: String,
+        entity: crate::v3::SkippedEntity,
+    },
     /// A listing did not end within [`crate::MAX_LIST_PAGES`] pages: the server keeps announcing more
     /// entities than it hands out (for example it ignores `offset`). Returning the partial list could make
     /// present entities look missing, so the listing fails instead.

@@ -91,8 +91,8 @@ async fn list_all_follows_a_server_that_returns_shorter_pages() {
 }
 
 #[tokio::test]
-async fn a_server_that_ignores_offset_cannot_keep_the_client_paging_for_ever() {
-    // Always the same full page, always "more to come": without a bound `list_all` would page for ever.
+async fn a_server_that_never_stops_announcing_more_cannot_keep_the_client_paging_for_ever() {
+    // Always a full page of new entities, always "more to come": without a bound `list_all` would page for ever.
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = calls.clone();
     let router = Router::new().route(
@@ -100,8 +100,9 @@ async fn a_server_that_ignores_offset_cannot_keep_the_client_paging_for_ever() {
         post(move |Json(body): Json<Value>| {
             counter.fetch_add(1, Ordering::SeqCst);
             async move {
+                let offset = body["offset"].as_u64().unwrap_or(0) as usize;
                 let length = body["length"].as_u64().unwrap_or(20) as usize;
-                let page: Vec<Value> = (0..length)
+                let page: Vec<Value> = (offset..offset + length)
                     .map(|i| vm_json(&format!("uuid-{i}"), &format!("vm-{i}")))
                     .collect();
                 Json(json!({"metadata": {"kind": "vm", "total_matches": u64::MAX}, "entities": page}))
