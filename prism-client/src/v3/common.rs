@@ -84,9 +84,10 @@ pub struct EntityMetadata {
     pub project_reference: Option<Reference>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_reference: Option<Reference>,
-    /// Category key → value. An empty map is not sent.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub categories: BTreeMap<String, String>,
+    /// Category key → value. Kept as received, an empty map included, so that an update sends back what a GET
+    /// returned (real VMs carry `"categories": {}`: `hack/prism-mock/recorded/get_vm.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub categories: Option<BTreeMap<String, String>>,
     /// Category key → values, used when `use_categories_mapping` is true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub categories_mapping: Option<BTreeMap<String, Vec<String>>>,

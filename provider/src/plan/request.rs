@@ -125,7 +125,7 @@ fn create_body(plan: &VmPlan, image: &EntityRef, vm_uuid: &str) -> VmIntentInput
         metadata: EntityMetadata {
             uuid: Some(vm_uuid.to_owned()),
             project_reference: plan.project.as_ref().map(|p| p.reference("project")),
-            categories: plan.categories.clone(),
+            categories: (!plan.categories.is_empty()).then(|| plan.categories.clone()),
             ..EntityMetadata::of_kind("vm")
         },
         spec: VmSpec {
@@ -396,6 +396,7 @@ impl FollowUpUpdate {
             set(input
                 .metadata
                 .categories
+                .get_or_insert_default()
                 .insert(key.clone(), value.clone())
                 .as_ref()
                 != Some(value));
