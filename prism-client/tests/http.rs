@@ -666,6 +666,28 @@ async fn deploy_sends_the_request_id_and_templates_page() {
     );
 }
 
+#[tokio::test]
+async fn a_prism_central_without_templates_lists_none() {
+    // An empty v4 list may omit `data` (nutanix.ansible ntnx_templates_info_v2); `null` is read the same way.
+    let router = Router::new().route(
+        "/api/vmm/v4.0/content/templates",
+        get(|axum::extract::RawQuery(query): axum::extract::RawQuery| async move {
+            if query.unwrap_or_default().contains("$limit=7") {
+                Json(json!({"data": null, "metadata": {"totalAvailableResults": 0}}))
+            } else {
+                Json(json!({"metadata": {"totalAvailableResults": 0, "flags": []},
+                    "$reserved": {"$fv": "v4.r0"}, "$objectType": "vmm.v4.content.ListTemplatesApiResponse"}))
+            }
+        }),
+    );
+    let (addr, seen) = serve(router).await;
+    let client = client(addr);
+    assert_eq!(client.list_all_templates().await.unwrap(), []);
+    assert!(client.find_template_by_name("win").await.unwrap().is_none());
+    assert!(client.list_templates(0, 7).await.unwrap().data.is_empty());
+    assert_eq!(seen.to("GET", "/api/vmm/v4.0/content/templates").len(), 3);
+}
+
 fn uuid_like(text: &str) -> bool {
     text.len() == 36 && text.chars().filter(|c| *c == '-').count() == 4
 }
