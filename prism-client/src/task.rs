@@ -8,7 +8,7 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 
 use crate::client::Client;
 use crate::endpoints;
-use crate::error::Error;
+use crate::error::{Error, PrismMessage, PrismMessages};
 use crate::observe::Api;
 use crate::v3::{self, TaskStatus};
 use crate::v4;
@@ -75,9 +75,15 @@ impl fmt::Display for TaskEnd {
 pub struct TaskFailure {
     pub task: String,
     pub end: TaskEnd,
+    /// v3 `error_code` (a string or a number in answers, kept as text), else the first v4 `code` (or
+    /// `errorGroup`).
     pub error_code: Option<String>,
+    /// v3 `error_detail`, else every v4 message joined, else the v4 `legacyErrorMessage`.
     pub error_detail: Option<String>,
     pub progress_message: Option<String>,
+    /// The typed messages: v3 `message_list[]` (`reason`, `message`, `details`), v4 `errorMessages[]`
+    /// (`code`, `error_group`, `message`). Classify by these, not by the text of `error_detail`.
+    pub messages: PrismMessages,
     pub subtask_errors: Vec<SubtaskError>,
 }
 
@@ -88,13 +94,17 @@ pub struct SubtaskError {
     pub end: TaskEnd,
     pub error_code: Option<String>,
     pub error_detail: Option<String>,
+    /// As [`TaskFailure::messages`].
+    pub messages: PrismMessages,
 }
 
 impl fmt::Display for TaskFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "task {} {}", self.task, self.end)?;
         write_error(f, self.error_detail.as_deref(), self.error_code.as_deref())?;
-        if self.error_detail.is_none()
+        if self.error_detail.is_none() && !self.messages.is_empty() {
+            write!(f, ": {}", self.messages)?;
+        } else if self.error_detail.is_none()
             && let Some(progress) = &self.progress_message
         {
             write!(f, " ({progress})")?;
@@ -149,8 +159,27 @@ fn not_found(task: &str) -> TaskProgress {
         error_code: None,
         error_detail: None,
         progress_message: None,
+        messages: PrismMessages::default(),
         subtask_errors: Vec::new(),
     }))
+}
+
+fn v3_messages(task: &v3::Task) -> PrismMessages {
+    PrismMessages(
+        task.message_list
+            .iter()
+            .map(PrismMessage::from_v3)
+            .collect(),
+    )
+}
+
+fn v4_messages(task: &v4::Task) -> PrismMessages {
+    PrismMessages(
+        task.error_messages
+            .iter()
+            .map(PrismMessage::from_v4)
+            .collect(),
+    )
 }
 
 fn dedup(entities: impl Iterator<Item = TaskEntity>) -> Vec<TaskEntity> {
@@ -186,6 +215,7 @@ pub(crate) fn v3_progress(requested: &str, task: &v3::Task) -> TaskProgress {
             error_code: task.error_code.clone(),
             error_detail: task.error_detail.clone(),
             progress_message: task.progress_message.clone(),
+            messages: v3_messages(task),
             subtask_errors: Vec::new(),
         })),
         None => TaskProgress::Running {
@@ -220,6 +250,7 @@ pub(crate) fn v4_progress(requested: &str, task: &v4::Task) -> TaskProgress {
                 error_code,
                 error_detail,
                 progress_message: None,
+                messages: v4_messages(task),
                 subtask_errors: Vec::new(),
             }))
         }
@@ -328,6 +359,7 @@ impl Client {
                             end,
                             error_code: subtask.error_code.clone(),
                             error_detail: subtask.error_detail.clone(),
+                            messages: v3_messages(&subtask),
                         });
                         queue.extend(
                             subtask
@@ -365,6 +397,7 @@ impl Client {
                             end,
                             error_code,
                             error_detail,
+                            messages: v4_messages(&subtask),
                         });
                         queue.extend(subtask.sub_tasks.into_iter().filter_map(|sub| sub.ext_id));
                     }
@@ -489,6 +522,58 @@ mod tests {
     }
 
     #[test]
+    fn v3_failures_carry_their_typed_reasons_and_a_numeric_error_code() {
+        let task: v3::Task = serde_json::from_value(json!({
+            "uuid": "t", "status": "FAILED", "error_code": 409,
+            "message_list": [{"reason": "CONCURRENT_REQUESTS_NOT_ALLOWED", "message": "Edit conflict: please retry change.",
+                              "details": {"spec_version": ["3 is stale"]}}]
+        }))
+        .unwrap();
+        let TaskProgress::Failed(failure) = v3_progress("t", &task) else {
+            panic!()
+        };
+        assert_eq!(failure.error_code.as_deref(), Some("409"));
+        assert!(
+            failure
+                .messages
+                .has_reason("CONCURRENT_REQUESTS_NOT_ALLOWED")
+        );
+        assert_eq!(
+            failure.messages.0[0].details.as_deref(),
+            Some(r#"{"spec_version":["3 is stale"]}"#)
+        );
+        assert_eq!(
+            failure.to_string(),
+            "task t FAILED (code 409): CONCURRENT_REQUESTS_NOT_ALLOWED: Edit conflict: please retry change. \
+             ({\"spec_version\":[\"3 is stale\"]})"
+        );
+        let task: v3::Task =
+            serde_json::from_value(json!({"status": "FAILED", "error_code": "500"})).unwrap();
+        assert_eq!(task.error_code.as_deref(), Some("500"));
+        assert!(serde_json::from_value::<v3::Task>(json!({"error_code": [1]})).is_err());
+    }
+
+    #[test]
+    fn v4_failures_carry_codes_and_error_groups() {
+        let task: v4::Task = serde_json::from_value(json!({
+            "extId": "x", "status": "FAILED",
+            "errorMessages": [{"message": "Failed to perform the operation on the VM, because it is not found.",
+                               "code": "VMM-30100", "errorGroup": "VM_NOT_FOUND", "severity": "ERROR"}]
+        }))
+        .unwrap();
+        let TaskProgress::Failed(failure) = v4_progress("x", &task) else {
+            panic!()
+        };
+        let message = &failure.messages.0[0];
+        assert_eq!(
+            (message.code.as_deref(), message.error_group.as_deref()),
+            (Some("VMM-30100"), Some("VM_NOT_FOUND"))
+        );
+        assert!(failure.messages.has_code("VMM-30100"));
+        assert!(failure.messages.has_error_group("VM_NOT_FOUND"));
+    }
+
+    #[test]
     fn failure_display_names_subtask_causes() {
         let failure = TaskFailure {
             task: "t".into(),
@@ -496,11 +581,13 @@ mod tests {
             error_code: Some("500".into()),
             error_detail: Some("Internal error".into()),
             progress_message: None,
+            messages: PrismMessages::default(),
             subtask_errors: vec![SubtaskError {
                 task: "s".into(),
                 end: TaskEnd::Failed,
                 error_code: None,
                 error_detail: Some("DHCP pool exhausted".into()),
+                messages: PrismMessages::default(),
             }],
         };
         assert_eq!(

@@ -14,6 +14,7 @@ fn failure(detail: &str, subtasks: &[&str]) -> TaskFailure {
         error_code: None,
         error_detail: Some(detail.into()),
         progress_message: None,
+        messages: PrismMessages::default(),
         subtask_errors: subtasks
             .iter()
             .map(|detail| SubtaskError {
@@ -21,6 +22,7 @@ fn failure(detail: &str, subtasks: &[&str]) -> TaskFailure {
                 end: TaskEnd::Failed,
                 error_code: None,
                 error_detail: Some((*detail).into()),
+                messages: PrismMessages::default(),
             })
             .collect(),
     }
@@ -83,6 +85,7 @@ fn messages(reason: &str, details: Option<&str>) -> PrismMessages {
         reason: Some(reason.into()),
         message: Some("Request could not be processed.".into()),
         details: details.map(str::to_owned),
+        ..PrismMessage::default()
     }])
 }
 
