@@ -39,4 +39,4 @@ pub use config::{
 pub use error::{ConfigError, Error, PrismMessage, PrismMessages, TransportKind};
 pub use observe::{Api, RequestEvent, RequestObserver};
 pub use sensitive::Sensitive;
-pub use task::{SubtaskError, TaskEnd, TaskEntity, TaskFailure, TaskProgress};
+pub use task::{MAX_SUBTASK_READS, SubtaskError, TaskEnd, TaskEntity, TaskFailure, TaskProgress};

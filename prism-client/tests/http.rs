@@ -650,7 +650,7 @@ async fn deploy_sends_the_request_id_and_templates_page() {
     );
 
     let progress = client.get_v4_task(&given.task_ext_id).await.unwrap();
-    let TaskProgress::Succeeded { entities } = progress else {
+    let TaskProgress::Succeeded { entities, .. } = progress else {
         panic!("{progress:?}")
     };
     let vms: Vec<&str> = entities
@@ -664,6 +664,114 @@ async fn deploy_sends_the_request_id_and_templates_page() {
             .len(),
         1
     );
+}
+
+/// A v4 task body: `status`, entities as `(extId, rel)`, subtask extIds (shaped like the RETURN sample of
+/// nutanix/nutanix.ansible `plugins/modules/ntnx_templates_deploy_v2.py`).
+fn v4_task(ext_id: &str, status: &str, entities: &[(&str, &str)], subtasks: &[String]) -> Value {
+    json!({"data": {"extId": ext_id, "status": status, "operation": "kVmTemplateDeploy",
+        "entitiesAffected": entities.iter().map(|(id, rel)| json!({"extId": id, "rel": rel})).collect::<Vec<_>>(),
+        "subTasks": subtasks.iter().map(|id| json!({"extId": id, "rel": "subtask",
+            "href": format!("https://pc:9440/api/prism/v4.0/config/tasks/{id}")})).collect::<Vec<_>>()}})
+}
+
+#[tokio::test]
+async fn a_succeeded_deploy_names_the_vms_of_its_subtasks_and_says_which_it_could_not_read() {
+    // The parent names only the template; one subtask (and its own subtask) names the VM, one cannot be read.
+    let router = Router::new().route(
+        "/api/prism/v4.0/config/tasks/{ext_id}",
+        get(|Path(ext_id): Path<String>| async move {
+            match ext_id.as_str() {
+                "deploy" => Json(v4_task(
+                    "deploy",
+                    "SUCCEEDED",
+                    &[("tpl-1", "vmm:content:templates")],
+                    &["create".to_owned(), "lost".to_owned(), "power".to_owned()],
+                ))
+                .into_response(),
+                "create" => Json(v4_task(
+                    "create",
+                    "SUCCEEDED",
+                    &[("vm-1", "vmm:ahv:config:vm")],
+                    &["disk".to_owned()],
+                ))
+                .into_response(),
+                "disk" => Json(v4_task(
+                    "disk",
+                    "SUCCEEDED",
+                    &[("vm-1", "vmm:ahv:config:vm")],
+                    &[],
+                ))
+                .into_response(),
+                "power" => Json(v4_task(
+                    "power",
+                    "SUCCEEDED",
+                    &[("vm-2", "vmm:ahv:config:vm")],
+                    &[],
+                ))
+                .into_response(),
+                _ => StatusCode::NOT_FOUND.into_response(),
+            }
+        }),
+    );
+    let (addr, seen) = serve(router).await;
+    let client = client(addr);
+    let TaskProgress::Succeeded {
+        entities,
+        unread_subtasks,
+    } = client.get_v4_task("deploy").await.unwrap()
+    else {
+        panic!()
+    };
+    let named: Vec<(&str, &str)> = entities
+        .iter()
+        .map(|e| (e.kind.as_str(), e.uuid.as_str()))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("vmm:content:templates", "tpl-1"),
+            ("vmm:ahv:config:vm", "vm-1"),
+            ("vmm:ahv:config:vm", "vm-2")
+        ]
+    );
+    assert_eq!(unread_subtasks, ["lost"]);
+    assert_eq!(
+        seen.all().len(),
+        5,
+        "the parent and its four subtasks, once each"
+    );
+}
+
+#[tokio::test]
+async fn subtask_reads_for_entities_are_bounded_and_the_rest_is_reported_unread() {
+    let router = Router::new().route(
+        "/api/prism/v4.0/config/tasks/{ext_id}",
+        get(|Path(ext_id): Path<String>| async move {
+            if ext_id == "deploy" {
+                let subtasks: Vec<String> = (0..20).map(|i| format!("sub-{i}")).collect();
+                Json(v4_task("deploy", "SUCCEEDED", &[], &subtasks))
+            } else {
+                Json(v4_task(
+                    &ext_id,
+                    "SUCCEEDED",
+                    &[(&ext_id.replace("sub", "vm"), "vmm:ahv:config:vm")],
+                    &[],
+                ))
+            }
+        }),
+    );
+    let (addr, seen) = serve(router).await;
+    let TaskProgress::Succeeded {
+        entities,
+        unread_subtasks,
+    } = client(addr).get_v4_task("deploy").await.unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(entities.len(), prism_client::MAX_SUBTASK_READS);
+    assert_eq!(unread_subtasks, ["sub-16", "sub-17", "sub-18", "sub-19"]);
+    assert_eq!(seen.all().len(), 1 + prism_client::MAX_SUBTASK_READS);
 }
 
 #[tokio::test]

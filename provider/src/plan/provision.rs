@@ -165,7 +165,7 @@ pub fn read_task(task: &PendingTask, progress: &TaskProgress) -> TaskReading {
         TaskProgress::Running { status, .. } => TaskReading::Running {
             status: status.clone(),
         },
-        TaskProgress::Succeeded { entities } => match task.operation {
+        TaskProgress::Succeeded { entities, .. } => match task.operation {
             TaskOperation::FollowUp => TaskReading::FollowUpApplied,
             TaskOperation::Deploy => {
                 match entities.iter().find(|entity| is_vm_entity(&entity.kind)) {

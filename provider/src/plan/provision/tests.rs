@@ -199,6 +199,7 @@ fn task_reads() {
     };
     let deployed = TaskProgress::Succeeded {
         entities: vec![cluster.clone(), vm],
+        unread_subtasks: Vec::new(),
     };
     assert_eq!(
         read_task(&task(TaskOperation::Deploy), &deployed),
@@ -211,7 +212,8 @@ fn task_reads() {
         read_task(
             &task(TaskOperation::Deploy),
             &TaskProgress::Succeeded {
-                entities: vec![cluster]
+                entities: vec![cluster],
+                unread_subtasks: Vec::new(),
             }
         ),
         TaskReading::Failed {
@@ -221,6 +223,7 @@ fn task_reads() {
     ));
     let created = TaskProgress::Succeeded {
         entities: Vec::new(),
+        unread_subtasks: Vec::new(),
     };
     assert_eq!(
         read_task(&task(TaskOperation::Clone), &created),
