@@ -229,12 +229,13 @@ pub enum Error {
         endpoint: &'static str,
         retry_after: Option<Duration>,
     },
-    /// 5xx.
-    #[error("{endpoint}: server error ({status}): {messages}")]
+    /// 5xx. `retry_after` is the answer's `Retry-After` (a 503 may carry one, as a 429 does: RFC 9110 §10.2.3).
+    #[error("{endpoint}: server error ({status}): {messages}{}", retry_after_text(*.retry_after))]
     Server {
         endpoint: &'static str,
         status: u16,
         messages: PrismMessages,
+        retry_after: Option<Duration>,
     },
     /// Any other non-2xx status.
     #[error("{endpoint}: unexpected HTTP status {status}: {messages}")]
@@ -334,10 +335,12 @@ impl Error {
         }
     }
 
-    /// The delay a 429 asked for.
+    /// The delay a 429 or a 5xx (typically a 503) asked for with `Retry-After`.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Self::RateLimited { retry_after, .. } => *retry_after,
+            Self::RateLimited { retry_after, .. } | Self::Server { retry_after, .. } => {
+                *retry_after
+            }
             _ => None,
         }
     }
@@ -415,6 +418,7 @@ pub(crate) fn from_status(
             endpoint,
             status,
             messages,
+            retry_after,
         },
         _ => Error::UnexpectedStatus {
             endpoint,
@@ -612,6 +616,16 @@ mod tests {
             "POST /vms/list: rate limited (429), retry after 3s"
         );
         assert!(error.is_retryable());
+    }
+
+    #[test]
+    fn a_503_carries_its_retry_after_too() {
+        let error = from_status("GET /vms/{uuid}", 503, Some(Duration::from_secs(5)), b"");
+        assert_eq!(error.retry_after(), Some(Duration::from_secs(5)));
+        assert_eq!(
+            error.to_string(),
+            "GET /vms/{uuid}: server error (503): no message, retry after 5s"
+        );
     }
 
     #[test]

@@ -221,6 +221,123 @@ async fn a_429_asking_for_more_than_the_retry_budget_is_returned_to_the_caller()
 }
 
 #[tokio::test]
+async fn a_503_is_retried_after_the_delay_it_asks_for_and_a_long_one_is_returned() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let router = Router::new().route(
+        "/api/nutanix/v3/vms/{uuid}",
+        get(move |Path(uuid): Path<String>| {
+            let counter = counter.clone();
+            async move {
+                if uuid == "busy" {
+                    return (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        [("retry-after", "3600")],
+                        "",
+                    )
+                        .into_response();
+                }
+                if counter.fetch_add(1, Ordering::SeqCst) == 0 {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        [("retry-after", "1")],
+                        "<html>busy</html>",
+                    )
+                        .into_response()
+                } else {
+                    Json(vm_json(&uuid, "vm")).into_response()
+                }
+            }
+        }),
+    );
+    let (addr, seen) = serve(router).await;
+    let client = client(addr);
+    client.get_vm("u1").await.unwrap();
+    let requests = seen.to("GET", "/api/nutanix/v3/vms/u1");
+    assert_eq!(requests.len(), 2);
+    // The backoff alone would wait at most 50 ms; Retry-After asked for a second.
+    let gap = requests[1].at - requests[0].at;
+    assert!(gap >= Duration::from_secs(1), "retried after {gap:?}");
+
+    let error = client.get_vm("busy").await.unwrap_err();
+    assert_eq!(error.retry_after(), Some(Duration::from_secs(3600)));
+    assert!(
+        matches!(error, Error::Server { status: 503, .. }),
+        "{error:?}"
+    );
+    assert_eq!(
+        seen.to("GET", "/api/nutanix/v3/vms/busy").len(),
+        1,
+        "beyond the retry budget"
+    );
+}
+
+#[tokio::test]
+async fn repeated_429s_slow_the_client_down_and_successes_bring_it_back() {
+    // Three 429s, then answers: the client's own rate halves at each 429 and comes back after successes.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let router = Router::new().route(
+        "/api/nutanix/v3/vms/{uuid}",
+        get(move |Path(uuid): Path<String>| {
+            let counter = counter.clone();
+            async move {
+                if counter.fetch_add(1, Ordering::SeqCst) < 3 {
+                    (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "0")], "").into_response()
+                } else {
+                    Json(vm_json(&uuid, "vm")).into_response()
+                }
+            }
+        }),
+    );
+    let (addr, seen) = serve(router).await;
+    let mut config = http_config(addr);
+    config.retry.max_attempts = 4;
+    config.rate_limit = prism_client::RateLimit {
+        requests_per_second: 40.0,
+        burst: 40,
+    };
+    let client = Client::new(config).unwrap();
+    assert_eq!(client.rate_limit_per_second(), 40.0);
+    client.get_vm("first").await.unwrap();
+    assert_eq!(seen.all().len(), 4);
+    // 40 → 20 → 10 → 5 after the three 429s, then one success gives back 40/16.
+    assert_eq!(client.rate_limit_per_second(), 7.5);
+
+    // Five requests at once: at 40 per second with a burst of 40 they would all go at once; slowed down, and
+    // with the saved burst given up, they are spread over most of a second. Only a lower bound on the spread is
+    // asserted: a slow machine can only spread them more.
+    let calls = (0..5).map(|i| {
+        let clone = client.clone();
+        tokio::spawn(async move { clone.get_vm(&format!("after-{i}")).await.unwrap() })
+    });
+    for call in calls.collect::<Vec<_>>() {
+        call.await.unwrap();
+    }
+    let after: Vec<_> = seen
+        .all()
+        .into_iter()
+        .filter(|request| request.path.contains("after-"))
+        .map(|request| request.at)
+        .collect();
+    assert_eq!(after.len(), 5);
+    let spread = *after.iter().max().unwrap() - *after.iter().min().unwrap();
+    assert!(
+        spread >= Duration::from_millis(300),
+        "five requests within {spread:?}"
+    );
+
+    for i in 0..20 {
+        client.get_vm(&format!("later-{i}")).await.unwrap();
+    }
+    assert_eq!(
+        client.rate_limit_per_second(),
+        40.0,
+        "back to the configured rate"
+    );
+}
+
+#[tokio::test]
 async fn create_is_never_retried_but_reads_are() {
     let router = Router::new()
         .route(

@@ -125,6 +125,7 @@ fn create_errors_are_classified() {
         endpoint: "POST /vms",
         status: 500,
         messages: PrismMessages::default(),
+        retry_after: None,
     };
     let transport = Error::Transport {
         endpoint: "POST /vms",
