@@ -1,5 +1,7 @@
 //! Typed v3 calls.
 
+use std::collections::HashSet;
+
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 
@@ -9,8 +11,8 @@ use crate::error::Error;
 use crate::observe::Api;
 use crate::v3::{
     CategoryKey, CategoryValue, Cluster, DeleteResponse, Host, IdempotenceIdentifiers,
-    IdempotenceIdentifiersRequest, Image, ListRequest, ListResponse, Project, Subnet,
-    TaskReference, User, Vm, VmCloneInput, VmIntentInput,
+    IdempotenceIdentifiersRequest, Image, ListRequest, ListResponse, Project, SkippedEntity,
+    Subnet, TaskReference, User, Vm, VmCloneInput, VmIntentInput,
 };
 
 /// A v3 entity kind that can be read by UUID and listed.
@@ -121,19 +123,49 @@ impl Client {
         self.call_json(call).await
     }
 
-    /// Every entity of a kind, paging with `length`/`offset` until `total_matches` (or an empty or short page
-    /// when Prism gives no total).
+    /// Every entity of a kind, as [`Client::list_all_with_skipped`] lists them; the entities that could not be
+    /// decoded are left out (and logged).
     pub async fn list_all<E: V3Entity>(&self) -> Result<Vec<E>, Error> {
-        self.list_all_at(E::LIST_ENDPOINT, &[E::COLLECTION, "list"], E::KIND)
-            .await
+        Ok(self
+            .list_all_with_skipped::<E>()
+            .await?
+            .into_items(E::LIST_ENDPOINT))
+    }
+
+    /// Every entity of a kind, paging with `length`/`offset` until `total_matches` (or an empty or short page
+    /// when Prism gives no total), or until a page brings no UUID not seen before: a server that ignores `offset`
+    /// (real `hosts/list` does not paginate: cluster-api-provider-nutanix#577) hands the same entities again.
+    /// Entities are de-duplicated by UUID (the first one listed is kept). An entity that cannot be decoded does
+    /// not fail the listing: it is reported in [`Listing::skipped`].
+    pub async fn list_all_with_skipped<E: V3Entity>(&self) -> Result<Listing<E>, Error> {
+        self.list_all_at(
+            E::LIST_ENDPOINT,
+            &[E::COLLECTION, "list"],
+            E::KIND,
+            E::entity_uuid,
+        )
+        .await
     }
 
     /// The one entity whose name is exactly `name` (compared here: Prism's name filter matches partially).
-    /// `Ok(None)` when there is none; [`Error::DuplicateName`] with every UUID when there are several.
+    /// `Ok(None)` when there is none; [`Error::DuplicateName`] with every UUID when there are several;
+    /// [`Error::UnreadableMatch`] when an entity with the name was listed but could not be decoded (answering
+    /// "none" could make a caller create a second one).
     pub async fn find_by_exact_name<E: V3Entity>(&self, name: &str) -> Result<Option<E>, Error> {
-        let matches: Vec<E> = self
-            .list_all::<E>()
-            .await?
+        let listing = self.list_all_with_skipped::<E>().await?;
+        if let Some(unreadable) = listing
+            .skipped
+            .into_iter()
+            .find(|skipped| skipped.name.as_deref() == Some(name))
+        {
+            return Err(Error::UnreadableMatch {
+                kind: E::KIND,
+                name: name.to_owned(),
+                entity: unreadable,
+            });
+        }
+        let matches: Vec<E> = listing
+            .items
             .into_iter()
             .filter(|entity| entity.entity_name() == Some(name))
             .collect();
@@ -263,54 +295,88 @@ impl Client {
         self.call_json(call).await
     }
 
-    /// Every category key (paged).
+    /// Every category key (paged like [`Client::list_all_with_skipped`], keys told apart by name).
     pub async fn list_category_keys(&self) -> Result<Vec<CategoryKey>, Error> {
-        self.list_all_at(
-            endpoints::CATEGORY_KEYS_LIST,
-            &["categories", "list"],
-            "category",
-        )
-        .await
+        let listing = self
+            .list_all_at(
+                endpoints::CATEGORY_KEYS_LIST,
+                &["categories", "list"],
+                "category",
+                |key: &CategoryKey| Some(key.name.as_str()),
+            )
+            .await?;
+        Ok(listing.into_items(endpoints::CATEGORY_KEYS_LIST))
     }
 
-    /// Every value of a key (paged).
+    /// Every value of a key (paged like [`Client::list_all_with_skipped`], values told apart by value).
     pub async fn list_category_values(&self, key: &str) -> Result<Vec<CategoryValue>, Error> {
-        self.list_all_at(
-            endpoints::CATEGORY_VALUES_LIST,
-            &["categories", key, "list"],
-            "category",
-        )
-        .await
+        let listing = self
+            .list_all_at(
+                endpoints::CATEGORY_VALUES_LIST,
+                &["categories", key, "list"],
+                "category",
+                |value: &CategoryValue| Some(value.value.as_str()),
+            )
+            .await?;
+        Ok(listing.into_items(endpoints::CATEGORY_VALUES_LIST))
     }
 
+    /// Pages through a list endpoint; `identity` names an entity for de-duplication (`None`: always kept).
     async fn list_all_at<T: DeserializeOwned>(
         &self,
         endpoint: &'static str,
         segments: &[&str],
         kind: &str,
-    ) -> Result<Vec<T>, Error> {
+        identity: impl Fn(&T) -> Option<&str>,
+    ) -> Result<Listing<T>, Error> {
         let page_size = self.page_size();
-        let mut items = Vec::new();
+        let mut listing = Listing::default();
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut first_sighting = |id: Option<&str>| id.is_none_or(|id| seen.insert(id.to_owned()));
+        // Positions handed out so far, duplicates and undecodable entities included: the next `offset`.
+        let mut received_total: usize = 0;
         for _ in 0..crate::MAX_LIST_PAGES {
-            let offset = u32::try_from(items.len()).unwrap_or(u32::MAX);
+            let offset = u32::try_from(received_total).unwrap_or(u32::MAX);
             let call = Call::new(Api::V3, Method::POST, endpoint, segments)
                 .json(&ListRequest::page(kind, offset, page_size))?
                 .idempotent();
             let page: ListResponse<T> = self.call_json(call).await?;
-            let received = page.entities.len();
-            items.extend(page.entities);
+            let received = page.entities.len() + page.skipped.len();
+            received_total += received;
+            let mut new = 0_usize;
+            for entity in page.entities {
+                if first_sighting(identity(&entity)) {
+                    new += 1;
+                    listing.items.push(entity);
+                }
+            }
+            for skipped in page.skipped {
+                if first_sighting(skipped.uuid.as_deref()) {
+                    new += 1;
+                    listing.skipped.push(skipped);
+                }
+            }
             let done = match page.metadata.total_matches {
-                Some(total) => received == 0 || items.len() as u64 >= total,
+                Some(total) => received == 0 || received_total as u64 >= total,
                 None => received < page_size as usize,
             };
             if done {
-                return Ok(items);
+                return Ok(listing);
+            }
+            if new == 0 {
+                tracing::debug!(
+                    endpoint,
+                    offset,
+                    received,
+                    "list page brought no new entity: the server does not page; listing ends"
+                );
+                return Ok(listing);
             }
         }
         Err(Error::ListDidNotEnd {
             endpoint,
             pages: crate::MAX_LIST_PAGES,
-            collected: items.len(),
+            collected: listing.items.len() + listing.skipped.len(),
         })
     }
 
@@ -358,6 +424,40 @@ impl Client {
             &["idempotence_identifiers", client_identifier],
         );
         self.execute(call).await.map(|_| ())
+    }
+}
+
+/// Every entity a listing returned, and those it could not decode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listing<T> {
+    /// Decoded entities, de-duplicated by UUID, in the order listed.
+    pub items: Vec<T>,
+    /// Entities that did not decode (de-duplicated by UUID where one could be read).
+    pub skipped: Vec<SkippedEntity>,
+}
+
+impl<T> Default for Listing<T> {
+    fn default() -> Self {
+        Self {
+            items: Vec::new(),
+            skipped: Vec::new(),
+        }
+    }
+}
+
+impl<T> Listing<T> {
+    /// The decoded entities; the undecodable ones are logged (count and UUIDs) and dropped.
+    fn into_items(self, endpoint: &'static str) -> Vec<T> {
+        if !self.skipped.is_empty() {
+            let skipped: Vec<String> = self.skipped.iter().map(ToString::to_string).collect();
+            tracing::warn!(
+                endpoint,
+                count = self.skipped.len(),
+                skipped = %skipped.join("; "),
+                "listed entities that cannot be decoded were left out"
+            );
+        }
+        self.items
     }
 }
 

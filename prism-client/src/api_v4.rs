@@ -7,7 +7,7 @@ use crate::client::{Call, Client};
 use crate::endpoints;
 use crate::error::Error;
 use crate::observe::Api;
-use crate::v4::{Envelope, ExtIdReference, Task, Template, TemplateDeployRequest};
+use crate::v4::{Envelope, ExtIdReference, ListEnvelope, Task, Template, TemplateDeployRequest};
 
 /// Most templates v4 returns per page.
 const V4_MAX_PAGE: u32 = 100;
@@ -21,12 +21,13 @@ pub struct DeployAccepted {
 }
 
 impl Client {
-    /// One page of templates (`$page` is 0-based).
+    /// One page of templates (`$page` is 0-based). A Prism Central without templates may answer without `data`:
+    /// that is an empty page.
     pub async fn list_templates(
         &self,
         page: u32,
         limit: u32,
-    ) -> Result<Envelope<Vec<Template>>, Error> {
+    ) -> Result<ListEnvelope<Template>, Error> {
         let mut call = Call::new(
             Api::VmmV4,
             Method::GET,

@@ -200,6 +200,12 @@ impl Client {
         self.inner.page_size
     }
 
+    /// The request rate the client allows itself now: the configured [`crate::RateLimit`], lower while Prism
+    /// answers 429 (halved at each, recovered step by step after successes).
+    pub fn rate_limit_per_second(&self) -> f64 {
+        self.inner.limiter.current_rate()
+    }
+
     /// Sends a call and decodes its JSON body.
     pub(crate) async fn call_json<T: DeserializeOwned>(&self, call: Call) -> Result<T, Error> {
         let endpoint = call.endpoint;
@@ -209,8 +215,8 @@ impl Client {
     }
 
     /// Sends a call with the retry policy: idempotent calls are retried on 429/502/503/504 and transport
-    /// failures; in session mode any call is sent once more after a 401 and a fresh login (a 401 means the server
-    /// did not act on the request).
+    /// failures, after the `Retry-After` of a 429 or 503 when it is longer than the backoff; in session mode any
+    /// call is sent once more after a 401 and a fresh login (a 401 means the server did not act on the request).
     pub(crate) async fn execute(&self, call: Call) -> Result<(u16, Bytes), Error> {
         let policy = &self.inner.retry;
         let mut backoff = ExponentialBuilder::default()
@@ -332,7 +338,11 @@ impl Client {
             });
         }
         let (status, headers, body) = outcome.map_err(|error| transport_error(endpoint, &error))?;
+        if status == 429 {
+            self.inner.limiter.throttled();
+        }
         if (200..300).contains(&status) {
+            self.inner.limiter.succeeded();
             Ok((status, headers, body))
         } else {
             Err(error::from_status(

@@ -4,7 +4,6 @@ use std::fmt;
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::task::TaskFailure;
 
@@ -73,14 +72,47 @@ impl fmt::Display for TransportKind {
     }
 }
 
-/// One message Prism returned (`message_list[]` in v3, `error[]` in v4).
+/// One message Prism returned: `message_list[]` of a v3 error body or task, `error[]` of a v4 error body,
+/// `errorMessages[]` of a v4 task. Decide on `reason`, `code` or `error_group`, never on `message`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PrismMessage {
-    /// `reason` (v3) or `errorGroup`/`code` (v4), e.g. `ENTITY_NOT_FOUND`.
+    /// `reason` (v3), e.g. `ENTITY_NOT_FOUND`, `CONCURRENT_REQUESTS_NOT_ALLOWED`, `INVALID_REQUEST`. For a v4
+    /// message, its `errorGroup`, else its `code`, so that one check covers both APIs.
     pub reason: Option<String>,
+    /// `code` (v4), namespaced: e.g. `VMM-30100` (`errorGroup` `VM_NOT_FOUND`), `VMM-30303` (ETag mismatch).
+    pub code: Option<String>,
+    /// `errorGroup` (v4), e.g. `VM_NOT_FOUND`, `ENTITY_NOT_FOUND`, `RATE_LIMIT_EXCEEDED`.
+    pub error_group: Option<String>,
     pub message: Option<String>,
     /// `details` (v3) as compact JSON.
     pub details: Option<String>,
+}
+
+impl PrismMessage {
+    /// A v4 `AppMessage`.
+    pub(crate) fn from_v4(message: &crate::v4::AppMessage) -> Self {
+        Self {
+            reason: message.error_group.clone().or_else(|| message.code.clone()),
+            code: message.code.clone(),
+            error_group: message.error_group.clone(),
+            message: message.message.clone(),
+            details: None,
+        }
+    }
+
+    /// A v3 `message_list[]` entry.
+    pub(crate) fn from_v3(message: &crate::v3::Message) -> Self {
+        Self {
+            reason: message.reason.clone(),
+            message: message.message.clone(),
+            details: message
+                .details
+                .as_ref()
+                .filter(|details| !details.is_null())
+                .map(ToString::to_string),
+            ..Self::default()
+        }
+    }
 }
 
 impl fmt::Display for PrismMessage {
@@ -96,6 +128,13 @@ impl fmt::Display for PrismMessage {
         if let Some(details) = &self.details {
             text.push_str(&format!(" ({details})"));
         }
+        if let Some(code) = self
+            .code
+            .as_ref()
+            .filter(|code| self.reason.as_ref() != Some(*code))
+        {
+            text.push_str(&format!(" (code {code})"));
+        }
         f.write_str(&truncate(&text, MAX_MESSAGE_CHARS))
     }
 }
@@ -110,6 +149,24 @@ impl PrismMessages {
         self.0
             .iter()
             .any(|message| message.reason.as_deref() == Some(reason))
+    }
+
+    /// True when one of the messages has this v4 code (e.g. `VMM-30100`).
+    pub fn has_code(&self, code: &str) -> bool {
+        self.0
+            .iter()
+            .any(|message| message.code.as_deref() == Some(code))
+    }
+
+    /// True when one of the messages has this v4 error group (e.g. `VM_NOT_FOUND`).
+    pub fn has_error_group(&self, error_group: &str) -> bool {
+        self.0
+            .iter()
+            .any(|message| message.error_group.as_deref() == Some(error_group))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
@@ -150,7 +207,10 @@ pub enum Error {
         endpoint: &'static str,
         messages: PrismMessages,
     },
-    /// 409: a stale `spec_version`, a concurrent change, or an entity (or reserved UUID) already used.
+    /// 409: a stale `spec_version`, a concurrent change, or an entity (or reserved UUID) already used. Tell them
+    /// apart by `messages` (`reason`, `code`, `error_group`): a v3 edit conflict is `{"code": 409, "message_list":
+    /// [{"reason": "CONCURRENT_REQUESTS_NOT_ALLOWED", "message": "Edit conflict: please retry change."}]}`
+    /// (gomorpheus/morpheus-nutanix-prism-plugin `isApiRetryRequired` retries exactly that).
     #[error("{endpoint}: conflict (409): {messages}")]
     Conflict {
         endpoint: &'static str,
@@ -169,12 +229,13 @@ pub enum Error {
         endpoint: &'static str,
         retry_after: Option<Duration>,
     },
-    /// 5xx.
-    #[error("{endpoint}: server error ({status}): {messages}")]
+    /// 5xx. `retry_after` is the answer's `Retry-After` (a 503 may carry one, as a 429 does: RFC 9110 §10.2.3).
+    #[error("{endpoint}: server error ({status}): {messages}{}", retry_after_text(*.retry_after))]
     Server {
         endpoint: &'static str,
         status: u16,
         messages: PrismMessages,
+        retry_after: Option<Duration>,
     },
     /// Any other non-2xx status.
     #[error("{endpoint}: unexpected HTTP status {status}: {messages}")]
@@ -216,6 +277,14 @@ pub enum Error {
         kind: &'static str,
         name: String,
         uuids: Vec<String>,
+    },
+    /// `find_by_exact_name`: an entity with the name was listed but could not be decoded, so whether it is the
+    /// one looked for cannot be told.
+    #[error("a {kind} entity named {name:?} was listed but cannot be read: {entity}")]
+    UnreadableMatch {
+        kind: &'static str,
+        name: String,
+        entity: crate::v3::SkippedEntity,
     },
     /// A listing did not end within [`crate::MAX_LIST_PAGES`] pages: the server keeps announcing more
     /// entities than it hands out (for example it ignores `offset`). Returning the partial list could make
@@ -266,10 +335,12 @@ impl Error {
         }
     }
 
-    /// The delay a 429 asked for.
+    /// The delay a 429 or a 5xx (typically a 503) asked for with `Retry-After`.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Self::RateLimited { retry_after, .. } => *retry_after,
+            Self::RateLimited { retry_after, .. } | Self::Server { retry_after, .. } => {
+                *retry_after
+            }
             _ => None,
         }
     }
@@ -347,6 +418,7 @@ pub(crate) fn from_status(
             endpoint,
             status,
             messages,
+            retry_after,
         },
         _ => Error::UnexpectedStatus {
             endpoint,
@@ -377,20 +449,14 @@ pub(crate) fn decode_error(
 /// (`data.error[]`). A body that is not JSON gives one message with a short excerpt of it.
 fn parse_messages(body: &[u8]) -> PrismMessages {
     #[derive(Deserialize)]
-    struct V3Message {
-        reason: Option<String>,
-        message: Option<String>,
-        details: Option<Value>,
-    }
-    #[derive(Deserialize)]
     struct V3Status {
         #[serde(default)]
-        message_list: Vec<V3Message>,
+        message_list: Vec<crate::v3::Message>,
     }
     #[derive(Deserialize)]
     struct Body {
         #[serde(default)]
-        message_list: Vec<V3Message>,
+        message_list: Vec<crate::v3::Message>,
         status: Option<V3Status>,
         message: Option<String>,
         data: Option<crate::v4::ErrorData>,
@@ -418,23 +484,12 @@ fn parse_messages(body: &[u8]) -> PrismMessages {
                 .into_iter()
                 .flat_map(|status| status.message_list),
         )
-        .map(|message| PrismMessage {
-            reason: message.reason,
-            message: message.message,
-            details: message
-                .details
-                .filter(|details| !details.is_null())
-                .map(|details| details.to_string()),
-        });
+        .map(|message| PrismMessage::from_v3(&message));
     let v4 = parsed
         .data
         .into_iter()
         .flat_map(|data| data.error)
-        .map(|message| PrismMessage {
-            reason: message.error_group.or(message.code),
-            message: message.message,
-            details: None,
-        });
+        .map(|message| PrismMessage::from_v4(&message));
     let mut messages: Vec<PrismMessage> = v3.chain(v4).collect();
     if messages.is_empty()
         && let Some(message) = parsed.message
@@ -508,6 +563,30 @@ mod tests {
     }
 
     #[test]
+    fn a_v4_conflict_keeps_its_code_and_error_group_apart() {
+        // Code and group as terraform-provider-nutanix `nutanix/services/vmmv2/helper.go` (isVmmEtagMismatchErr)
+        // looks for them; which status a real ETag mismatch has was not established, 409 is assumed here.
+        let body = br#"{"data": {"$errorItemDiscriminator": "List<vmm.v4.error.AppMessage>", "error": [
+            {"message": "ETag mismatch", "code": "VMM-30303", "errorGroup": "VM_ETAG_MISMATCH", "severity": "ERROR"}]}}"#;
+        let error = from_status(
+            "POST /content/templates/{extId}/$actions/deploy",
+            409,
+            None,
+            body,
+        );
+        let Error::Conflict { messages, .. } = &error else {
+            panic!("{error:?}")
+        };
+        assert!(messages.has_code("VMM-30303") && messages.has_error_group("VM_ETAG_MISMATCH"));
+        assert!(!messages.has_code("VM_ETAG_MISMATCH"));
+        assert_eq!(
+            error.to_string(),
+            "POST /content/templates/{extId}/$actions/deploy: conflict (409): VM_ETAG_MISMATCH: ETag mismatch \
+             (code VMM-30303)"
+        );
+    }
+
+    #[test]
     fn unauthorized_ignores_its_html_body_and_empty_bodies_are_errors_too() {
         let error = from_status("GET /users/me", 401, None, b"<html>401 Unauthorized</html>");
         assert!(matches!(error, Error::Unauthorized { .. }));
@@ -540,6 +619,16 @@ mod tests {
     }
 
     #[test]
+    fn a_503_carries_its_retry_after_too() {
+        let error = from_status("GET /vms/{uuid}", 503, Some(Duration::from_secs(5)), b"");
+        assert_eq!(error.retry_after(), Some(Duration::from_secs(5)));
+        assert_eq!(
+            error.to_string(),
+            "GET /vms/{uuid}: server error (503): no message, retry after 5s"
+        );
+    }
+
+    #[test]
     fn long_messages_and_decode_excerpts_are_cut() {
         let long = format!(
             r#"{{"message_list":[{{"message":"{}"}}]}}"#,
@@ -548,7 +637,7 @@ mod tests {
         let error = from_status("POST /vms", 422, None, long.as_bytes());
         assert!(error.to_string().len() < 400, "{}", error.to_string().len());
         let body = format!("{{\"metadata\": {}", "y".repeat(1000));
-        let json_error = serde_json::from_str::<Value>(&body).unwrap_err();
+        let json_error = serde_json::from_str::<serde_json::Value>(&body).unwrap_err();
         let error = decode_error("GET /vms/{uuid}", 200, body.as_bytes(), &json_error);
         let Error::Decode { excerpt, .. } = &error else {
             panic!()

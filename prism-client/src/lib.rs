@@ -24,7 +24,7 @@ mod tls;
 pub mod v3;
 pub mod v4;
 
-pub use api_v3::V3Entity;
+pub use api_v3::{Listing, V3Entity};
 
 /// The most pages one listing (`list_all`, `find_by_exact_name`, `list_all_templates`) reads before it fails
 /// with [`Error::ListDidNotEnd`]: 200,000 entities at the default page length of 100, far beyond what one
@@ -39,4 +39,4 @@ pub use config::{
 pub use error::{ConfigError, Error, PrismMessage, PrismMessages, TransportKind};
 pub use observe::{Api, RequestEvent, RequestObserver};
 pub use sensitive::Sensitive;
-pub use task::{SubtaskError, TaskEnd, TaskEntity, TaskFailure, TaskProgress};
+pub use task::{MAX_SUBTASK_READS, SubtaskError, TaskEnd, TaskEntity, TaskFailure, TaskProgress};

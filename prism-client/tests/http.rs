@@ -91,8 +91,8 @@ async fn list_all_follows_a_server_that_returns_shorter_pages() {
 }
 
 #[tokio::test]
-async fn a_server_that_ignores_offset_cannot_keep_the_client_paging_for_ever() {
-    // Always the same full page, always "more to come": without a bound `list_all` would page for ever.
+async fn a_server_that_never_stops_announcing_more_cannot_keep_the_client_paging_for_ever() {
+    // Always a full page of new entities, always "more to come": without a bound `list_all` would page for ever.
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = calls.clone();
     let router = Router::new().route(
@@ -100,8 +100,9 @@ async fn a_server_that_ignores_offset_cannot_keep_the_client_paging_for_ever() {
         post(move |Json(body): Json<Value>| {
             counter.fetch_add(1, Ordering::SeqCst);
             async move {
+                let offset = body["offset"].as_u64().unwrap_or(0) as usize;
                 let length = body["length"].as_u64().unwrap_or(20) as usize;
-                let page: Vec<Value> = (0..length)
+                let page: Vec<Value> = (offset..offset + length)
                     .map(|i| vm_json(&format!("uuid-{i}"), &format!("vm-{i}")))
                     .collect();
                 Json(json!({"metadata": {"kind": "vm", "total_matches": u64::MAX}, "entities": page}))
@@ -217,6 +218,123 @@ async fn a_429_asking_for_more_than_the_retry_budget_is_returned_to_the_caller()
     assert_eq!(error.retry_after(), Some(Duration::from_secs(3600)));
     assert!(error.is_retryable());
     assert_eq!(seen.all().len(), 1);
+}
+
+#[tokio::test]
+async fn a_503_is_retried_after_the_delay_it_asks_for_and_a_long_one_is_returned() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let router = Router::new().route(
+        "/api/nutanix/v3/vms/{uuid}",
+        get(move |Path(uuid): Path<String>| {
+            let counter = counter.clone();
+            async move {
+                if uuid == "busy" {
+                    return (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        [("retry-after", "3600")],
+                        "",
+                    )
+                        .into_response();
+                }
+                if counter.fetch_add(1, Ordering::SeqCst) == 0 {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        [("retry-after", "1")],
+                        "<html>busy</html>",
+                    )
+                        .into_response()
+                } else {
+                    Json(vm_json(&uuid, "vm")).into_response()
+                }
+            }
+        }),
+    );
+    let (addr, seen) = serve(router).await;
+    let client = client(addr);
+    client.get_vm("u1").await.unwrap();
+    let requests = seen.to("GET", "/api/nutanix/v3/vms/u1");
+    assert_eq!(requests.len(), 2);
+    // The backoff alone would wait at most 50 ms; Retry-After asked for a second.
+    let gap = requests[1].at - requests[0].at;
+    assert!(gap >= Duration::from_secs(1), "retried after {gap:?}");
+
+    let error = client.get_vm("busy").await.unwrap_err();
+    assert_eq!(error.retry_after(), Some(Duration::from_secs(3600)));
+    assert!(
+        matches!(error, Error::Server { status: 503, .. }),
+        "{error:?}"
+    );
+    assert_eq!(
+        seen.to("GET", "/api/nutanix/v3/vms/busy").len(),
+        1,
+        "beyond the retry budget"
+    );
+}
+
+#[tokio::test]
+async fn repeated_429s_slow_the_client_down_and_successes_bring_it_back() {
+    // Three 429s, then answers: the client's own rate halves at each 429 and comes back after successes.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let router = Router::new().route(
+        "/api/nutanix/v3/vms/{uuid}",
+        get(move |Path(uuid): Path<String>| {
+            let counter = counter.clone();
+            async move {
+                if counter.fetch_add(1, Ordering::SeqCst) < 3 {
+                    (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "0")], "").into_response()
+                } else {
+                    Json(vm_json(&uuid, "vm")).into_response()
+                }
+            }
+        }),
+    );
+    let (addr, seen) = serve(router).await;
+    let mut config = http_config(addr);
+    config.retry.max_attempts = 4;
+    config.rate_limit = prism_client::RateLimit {
+        requests_per_second: 40.0,
+        burst: 40,
+    };
+    let client = Client::new(config).unwrap();
+    assert_eq!(client.rate_limit_per_second(), 40.0);
+    client.get_vm("first").await.unwrap();
+    assert_eq!(seen.all().len(), 4);
+    // 40 → 20 → 10 → 5 after the three 429s, then one success gives back 40/16.
+    assert_eq!(client.rate_limit_per_second(), 7.5);
+
+    // Five requests at once: at 40 per second with a burst of 40 they would all go at once; slowed down, and
+    // with the saved burst given up, they are spread over most of a second. Only a lower bound on the spread is
+    // asserted: a slow machine can only spread them more.
+    let calls = (0..5).map(|i| {
+        let clone = client.clone();
+        tokio::spawn(async move { clone.get_vm(&format!("after-{i}")).await.unwrap() })
+    });
+    for call in calls.collect::<Vec<_>>() {
+        call.await.unwrap();
+    }
+    let after: Vec<_> = seen
+        .all()
+        .into_iter()
+        .filter(|request| request.path.contains("after-"))
+        .map(|request| request.at)
+        .collect();
+    assert_eq!(after.len(), 5);
+    let spread = *after.iter().max().unwrap() - *after.iter().min().unwrap();
+    assert!(
+        spread >= Duration::from_millis(300),
+        "five requests within {spread:?}"
+    );
+
+    for i in 0..20 {
+        client.get_vm(&format!("later-{i}")).await.unwrap();
+    }
+    assert_eq!(
+        client.rate_limit_per_second(),
+        40.0,
+        "back to the configured rate"
+    );
 }
 
 #[tokio::test]
@@ -649,7 +767,7 @@ async fn deploy_sends_the_request_id_and_templates_page() {
     );
 
     let progress = client.get_v4_task(&given.task_ext_id).await.unwrap();
-    let TaskProgress::Succeeded { entities } = progress else {
+    let TaskProgress::Succeeded { entities, .. } = progress else {
         panic!("{progress:?}")
     };
     let vms: Vec<&str> = entities
@@ -663,6 +781,136 @@ async fn deploy_sends_the_request_id_and_templates_page() {
             .len(),
         1
     );
+}
+
+/// A v4 task body: `status`, entities as `(extId, rel)`, subtask extIds (shaped like the RETURN sample of
+/// nutanix/nutanix.ansible `plugins/modules/ntnx_templates_deploy_v2.py`).
+fn v4_task(ext_id: &str, status: &str, entities: &[(&str, &str)], subtasks: &[String]) -> Value {
+    json!({"data": {"extId": ext_id, "status": status, "operation": "kVmTemplateDeploy",
+        "entitiesAffected": entities.iter().map(|(id, rel)| json!({"extId": id, "rel": rel})).collect::<Vec<_>>(),
+        "subTasks": subtasks.iter().map(|id| json!({"extId": id, "rel": "subtask",
+            "href": format!("https://pc:9440/api/prism/v4.0/config/tasks/{id}")})).collect::<Vec<_>>()}})
+}
+
+#[tokio::test]
+async fn a_succeeded_deploy_names_the_vms_of_its_subtasks_and_says_which_it_could_not_read() {
+    // The parent names only the template; one subtask (and its own subtask) names the VM, one cannot be read.
+    let router = Router::new().route(
+        "/api/prism/v4.0/config/tasks/{ext_id}",
+        get(|Path(ext_id): Path<String>| async move {
+            match ext_id.as_str() {
+                "deploy" => Json(v4_task(
+                    "deploy",
+                    "SUCCEEDED",
+                    &[("tpl-1", "vmm:content:templates")],
+                    &["create".to_owned(), "lost".to_owned(), "power".to_owned()],
+                ))
+                .into_response(),
+                "create" => Json(v4_task(
+                    "create",
+                    "SUCCEEDED",
+                    &[("vm-1", "vmm:ahv:config:vm")],
+                    &["disk".to_owned()],
+                ))
+                .into_response(),
+                "disk" => Json(v4_task(
+                    "disk",
+                    "SUCCEEDED",
+                    &[("vm-1", "vmm:ahv:config:vm")],
+                    &[],
+                ))
+                .into_response(),
+                "power" => Json(v4_task(
+                    "power",
+                    "SUCCEEDED",
+                    &[("vm-2", "vmm:ahv:config:vm")],
+                    &[],
+                ))
+                .into_response(),
+                _ => StatusCode::NOT_FOUND.into_response(),
+            }
+        }),
+    );
+    let (addr, seen) = serve(router).await;
+    let client = client(addr);
+    let TaskProgress::Succeeded {
+        entities,
+        unread_subtasks,
+    } = client.get_v4_task("deploy").await.unwrap()
+    else {
+        panic!()
+    };
+    let named: Vec<(&str, &str)> = entities
+        .iter()
+        .map(|e| (e.kind.as_str(), e.uuid.as_str()))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("vmm:content:templates", "tpl-1"),
+            ("vmm:ahv:config:vm", "vm-1"),
+            ("vmm:ahv:config:vm", "vm-2")
+        ]
+    );
+    assert_eq!(unread_subtasks, ["lost"]);
+    assert_eq!(
+        seen.all().len(),
+        5,
+        "the parent and its four subtasks, once each"
+    );
+}
+
+#[tokio::test]
+async fn subtask_reads_for_entities_are_bounded_and_the_rest_is_reported_unread() {
+    let router = Router::new().route(
+        "/api/prism/v4.0/config/tasks/{ext_id}",
+        get(|Path(ext_id): Path<String>| async move {
+            if ext_id == "deploy" {
+                let subtasks: Vec<String> = (0..20).map(|i| format!("sub-{i}")).collect();
+                Json(v4_task("deploy", "SUCCEEDED", &[], &subtasks))
+            } else {
+                Json(v4_task(
+                    &ext_id,
+                    "SUCCEEDED",
+                    &[(&ext_id.replace("sub", "vm"), "vmm:ahv:config:vm")],
+                    &[],
+                ))
+            }
+        }),
+    );
+    let (addr, seen) = serve(router).await;
+    let TaskProgress::Succeeded {
+        entities,
+        unread_subtasks,
+    } = client(addr).get_v4_task("deploy").await.unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(entities.len(), prism_client::MAX_SUBTASK_READS);
+    assert_eq!(unread_subtasks, ["sub-16", "sub-17", "sub-18", "sub-19"]);
+    assert_eq!(seen.all().len(), 1 + prism_client::MAX_SUBTASK_READS);
+}
+
+#[tokio::test]
+async fn a_prism_central_without_templates_lists_none() {
+    // An empty v4 list may omit `data` (nutanix.ansible ntnx_templates_info_v2); `null` is read the same way.
+    let router = Router::new().route(
+        "/api/vmm/v4.0/content/templates",
+        get(|axum::extract::RawQuery(query): axum::extract::RawQuery| async move {
+            if query.unwrap_or_default().contains("$limit=7") {
+                Json(json!({"data": null, "metadata": {"totalAvailableResults": 0}}))
+            } else {
+                Json(json!({"metadata": {"totalAvailableResults": 0, "flags": []},
+                    "$reserved": {"$fv": "v4.r0"}, "$objectType": "vmm.v4.content.ListTemplatesApiResponse"}))
+            }
+        }),
+    );
+    let (addr, seen) = serve(router).await;
+    let client = client(addr);
+    assert_eq!(client.list_all_templates().await.unwrap(), []);
+    assert!(client.find_template_by_name("win").await.unwrap().is_none());
+    assert!(client.list_templates(0, 7).await.unwrap().data.is_empty());
+    assert_eq!(seen.to("GET", "/api/vmm/v4.0/content/templates").len(), 3);
 }
 
 fn uuid_like(text: &str) -> bool {

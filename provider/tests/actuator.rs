@@ -392,7 +392,10 @@ async fn clone_then_follow_up_is_applied_once() {
     let vm = f.connection.get_vm(&uuid).await.unwrap().unwrap();
     let spec = vm.spec.unwrap();
     assert_eq!(spec.description.as_deref(), Some(plan.description.as_str()));
-    assert_eq!(spec.resources.power_state, prism_client::v3::PowerState::On);
+    assert_eq!(
+        spec.resources.power_state,
+        Some(prism_client::v3::PowerState::On)
+    );
     assert_eq!(
         f.connection.delete_vm(&uuid).await.unwrap(),
         DeleteOutcome::Accepted

@@ -1,7 +1,9 @@
 //! Shapes shared by every v3 entity: references, metadata, lists, messages, execution context.
 
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 
+use serde::de::{DeserializeOwned, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
@@ -50,6 +52,20 @@ impl Reference {
     }
 }
 
+/// The v3 schema's generic `reference` (task entities, a VM's host): unlike the typed references (`cluster_reference`,
+/// `subnet_reference`, ...), which require `kind` and `uuid`, it requires no field.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EntityReference {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
 /// `metadata` of any v3 entity (VMs, images, subnets, clusters, projects, hosts, users).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EntityMetadata {
@@ -68,9 +84,10 @@ pub struct EntityMetadata {
     pub project_reference: Option<Reference>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_reference: Option<Reference>,
-    /// Category key → value. An empty map is not sent.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub categories: BTreeMap<String, String>,
+    /// Category key → value. Kept as received, an empty map included, so that an update sends back what a GET
+    /// returned (real VMs carry `"categories": {}`: `hack/prism-mock/recorded/get_vm.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub categories: Option<BTreeMap<String, String>>,
     /// Category key → values, used when `use_categories_mapping` is true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub categories_mapping: Option<BTreeMap<String, Vec<String>>>,
@@ -211,16 +228,133 @@ pub struct ListMetadata {
 }
 
 /// Response of `POST /<kind>/list`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+///
+/// Each entity decodes on its own: one that does not (a VM in an odd state, a shape this crate does not expect)
+/// is left out of `entities` and reported in `skipped`, so that it never fails the whole page.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ListResponse<T> {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub api_version: Option<String>,
-    #[serde(default)]
     pub metadata: ListMetadata,
-    #[serde(default = "Vec::new")]
     pub entities: Vec<T>,
+    /// The entities of this page that could not be decoded; never sent.
+    #[serde(skip)]
+    pub skipped: Vec<SkippedEntity>,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// A listed entity that could not be decoded, with what could be read of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SkippedEntity {
+    /// `metadata.uuid` (else a top-level `uuid`), when it is a string.
+    pub uuid: Option<String>,
+    /// `spec.name`, else `status.name`, else `metadata.name`, else a top-level `name`.
+    pub name: Option<String>,
+    /// Why it did not decode (the decoder's message, cut to a few hundred characters).
+    pub reason: String,
+}
+
+impl SkippedEntity {
+    fn of(entity: &Value, error: &serde_json::Error) -> Self {
+        let text = |path: &[&str]| {
+            path.iter()
+                .try_fold(entity, |value, key| value.get(key))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        Self {
+            uuid: text(&["metadata", "uuid"]).or_else(|| text(&["uuid"])),
+            name: text(&["spec", "name"])
+                .or_else(|| text(&["status", "name"]))
+                .or_else(|| text(&["metadata", "name"]))
+                .or_else(|| text(&["name"])),
+            reason: crate::error::truncate(&error.to_string(), SKIPPED_REASON_CHARS),
+        }
+    }
+}
+
+impl std::fmt::Display for SkippedEntity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({}): {}",
+            self.uuid.as_deref().unwrap_or("<no uuid>"),
+            self.name.as_deref().unwrap_or("<no name>"),
+            self.reason
+        )
+    }
+}
+
+/// Characters of a decoder message kept in a [`SkippedEntity`].
+const SKIPPED_REASON_CHARS: usize = 300;
+
+/// One entity of a list: decoded, or kept aside with what could be read of it.
+enum ListedEntity<T> {
+    Read(T),
+    Unread(SkippedEntity),
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for ListedEntity<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        Ok(match T::deserialize(&value) {
+            Ok(entity) => Self::Read(entity),
+            Err(error) => Self::Unread(SkippedEntity::of(&value, &error)),
+        })
+    }
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for ListResponse<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct PageVisitor<T>(PhantomData<T>);
+
+        impl<'de, T: DeserializeOwned> Visitor<'de> for PageVisitor<T> {
+            type Value = ListResponse<T>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a v3 list response object")
+            }
+
+            // A map visitor rather than derived code: `#[serde(flatten)]` would buffer the whole page before any
+            // entity is looked at; here each entity is held as JSON only while it is decoded.
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut page = ListResponse {
+                    api_version: None,
+                    metadata: ListMetadata::default(),
+                    entities: Vec::new(),
+                    skipped: Vec::new(),
+                    extra: Extra::new(),
+                };
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "api_version" => page.api_version = map.next_value()?,
+                        "metadata" => {
+                            page.metadata = map
+                                .next_value::<Option<ListMetadata>>()?
+                                .unwrap_or_default();
+                        }
+                        "entities" => {
+                            let listed: Option<Vec<ListedEntity<T>>> = map.next_value()?;
+                            for entity in listed.into_iter().flatten() {
+                                match entity {
+                                    ListedEntity::Read(entity) => page.entities.push(entity),
+                                    ListedEntity::Unread(skipped) => page.skipped.push(skipped),
+                                }
+                            }
+                        }
+                        _ => {
+                            let value: Value = map.next_value()?;
+                            page.extra.insert(key, value);
+                        }
+                    }
+                }
+                Ok(page)
+            }
+        }
+
+        deserializer.deserialize_map(PageVisitor(PhantomData))
+    }
 }
 
 /// A procedural response: `{"task_uuid":"…"}` (clone, some actions).

@@ -15,8 +15,9 @@ mod tests;
 
 pub use category::{CategoryKey, CategoryValue};
 pub use common::{
-    DeleteResponse, DeleteStatus, EntityMetadata, EntityState, ExecutionContext, Extra,
-    ListMetadata, ListRequest, ListResponse, Message, Reference, SortOrder, TaskReference,
+    DeleteResponse, DeleteStatus, EntityMetadata, EntityReference, EntityState, ExecutionContext,
+    Extra, ListMetadata, ListRequest, ListResponse, Message, Reference, SkippedEntity, SortOrder,
+    TaskReference,
 };
 pub use inventory::{
     Cluster, ClusterConfig, ClusterResources, ClusterSpec, ClusterStatus, Host, HostGpu,

@@ -2,7 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::common::{Extra, Reference};
+use serde::Deserializer;
+use serde_json::Value;
+
+use super::common::{EntityReference, Extra, Message, Reference};
 use crate::open_enum::open_enum;
 
 open_enum! {
@@ -46,10 +49,21 @@ pub struct Task {
     pub operation_type: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_detail: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// A string in the v3 schema (`task.error_code`), read as a number too: peers treat it as an HTTP-like
+    /// status (nutanix.ansible `plugins/module_utils/v3/prism/tasks.py` reports it as `status_code`). A number is
+    /// kept as its decimal text.
+    #[serde(
+        default,
+        deserialize_with = "string_or_number",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub error_code: Option<String>,
+    /// Messages with a machine-readable `reason`, as in a v3 error body. Not in the schema's `task`: read when
+    /// present (no real task answer with it was found), so that a cause is never lost.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub entity_reference_list: Vec<Reference>,
+    pub message_list: Vec<Message>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entity_reference_list: Vec<EntityReference>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subtask_reference_list: Vec<Reference>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -68,4 +82,20 @@ pub struct Task {
     pub api_version: Option<String>,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// `"500"`, `500` or `null`.
+fn string_or_number<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
+    Ok(match Option::<Value>::deserialize(deserializer)? {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(text),
+        Some(Value::Number(number)) => Some(number.to_string()),
+        Some(other) => {
+            return Err(serde::de::Error::custom(format!(
+                "error_code must be a string or a number, not {other}"
+            )));
+        }
+    })
 }

@@ -79,7 +79,7 @@ fn get_response_decodes_defaults_and_task_uuid_list() {
 #[test]
 fn update_input_keeps_unknown_fields_and_drops_status_and_spec_hash() {
     let mut vm: Vm = serde_json::from_str(VM_GET).unwrap();
-    vm.spec.as_mut().unwrap().resources.memory_size_mib = 16384;
+    vm.spec.as_mut().unwrap().resources.memory_size_mib = Some(16384);
     let input = vm.into_update_input().unwrap();
     let sent = serde_json::to_value(&input).unwrap();
 
@@ -125,7 +125,7 @@ fn unknown_enum_values_decode_and_serialise_back() {
     );
     assert_eq!(
         resources.power_state,
-        PowerState::Other("PAUSED".to_owned())
+        Some(PowerState::Other("PAUSED".to_owned()))
     );
     assert_eq!(
         vm.state(),
@@ -142,10 +142,10 @@ fn a_minimal_intent_sends_only_what_is_set() {
         spec: VmSpec {
             name: "m".to_owned(),
             resources: VmResources {
-                num_sockets: 1,
-                num_vcpus_per_socket: 2,
-                memory_size_mib: 4096,
-                power_state: PowerState::On,
+                num_sockets: Some(1),
+                num_vcpus_per_socket: Some(2),
+                memory_size_mib: Some(4096),
+                power_state: Some(PowerState::On),
                 nic_list: vec![Nic::on_subnet("s")],
                 ..VmResources::default()
             },
@@ -311,4 +311,61 @@ fn delete_response_names_its_task() {
         response.status.unwrap().state,
         Some(EntityState::DeletePending)
     );
+}
+
+#[test]
+fn fields_the_schema_leaves_optional_may_be_absent_and_stay_absent_on_the_way_back() {
+    // What v3/swagger.json (prism-go-client) requires: `vm` needs `name` and `resources`; `vm_resources`, `vm_gpu`
+    // and the generic `reference` need nothing; `disk_address` needs `adapter_type` and `device_index`.
+    let body = json!({
+        "api_version": "3.1",
+        "metadata": {"kind": "vm", "uuid": "u"},
+        "spec": {"name": "bare", "resources": {
+            "disk_list": [{"device_properties": {"disk_address": {"adapter_type": "SCSI", "device_index": 0}}}],
+            "nic_list": [], "gpu_list": [{"device_id": 7}]}},
+        "status": {"state": "COMPLETE", "resources": {"host_reference": {"kind": "host"}}}
+    });
+    let vm: Vm = serde_json::from_value(body.clone()).unwrap();
+    let resources = &vm.spec.as_ref().unwrap().resources;
+    assert_eq!(
+        (
+            resources.num_sockets,
+            resources.num_vcpus_per_socket,
+            resources.memory_size_mib,
+            resources.power_state.as_ref()
+        ),
+        (None, None, None, None)
+    );
+    assert_eq!(
+        resources.disk_list[0]
+            .device_properties
+            .as_ref()
+            .unwrap()
+            .device_type,
+        None
+    );
+    assert_eq!(
+        (
+            resources.gpu_list[0].vendor.as_ref(),
+            resources.gpu_list[0].mode.as_ref()
+        ),
+        (None, None)
+    );
+    let host = vm
+        .status
+        .as_ref()
+        .unwrap()
+        .resources
+        .as_ref()
+        .unwrap()
+        .host_reference
+        .as_ref();
+    assert_eq!(host.and_then(|host| host.uuid.as_deref()), None);
+    assert_eq!(serde_json::to_value(&vm).unwrap(), body);
+
+    let task: Task = serde_json::from_value(json!({
+        "status": "SUCCEEDED", "entity_reference_list": [{"kind": "vm"}, {"kind": "vm", "uuid": "v"}]
+    }))
+    .unwrap();
+    assert_eq!(task.entity_reference_list[1].uuid.as_deref(), Some("v"));
 }

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::common::{EntityMetadata, EntityState, ExecutionContext, Extra, Message, Reference};
+use super::common::{
+    EntityMetadata, EntityReference, EntityState, ExecutionContext, Extra, Message, Reference,
+};
 use crate::open_enum::open_enum;
 use crate::sensitive::Sensitive;
 
@@ -139,16 +141,21 @@ pub struct VmSpec {
 
 /// `spec.resources` of a VM.
 ///
-/// `hardware_clock_timezone` and `machine_type` are optional (unlike the socket, CPU, memory and power fields,
-/// which Prism always fills in on GET) so that a VM created elsewhere without them still decodes.
+/// Every field is optional: `vm_resources` in the v3 schema (nutanix-cloud-native/prism-go-client
+/// `v3/swagger.json`) requires none, and a real create echo (`hack/prism-mock/recorded/create_vm.json`) has no
+/// `num_vcpus_per_socket` nor `power_state`. An absent field is not sent back on update.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct VmResources {
-    pub num_sockets: u32,
-    pub num_vcpus_per_socket: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_sockets: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_vcpus_per_socket: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_threads_per_core: Option<u32>,
-    pub memory_size_mib: u64,
-    pub power_state: PowerState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_size_mib: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_state: Option<PowerState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware_clock_timezone: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -188,10 +195,12 @@ pub struct Disk {
     pub extra: Extra,
 }
 
-/// `disk_list[].device_properties`.
+/// `disk_list[].device_properties`. The schema leaves it an open object and prism-go-client's
+/// `VMDiskDeviceProperties` makes `device_type` optional; `disk_address` requires both of its fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceProperties {
-    pub device_type: DeviceType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_type: Option<DeviceType>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_address: Option<DiskAddress>,
     #[serde(flatten)]
@@ -259,11 +268,13 @@ pub struct IpEndpoint {
     pub extra: Extra,
 }
 
-/// A GPU requested for (or attached to) a VM.
+/// A GPU requested for (or attached to) a VM. `vm_gpu` in the v3 schema requires no field.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Gpu {
-    pub vendor: GpuVendor,
-    pub mode: GpuMode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<GpuVendor>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<GpuMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_id: Option<i64>,
     #[serde(flatten)]
@@ -407,7 +418,7 @@ pub struct VmStatusResources {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hypervisor_type: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host_reference: Option<Reference>,
+    pub host_reference: Option<EntityReference>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_sockets: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

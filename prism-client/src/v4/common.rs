@@ -15,6 +15,26 @@ pub struct Envelope<T> {
     pub extra: Extra,
 }
 
+/// A v4 list response: `{"data": [...], "metadata": {...}}`. A list with no item may have no `data` at all
+/// (nutanix.ansible `plugins/modules/ntnx_templates_info_v2.py` answers `[]` when the SDK's
+/// `ListTemplatesApiResponse.data`, an optional field, is unset); a missing or null `data` is an empty page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(bound(deserialize = "T: Deserialize<'de>"))]
+pub struct ListEnvelope<T> {
+    #[serde(default = "Vec::new", deserialize_with = "null_as_empty")]
+    pub data: Vec<T>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ListMetadata>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Vec<T>, D::Error> {
+    Ok(Option::<Vec<T>>::deserialize(deserializer)?.unwrap_or_default())
+}
+
 /// `metadata` of a v4 response; lists carry `totalAvailableResults`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -9,7 +9,7 @@ mod template;
 #[cfg(test)]
 mod tests;
 
-pub use common::{AppMessage, Envelope, ErrorData, ExtIdReference, ListMetadata};
+pub use common::{AppMessage, Envelope, ErrorData, ExtIdReference, ListEnvelope, ListMetadata};
 pub use task::{EntityAffected, SubTaskReference, Task, TaskStatus};
 pub use template::{
     CLOUD_INIT_OBJECT_TYPE, CONFIG_DRIVE_V2, CloudInit, CloudInitScript, GuestCustomization,

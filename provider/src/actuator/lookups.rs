@@ -507,9 +507,11 @@ pub fn vm_source(vm: &Vm) -> ResolvedSource {
         .map(|r| r.disk_list.as_slice())
         .unwrap_or_default();
     let is_disk = |disk: &&prism_client::v3::Disk| {
-        disk.device_properties
-            .as_ref()
-            .is_none_or(|p| p.device_type == prism_client::v3::DeviceType::Disk)
+        disk.device_properties.as_ref().is_none_or(|p| {
+            p.device_type
+                .as_ref()
+                .is_none_or(|t| *t == prism_client::v3::DeviceType::Disk)
+        })
     };
     let at_scsi_0 = |disk: &&prism_client::v3::Disk| {
         disk.device_properties

@@ -89,6 +89,13 @@ impl Default for ControllerSettings {
     }
 }
 
+/// The watched Secrets and the channel naming each one the store has just taken in.
+#[derive(Debug)]
+pub struct WatchedSecrets {
+    pub store: Store<Secret>,
+    pub changes: broadcast::Sender<ObjectRef<Secret>>,
+}
+
 /// What every controller shares.
 pub struct Shared {
     pub client: kube::Client,
@@ -126,10 +133,13 @@ impl Shared {
         actuator: Arc<Actuator>,
         metrics: Arc<Metrics>,
         settings: ControllerSettings,
-        secrets: Store<Secret>,
-        secret_changes: broadcast::Sender<ObjectRef<Secret>>,
+        secrets: WatchedSecrets,
         instance: String,
     ) -> Self {
+        let WatchedSecrets {
+            store: secrets,
+            changes: secret_changes,
+        } = secrets;
         let recorder = Recorder::new(
             client.clone(),
             Reporter {

@@ -202,7 +202,7 @@ pub fn read_task(
         TaskProgress::Running { status, .. } => TaskReading::Running {
             status: status.clone(),
         },
-        TaskProgress::Succeeded { entities } => match task.operation {
+        TaskProgress::Succeeded { entities, .. } => match task.operation {
             TaskOperation::FollowUp => TaskReading::FollowUpApplied,
             TaskOperation::Deploy => match created_vm(entities, None, None) {
                 Some(vm) => TaskReading::Created { vm_uuid: Some(vm) },

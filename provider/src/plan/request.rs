@@ -125,7 +125,7 @@ fn create_body(plan: &VmPlan, image: &EntityRef, vm_uuid: &str) -> VmIntentInput
         metadata: EntityMetadata {
             uuid: Some(vm_uuid.to_owned()),
             project_reference: plan.project.as_ref().map(|p| p.reference("project")),
-            categories: plan.categories.clone(),
+            categories: (!plan.categories.is_empty()).then(|| plan.categories.clone()),
             ..EntityMetadata::of_kind("vm")
         },
         spec: VmSpec {
@@ -133,11 +133,11 @@ fn create_body(plan: &VmPlan, image: &EntityRef, vm_uuid: &str) -> VmIntentInput
             description: Some(plan.description.clone()),
             cluster_reference: Some(plan.cluster.reference("cluster")),
             resources: VmResources {
-                num_sockets: plan.num_sockets,
-                num_vcpus_per_socket: plan.vcpus_per_socket,
+                num_sockets: Some(plan.num_sockets),
+                num_vcpus_per_socket: Some(plan.vcpus_per_socket),
                 num_threads_per_core: None,
-                memory_size_mib: plan.memory_mib,
-                power_state: PowerState::On,
+                memory_size_mib: Some(plan.memory_mib),
+                power_state: Some(PowerState::On),
                 hardware_clock_timezone: Some("UTC".to_owned()),
                 machine_type: (plan.boot == BootPlan::SecureBoot).then_some(MachineType::Q35),
                 boot_config: boot_config(plan.boot),
@@ -230,7 +230,7 @@ fn boot_config(boot: BootPlan) -> Option<BootConfig> {
 fn data_disk(disk: &PlannedDataDisk) -> Disk {
     let device_properties = match &disk.address {
         Some(address) => DeviceProperties {
-            device_type: device_type(&address.device_type),
+            device_type: Some(device_type(&address.device_type)),
             disk_address: Some(DiskAddress {
                 adapter_type: adapter_type(&address.adapter),
                 device_index: address.index,
@@ -239,7 +239,7 @@ fn data_disk(disk: &PlannedDataDisk) -> Disk {
             extra: Extra::new(),
         },
         None => DeviceProperties {
-            device_type: DeviceType::Disk,
+            device_type: Some(DeviceType::Disk),
             disk_address: None,
             extra: Extra::new(),
         },
@@ -285,8 +285,8 @@ fn gpu(gpu: &PlannedGpu) -> v3::Gpu {
             mode,
             device_id,
         } => v3::Gpu {
-            vendor: vendor.clone(),
-            mode: mode.clone(),
+            vendor: Some(vendor.clone()),
+            mode: Some(mode.clone()),
             device_id: *device_id,
             extra: Extra::new(),
         },
@@ -297,8 +297,8 @@ fn gpu(gpu: &PlannedGpu) -> v3::Gpu {
                 extra.insert("name".to_owned(), serde_json::Value::String(name.clone()));
             }
             v3::Gpu {
-                vendor: v3::GpuVendor::Other(String::new()),
-                mode: v3::GpuMode::Other(String::new()),
+                vendor: Some(v3::GpuVendor::Other(String::new())),
+                mode: Some(v3::GpuMode::Other(String::new())),
                 device_id: wanted.device_id.map(i64::from),
                 extra,
             }
@@ -422,6 +422,7 @@ impl FollowUpUpdate {
             set(input
                 .metadata
                 .categories
+                .get_or_insert_default()
                 .insert(key.clone(), value.clone())
                 .as_ref()
                 != Some(value));
@@ -454,8 +455,8 @@ impl FollowUpUpdate {
             }
         }
         if self.power_on {
-            set(self.reassert_power || input.spec.resources.power_state != PowerState::On);
-            input.spec.resources.power_state = PowerState::On;
+            set(self.reassert_power || input.spec.resources.power_state != Some(PowerState::On));
+            input.spec.resources.power_state = Some(PowerState::On);
         }
         Ok(changed)
     }
@@ -464,9 +465,11 @@ impl FollowUpUpdate {
 /// The boot disk of a cloned or deployed VM: the disk at SCSI 0, else the first DISK.
 fn system_disk(disks: &mut [Disk]) -> Option<&mut Disk> {
     let is_disk = |disk: &Disk| {
-        disk.device_properties
-            .as_ref()
-            .is_none_or(|p| p.device_type == DeviceType::Disk)
+        disk.device_properties.as_ref().is_none_or(|p| {
+            p.device_type
+                .as_ref()
+                .is_none_or(|t| *t == DeviceType::Disk)
+        })
     };
     let at_scsi_0 = |disk: &Disk| {
         disk.device_properties

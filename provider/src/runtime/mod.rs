@@ -27,7 +27,7 @@ use tokio::task::JoinSet;
 use tracing_subscriber::EnvFilter;
 
 use crate::actuator::{Actuator, ActuatorSettings};
-use crate::controller::{ControllerSettings, Shared, controllers};
+use crate::controller::{ControllerSettings, Shared, WatchedSecrets, controllers};
 use crate::metrics::Metrics;
 use cli::{MACHINE_API_MIGRATION, PrismArgs, RunArgs, parse_listen_address};
 
@@ -301,8 +301,10 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
         actuator,
         metrics,
         settings,
-        secrets,
-        secret_changes,
+        WatchedSecrets {
+            store: secrets,
+            changes: secret_changes,
+        },
         identity,
     ));
     let mut running = JoinSet::new();

@@ -14,6 +14,7 @@ fn failure(detail: &str, subtasks: &[&str]) -> TaskFailure {
         error_code: None,
         error_detail: Some(detail.into()),
         progress_message: None,
+        messages: PrismMessages::default(),
         subtask_errors: subtasks
             .iter()
             .map(|detail| SubtaskError {
@@ -21,6 +22,7 @@ fn failure(detail: &str, subtasks: &[&str]) -> TaskFailure {
                 end: TaskEnd::Failed,
                 error_code: None,
                 error_detail: Some((*detail).into()),
+                messages: PrismMessages::default(),
             })
             .collect(),
     }
@@ -83,6 +85,7 @@ fn messages(reason: &str, details: Option<&str>) -> PrismMessages {
         reason: Some(reason.into()),
         message: Some("Request could not be processed.".into()),
         details: details.map(str::to_owned),
+        ..PrismMessage::default()
     }])
 }
 
@@ -122,6 +125,7 @@ fn create_errors_are_classified() {
         endpoint: "POST /vms",
         status: 500,
         messages: PrismMessages::default(),
+        retry_after: None,
     };
     let transport = Error::Transport {
         endpoint: "POST /vms",
@@ -197,6 +201,7 @@ fn task_reads() {
     };
     let deployed = TaskProgress::Succeeded {
         entities: vec![cluster.clone(), vm],
+        unread_subtasks: Vec::new(),
     };
     assert_eq!(
         read_task(&task(TaskOperation::Deploy), &deployed, None),
@@ -209,7 +214,8 @@ fn task_reads() {
         read_task(
             &task(TaskOperation::Deploy),
             &TaskProgress::Succeeded {
-                entities: vec![cluster]
+                entities: vec![cluster],
+                unread_subtasks: Vec::new(),
             },
             None,
         ),
@@ -218,6 +224,7 @@ fn task_reads() {
     );
     let created = TaskProgress::Succeeded {
         entities: Vec::new(),
+        unread_subtasks: Vec::new(),
     };
     assert_eq!(
         read_task(&task(TaskOperation::Clone), &created, Some("v-1")),
@@ -451,6 +458,7 @@ fn vm_entity(uuid: &str) -> TaskEntity {
 fn succeeded(uuids: &[&str]) -> TaskProgress {
     TaskProgress::Succeeded {
         entities: uuids.iter().map(|uuid| vm_entity(uuid)).collect(),
+        unread_subtasks: Vec::new(),
     }
 }
 
@@ -528,7 +536,10 @@ fn a_deploy_found_through_its_subtasks_names_its_vm() {
     assert_eq!(
         read_task(
             &task(TaskOperation::Deploy),
-            &TaskProgress::Succeeded { entities },
+            &TaskProgress::Succeeded {
+                entities,
+                unread_subtasks: Vec::new()
+            },
             None
         ),
         TaskReading::Created {

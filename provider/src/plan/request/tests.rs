@@ -363,7 +363,7 @@ fn a_reasserted_power_on_is_sent_although_the_spec_already_asks_for_it() {
     let update = FollowUpUpdate::reassert_power("d".into());
     let mut input = cloned_vm().into_update_input().unwrap();
     input.spec.description = Some("d".into());
-    input.spec.resources.power_state = PowerState::On;
+    input.spec.resources.power_state = Some(PowerState::On);
     assert_eq!(
         update.apply(&mut input),
         Ok(true),
