@@ -16,6 +16,8 @@ use crate::seed::{GuestOs, Seed, SeedError};
 #[derive(Debug, Clone)]
 pub(crate) struct Table {
     pub(crate) kind: &'static str,
+    /// Whether its list honours `offset` and `length`.
+    paginated: bool,
     order: Vec<String>,
     by_uuid: HashMap<String, Value>,
 }
@@ -24,8 +26,17 @@ impl Table {
     pub(crate) fn new(kind: &'static str) -> Self {
         Self {
             kind,
+            paginated: true,
             order: Vec::new(),
             by_uuid: HashMap::new(),
+        }
+    }
+
+    /// A table whose list answers every match whatever the page asked (see [`Table::list`]).
+    pub(crate) fn unpaged(kind: &'static str) -> Self {
+        Self {
+            paginated: false,
+            ..Self::new(kind)
         }
     }
 
@@ -69,9 +80,14 @@ impl Table {
         ["name", kind_name]
     }
 
-    /// Answers a list request over this table.
+    /// Answers a list request over this table. `POST /hosts/list` (an [`Table::unpaged`] table) does not paginate: it answers every host
+    /// whatever `offset` and `length` say (nutanix-cloud-native/cluster-api-provider-nutanix#577: "the API
+    /// endpoint does not even support pagination", which broke prism-go-client's `ListAllHost` paging loop).
     pub(crate) fn list(&self, body: &[u8]) -> Result<Value, ApiError> {
-        let query = ListQuery::parse(body, self.kind, &self.known_filters())?;
+        let mut query = ListQuery::parse(body, self.kind, &self.known_filters())?;
+        if !self.paginated {
+            query.unpaged();
+        }
         let matching: Vec<&Value> = self
             .iter()
             .filter(|e| {

@@ -159,6 +159,12 @@ impl ListQuery {
         })
     }
 
+    /// Drops the page: every match is answered, from the first.
+    pub(crate) fn unpaged(&mut self) {
+        self.offset = 0;
+        self.length = usize::MAX;
+    }
+
     /// Sorts (when asked) by name and cuts the page; `name` gives each item's name.
     pub(crate) fn page<T>(&self, mut items: Vec<T>, name: impl Fn(&T) -> &str) -> (usize, Vec<T>) {
         if self.sort_by_name {

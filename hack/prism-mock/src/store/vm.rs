@@ -14,7 +14,9 @@ use super::Store;
 use super::entities::reference;
 use super::list::ListQuery;
 use super::net::Ipv4Net;
-use super::tasks::{Effect, FailPlan};
+use super::schema;
+use super::tasks::{Effect, FailOutcome, FailPlan};
+use super::templates::secure_boot_cdrom_refusal;
 use crate::errors::ApiError;
 use crate::seed::{GuestOs, SeedError, VmSeed};
 
@@ -23,7 +25,8 @@ const KIND: &str = "vm";
 const MAX_USER_DATA: usize = 128_000;
 const MAX_META_DATA: usize = 32_000;
 const MAX_UNATTEND_XML: usize = 32_000;
-const MAX_NAME: usize = 80;
+/// `vm.name` maxLength in the v3 swagger (`vm_clone_override_spec.name` has 80, checked in `schema`).
+const MAX_NAME: usize = 256;
 
 /// What the guest currently reports on its NICs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -590,8 +593,13 @@ impl Store {
                     }
                 }
             }
+            let given_bytes = d.get("disk_size_bytes").and_then(Value::as_i64);
             let size_mib = match d.get("disk_size_mib") {
-                None | Some(Value::Null) => image_size.map(|s| s as i64),
+                // A disk given by its size in bytes alone is accepted (`vm_disk` requires neither size);
+                // rounding a size that is not a whole MiB up is the mock's choice.
+                None | Some(Value::Null) => given_bytes
+                    .map(|b| b.saturating_add((1 << 20) - 1) >> 20)
+                    .or(image_size.map(|s| s as i64)),
                 Some(v) => match v.as_i64() {
                     Some(n) => Some(n),
                     None => {
@@ -626,7 +634,8 @@ impl Store {
                                 format!("{n} is smaller than the image ({img} MiB)"),
                             );
                         }
-                        if let Some(bytes) = d.get("disk_size_bytes").and_then(Value::as_i64)
+                        if let Some(bytes) = given_bytes
+                            && d.get("disk_size_mib").is_some_and(|m| !m.is_null())
                             && bytes != n.saturating_mul(1 << 20)
                         {
                             detail(
@@ -1192,9 +1201,11 @@ impl Store {
         };
         self.vm_order.insert(seq, uuid.to_owned());
         self.vms.insert(uuid.to_owned(), vm);
-        exhausted.map(|subnet| FailPlan {
-            subtask_error: format!("IP pool of subnet '{subnet}' is exhausted"),
-            leave_vm_in_error: false,
+        exhausted.map(|subnet| {
+            FailPlan::in_subtask(
+                format!("IP pool of subnet '{subnet}' is exhausted"),
+                FailOutcome::RemoveVm,
+            )
         })
     }
 
@@ -1335,18 +1346,16 @@ impl Store {
         body: &Value,
         fail: Option<FailPlan>,
     ) -> Result<Value, ApiError> {
+        refuse_by_schema(schema::check_vm_intent(body))?;
         let metadata = body.get("metadata").cloned().unwrap_or_else(|| json!({}));
         let spec_in = body.get("spec").cloned().unwrap_or(Value::Null);
         let uuid = self.uuid_for_new_vm(&metadata, now)?;
         let prepared = self
             .prepare_vm(&spec_in, &metadata, None)
             .map_err(|d| ApiError::invalid(KIND, d))?;
+        let fail = fail.or_else(|| secure_boot_cdrom_refusal(&prepared.spec));
         let task_uuid = self.start_create(now, &uuid, prepared, None, "kVmCreate", fail);
-        let mut response = self.pending_response(&uuid, &spec_in, &task_uuid);
-        if let Some(obj) = response.get_mut("metadata").and_then(Value::as_object_mut) {
-            obj.insert("spec_version".to_owned(), json!(0));
-        }
-        Ok(response)
+        Ok(self.pending_response(&uuid, &metadata, &spec_in, &task_uuid, 0))
     }
 
     fn start_create(
@@ -1378,21 +1387,45 @@ impl Store {
         task
     }
 
-    fn pending_response(&self, uuid: &str, spec_in: &Value, task_uuid: &str) -> Value {
-        let (spec_version, meta) = match self.vms.get(uuid) {
-            Some(vm) => (vm.spec_version, vm.meta.clone()),
-            None => (0, VmMeta::default()),
-        };
+    /// The 202 body of a create or update: the spec as sent, `status` PENDING with the task UUID as a string,
+    /// `metadata` with `kind`, `uuid`, `spec_version` (0 after a create; on an update the version it was applied
+    /// to: the recorded PUT of update_vm.json answered the VM's 0) and `use_categories_mapping` (create_vm.json,
+    /// update_vm.json), plus the categories and project when the request carried them.
+    fn pending_response(
+        &self,
+        uuid: &str,
+        metadata_in: &Value,
+        spec_in: &Value,
+        task_uuid: &str,
+        spec_version: u64,
+    ) -> Value {
+        let meta = self
+            .vms
+            .get(uuid)
+            .map(|vm| vm.meta.clone())
+            .unwrap_or_default();
+        let mut metadata = json!({
+            "kind": KIND,
+            "uuid": uuid,
+            "spec_version": spec_version,
+            "use_categories_mapping": meta.use_categories_mapping,
+        });
+        if let Some(obj) = metadata.as_object_mut() {
+            let given = |key: &str| metadata_in.get(key).is_some_and(|v| !v.is_null());
+            if given("categories") || given("categories_mapping") {
+                obj.insert("categories".to_owned(), Value::Object(meta.categories));
+                obj.insert(
+                    "categories_mapping".to_owned(),
+                    Value::Object(meta.categories_mapping),
+                );
+            }
+            if let Some(project) = meta.project.filter(|_| given("project_reference")) {
+                obj.insert("project_reference".to_owned(), project);
+            }
+        }
         json!({
             "api_version": "3.1",
-            "metadata": {
-                "kind": KIND,
-                "uuid": uuid,
-                "spec_version": spec_version,
-                "use_categories_mapping": meta.use_categories_mapping,
-                "categories": meta.categories,
-                "categories_mapping": meta.categories_mapping,
-            },
+            "metadata": metadata,
             "spec": spec_in,
             "status": {"state": "PENDING", "execution_context": {"task_uuid": task_uuid}},
         })
@@ -1406,6 +1439,7 @@ impl Store {
         body: &Value,
         fail: Option<FailPlan>,
     ) -> Result<Value, ApiError> {
+        refuse_by_schema(schema::check_vm_intent(body))?;
         let existing = self
             .vms
             .get(uuid)
@@ -1426,7 +1460,11 @@ impl Store {
                 "is required on update",
             ));
         };
-        if given != existing.spec_version {
+        // A stale spec_version is refused (terraform-provider-nutanix#268: a PUT with the spec_version read
+        // before an out-of-band change failed; gomorpheus/morpheus-nutanix-prism-plugin retries on the 409 "Edit
+        // conflict"). A newer one is accepted: the recorded PUT of update_vm.json sent spec_version 1 to a VM at
+        // 0 and got a 202.
+        if given < existing.spec_version {
             return Err(ApiError::conflict(
                 KIND,
                 "CONCURRENT_REQUESTS_NOT_ALLOWED",
@@ -1442,9 +1480,11 @@ impl Store {
             .map_err(|d| ApiError::invalid(KIND, d))?;
         let mut exhausted = None;
         let nics = self.allocate_nics(&prepared.nics, &mut exhausted);
-        let fail = fail.or(exhausted.map(|subnet| FailPlan {
-            subtask_error: format!("IP pool of subnet '{subnet}' is exhausted"),
-            leave_vm_in_error: false,
+        let fail = fail.or(exhausted.map(|subnet| {
+            FailPlan::in_subtask(
+                format!("IP pool of subnet '{subnet}' is exhausted"),
+                FailOutcome::RemoveVm,
+            )
         }));
         let wall = self.wall(now);
         let previous_spec = existing.spec.clone();
@@ -1472,7 +1512,7 @@ impl Store {
         if let Some(vm) = self.vms.get_mut(uuid) {
             vm.task_uuids = vec![task.clone()];
         }
-        Ok(self.pending_response(uuid, &spec_in, &task))
+        Ok(self.pending_response(uuid, &metadata, &spec_in, &task, existing.spec_version))
     }
 
     /// `DELETE /vms/{uuid}`: DELETE_PENDING until the task ends, then gone. A repeated DELETE returns the same task.
@@ -1524,6 +1564,7 @@ impl Store {
         body: &Value,
         fail: Option<FailPlan>,
     ) -> Result<Value, ApiError> {
+        refuse_by_schema(schema::check_clone_input(body))?;
         let source =
             self.vms.get(source_uuid).cloned().ok_or_else(|| {
                 ApiError::not_found(KIND, format!("VM {source_uuid} was not found"))
@@ -1533,7 +1574,27 @@ impl Store {
             .get("override_spec")
             .cloned()
             .unwrap_or_else(|| json!({}));
-        let uuid = self.uuid_for_new_vm(&metadata, now)?;
+        if self.clone_behaviour.concurrent_clones_conflict
+            && self.clone_sources.iter().any(|(task, from)| {
+                from == source_uuid && self.tasks.get(task).is_some_and(|t| !t.status.ended())
+            })
+        {
+            return Err(ApiError::conflict(
+                KIND,
+                "CONCURRENT_REQUESTS_NOT_ALLOWED",
+                format!("VM {source_uuid} is the source of a clone in progress"),
+            ));
+        }
+        let requested = self.uuid_for_new_vm(&metadata, now)?;
+        let uuid = if self.clone_behaviour.ignores_requested_uuid
+            && metadata.get("uuid").is_some_and(Value::is_string)
+        {
+            self.new_uuid()
+        } else {
+            requested
+        };
+        // The clone input has no cluster reference (`vm_clone_override_spec` in the v3 swagger): the clone lands
+        // on the source VM's cluster, whatever else the body carries.
         let mut spec = source.spec.clone();
         let mut details = Details::new();
         if let Some(obj) = spec.as_object_mut() {
@@ -1598,7 +1659,10 @@ impl Store {
                 return Err(ApiError::invalid(KIND, d));
             }
         };
+        let fail = fail.or_else(|| secure_boot_cdrom_refusal(&prepared.spec));
         let task = self.start_create(now, &uuid, prepared, Some(source.os), "kVmClone", fail);
+        self.clone_sources
+            .insert(task.clone(), source_uuid.to_owned());
         Ok(json!({"task_uuid": task}))
     }
 
@@ -1621,12 +1685,17 @@ impl Store {
         ))
     }
 
-    /// Commits VMs prepared by [`Store::create_vm_from_spec`] under one task.
+    /// Commits VMs prepared by [`Store::create_vm_from_spec`] under one deploy task. The task names only the
+    /// template (`vmm:content:templates`); each VM has a subtask of its own that names it and moves with the
+    /// deploy (the Ansible collection's ntnx_templates_deploy_v2 RETURN block: a real deploy task lists the
+    /// template in `entities_affected` and its work in `sub_tasks`). One `kVmCreate` subtask per VM is the
+    /// mock's reading: the recorded answer shows three subtasks without saying what each one did.
     pub(crate) fn commit_deploy(
         &mut self,
         now: Instant,
         prepared: Vec<(String, DeployVm)>,
         cluster: &str,
+        template: &str,
         fail: Option<FailPlan>,
     ) -> String {
         let mut uuids = Vec::new();
@@ -1636,16 +1705,16 @@ impl Store {
             fail = fail.or(exhausted);
             uuids.push(uuid);
         }
-        let entities = uuids.iter().map(|u| ("vm", u.clone())).collect();
         let task = self.create_task(
             now,
             "kVmTemplateDeploy",
-            entities,
+            vec![("template", template.to_owned())],
             Some(cluster.to_owned()),
             Effect::Create { vms: uuids.clone() },
             fail,
         );
         for uuid in &uuids {
+            self.add_follower_subtask(&task, "kVmCreate", uuid);
             if let Some(vm) = self.vms.get_mut(uuid) {
                 vm.task_uuids = vec![task.clone()];
             }
@@ -1655,33 +1724,41 @@ impl Store {
 
     pub(crate) fn finish_vm_create(&mut self, uuid: &str, fail: Option<&FailPlan>, at: Instant) {
         let listed_from = (!self.list_lag.is_zero()).then(|| at + self.list_lag);
-        match fail {
-            Some(plan) if !plan.leave_vm_in_error => {
-                self.remove_vm(uuid);
-            }
-            Some(plan) => {
-                if let Some(vm) = self.vms.get_mut(uuid) {
-                    vm.listed = true;
-                    vm.listed_from = listed_from;
-                    vm.error = Some(plan.subtask_error.clone());
-                }
-            }
-            None => {
-                let wants_on = match self.vms.get_mut(uuid) {
-                    Some(vm) => {
-                        vm.listed = true;
-                        vm.listed_from = listed_from;
+        let outcome = fail.map(|plan| plan.outcome);
+        if outcome == Some(FailOutcome::RemoveVm) {
+            self.remove_vm(uuid);
+            return;
+        }
+        let wants_on = match self.vms.get_mut(uuid) {
+            Some(vm) => {
+                vm.listed = true;
+                vm.listed_from = listed_from;
+                match (outcome, fail) {
+                    (Some(FailOutcome::LeaveVmInError), Some(plan)) => {
+                        vm.error = Some(plan.error.clone());
+                        false
+                    }
+                    (Some(FailOutcome::LeaveVmPoweredOff), _) => {
+                        // The power-on failed: the spec says OFF, as the VM is.
+                        if let Some(res) =
+                            vm.spec.get_mut("resources").and_then(Value::as_object_mut)
+                        {
+                            res.insert("power_state".to_owned(), json!("OFF"));
+                        }
+                        false
+                    }
+                    _ => {
                         vm.spec
                             .pointer("/resources/power_state")
                             .and_then(Value::as_str)
                             == Some("ON")
                     }
-                    None => return,
-                };
-                if wants_on {
-                    self.power_on(uuid, at);
                 }
             }
+            None => return,
+        };
+        if wants_on {
+            self.power_on(uuid, at);
         }
     }
 
@@ -2043,6 +2120,15 @@ impl Store {
         }
         self.finish_vm_create(&uuid, None, now);
         Ok(())
+    }
+}
+
+/// A 422 when the schema check found anything.
+fn refuse_by_schema(details: schema::Details) -> Result<(), ApiError> {
+    if details.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(KIND, details))
     }
 }
 
