@@ -329,3 +329,58 @@ async fn a_failed_power_on_fails_the_task_and_leaves_the_vm_powered_off() {
         .await;
     assert_eq!(listed.body["metadata"]["total_matches"], 1);
 }
+
+// Nutanix's current SDKs call vmm v4.3 and prism v4.4 (ntnx-vmm-py-client 4.3.2 TemplatesApi,
+// ntnx-prism-py-client 4.4.2 TasksApi); their models read `$reserved`/`$objectType` and copy the `ETag` of a
+// GET into `If-Match` (the Ansible collection's ntnx_templates_deploy_v2 fails without one).
+#[tokio::test]
+async fn v4_answers_carry_etag_and_reserved_under_v4_0_and_the_sdk_versions() {
+    let mock = start().await;
+    let api = Api::new(&mock);
+    let s = api.seeded().await;
+    for (version, fv) in [("v4.0", "v4.r0"), ("v4.3", "v4.r3")] {
+        let list = api
+            .get(&format!("/api/vmm/{version}/content/templates"))
+            .await;
+        assert_eq!(list.status, 200, "{version}: {}", list.text);
+        assert_eq!(list.body["$reserved"]["$fv"], fv);
+        assert_eq!(
+            list.body["$objectType"],
+            "vmm.v4.content.ListTemplatesApiResponse"
+        );
+        let ext_id = list.body["data"][0]["extId"].as_str().unwrap().to_owned();
+        let one = api
+            .get(&format!("/api/vmm/{version}/content/templates/{ext_id}"))
+            .await;
+        assert!(
+            one.headers.contains_key("etag"),
+            "{version}: {:?}",
+            one.headers
+        );
+        assert_eq!(one.body["data"]["$reserved"]["$fv"], fv);
+        assert_eq!(one.body["data"]["$objectType"], "vmm.v4.content.Template");
+    }
+    let ext_id = api.get("/api/vmm/v4.3/content/templates").await.body["data"][0]["extId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let deploy = api
+        .call(
+            reqwest::Method::POST,
+            &format!("/api/vmm/v4.3/content/templates/{ext_id}/$actions/deploy"),
+            Some(&json!({"numberOfVms": 1, "clusterReference": s.pe})),
+            &[("NTNX-Request-Id", "sdk-version-1")],
+        )
+        .await;
+    assert_eq!(deploy.status, 202, "{}", deploy.text);
+    let task_id = deploy.body["data"]["extId"].as_str().unwrap();
+    let task = api
+        .get(&format!("/api/prism/v4.4/config/tasks/{task_id}"))
+        .await;
+    assert_eq!(task.status, 200, "{}", task.text);
+    assert!(task.headers.contains_key("etag"));
+    assert_eq!(task.body["data"]["$reserved"]["$fv"], "v4.r4");
+    assert_eq!(task.body["data"]["$objectType"], "prism.v4.config.Task");
+    let href = task.body["data"]["subTasks"][0]["href"].as_str().unwrap();
+    assert!(href.contains("/api/prism/v4.4/config/tasks/"), "{href}");
+}

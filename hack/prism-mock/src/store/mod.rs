@@ -67,6 +67,7 @@ impl Ord for Scheduled {
 /// A reservation made through `POST /idempotence_identifiers`.
 #[derive(Debug, Clone)]
 pub(crate) struct Reservation {
+    pub(crate) client_identifier: String,
     pub(crate) uuids: Vec<String>,
     pub(crate) expires: Instant,
     pub(crate) expiration_time: String,
@@ -130,7 +131,7 @@ impl Store {
             username: config.credentials.username.clone(),
             user_uuid,
             pc_uuid: String::new(),
-            clusters: Table::new("cluster"),
+            clusters: Table::without_page_metadata("cluster"),
             hosts: Table::unpaged("host"),
             subnets: Table::new("subnet"),
             images: Table::new("image"),

@@ -216,6 +216,70 @@ fn detail(details: &mut Details, field: impl Into<String>, message: impl Into<St
     details.push((field.into(), message.into()));
 }
 
+/// `metadata.spec_hash` as real lists show it (list_vm.json, list_subnet.json, list_cluster.json).
+pub(crate) const SPEC_HASH: &str = "00000000000000000000000000000000000000000000000000";
+
+/// Name of the storage container disks land on (the recorded VM's, get_vm.json).
+const DEFAULT_CONTAINER: &str = "SelfServiceContainer";
+
+/// Server defaults of `spec.resources` a real GET shows on a VM created without them (get_vm.json, a VM created
+/// by create_vm.json's request, which sets none of these).
+fn fill_resource_defaults(res: &mut Map<String, Value>) {
+    let defaults = [
+        ("apc_config", json!({"enabled": false})),
+        ("memory_overcommit_enabled", json!(false)),
+        ("gpu_console_enabled", json!(false)),
+        ("is_vcpu_hard_pinned", json!(false)),
+        ("is_agent_vm", json!(false)),
+        ("disable_branding", json!(false)),
+        ("enable_cpu_passthrough", json!(false)),
+        ("hardware_virtualization_enabled", json!(false)),
+        ("vtpm_config", json!({"vtpm_enabled": false})),
+        ("gpu_list", json!([])),
+        ("vga_console_enabled", json!(true)),
+        ("vnuma_config", json!({"num_vnuma_nodes": 0})),
+        ("serial_port_list", json!([])),
+        ("cpu_hotplug_enabled", json!(true)),
+        ("scsi_controller_enabled", json!(true)),
+    ];
+    for (key, value) in defaults {
+        if res.get(key).is_none_or(Value::is_null) {
+            res.insert(key.to_owned(), value);
+        }
+    }
+    if let Some(mechanism) = res
+        .get_mut("power_state_mechanism")
+        .and_then(Value::as_object_mut)
+        && mechanism
+            .get("guest_transition_config")
+            .is_none_or(Value::is_null)
+    {
+        mechanism.insert(
+            "guest_transition_config".to_owned(),
+            json!({"enable_script_exec": false, "should_fail_on_script_failure": false}),
+        );
+    }
+}
+
+/// A UUID derived from a name, without drawing from the seeded generator (so adding one changes no other UUID).
+pub(crate) fn derived_uuid(namespace: &str, key: &str) -> String {
+    let hash = |seed: u64| {
+        namespace
+            .bytes()
+            .chain([0])
+            .chain(key.bytes())
+            .fold(seed, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            })
+    };
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&hash(0xcbf2_9ce4_8422_2325).to_be_bytes());
+    bytes[8..].copy_from_slice(&hash(0x84222325_cbf29ce4).to_be_bytes());
+    uuid::Builder::from_random_bytes(bytes)
+        .into_uuid()
+        .to_string()
+}
+
 fn b64() -> base64::engine::GeneralPurpose {
     base64::engine::general_purpose::STANDARD
 }
@@ -423,7 +487,8 @@ impl Store {
             &["LEGACY", "UEFI", "SECURE_BOOT"],
             &mut details,
         );
-        if boot_type == "LEGACY" && !boot.contains_key("boot_device_order_list") {
+        // The recorded UEFI VM shows the default order too (get_vm.json).
+        if !boot.contains_key("boot_device_order_list") {
             boot.insert(
                 "boot_device_order_list".to_owned(),
                 json!(["CDROM", "DISK", "NETWORK"]),
@@ -437,8 +502,15 @@ impl Store {
             );
         }
         res.insert("boot_config".to_owned(), Value::Object(boot));
+        fill_resource_defaults(&mut res);
 
-        let boot_image = self.prepare_disks(&mut res, &machine_type, existing, &mut details);
+        let boot_image = self.prepare_disks(
+            &mut res,
+            &machine_type,
+            &cluster_uuid,
+            existing,
+            &mut details,
+        );
         let nics = self.prepare_nics(&mut res, &cluster_uuid, existing, &mut details);
         let gpus = self.prepare_gpus(&res, &cluster_uuid, existing, &mut details);
         let guest = self.prepare_guest(&mut res, existing, &mut details);
@@ -463,6 +535,7 @@ impl Store {
         &mut self,
         res: &mut Map<String, Value>,
         machine_type: &str,
+        cluster_uuid: &str,
         existing: Option<&Vm>,
         details: &mut Details,
     ) -> Option<String> {
@@ -566,6 +639,20 @@ impl Store {
             }
             props.insert("disk_address".to_owned(), Value::Object(address));
             d.insert("device_properties".to_owned(), Value::Object(props));
+            if device_type == "DISK" {
+                // Disks land on the cluster's default container (the recorded VM's disk names
+                // SelfServiceContainer; the mock keeps no containers of its own, see the README).
+                let storage = d.entry("storage_config").or_insert_with(|| json!({}));
+                if let Some(storage) = storage.as_object_mut() {
+                    storage
+                        .entry("storage_container_reference")
+                        .or_insert_with(|| {
+                            json!({"kind": "storage_container",
+                                "uuid": derived_uuid("storage_container", cluster_uuid),
+                                "name": DEFAULT_CONTAINER})
+                        });
+                }
+            }
 
             let mut image_size = None;
             match d.get("data_source_reference") {
@@ -838,6 +925,8 @@ impl Store {
             n.entry("nic_type").or_insert_with(|| json!("NORMAL_NIC"));
             n.entry("vlan_mode").or_insert_with(|| json!("ACCESS"));
             n.entry("is_connected").or_insert_with(|| json!(true));
+            n.entry("trunked_vlan_list").or_insert_with(|| json!([]));
+            n.entry("num_queues").or_insert_with(|| json!(1));
             plans.push(NicPlan {
                 uuid,
                 subnet_uuid,
@@ -1165,7 +1254,6 @@ impl Store {
         let seq = self.next_vm_seq;
         self.next_vm_seq += 1;
         let wall = self.wall(now);
-        let bios_uuid = self.new_uuid();
         let apipa_octets: [u8; 2] = self.rng.random();
         let apipa = Ipv4Addr::new(
             169,
@@ -1197,7 +1285,8 @@ impl Store {
             creation_time: wall.clone(),
             last_update_time: wall,
             host_uuid: None,
-            bios_uuid,
+            // The recorded VM's bios_uuid is its own UUID (get_vm.json).
+            bios_uuid: uuid.to_owned(),
         };
         self.vm_order.insert(seq, uuid.to_owned());
         self.vms.insert(uuid.to_owned(), vm);
@@ -1937,6 +2026,9 @@ impl Store {
     }
 
     /// `GET /vms/{uuid}` body.
+    /// `GET /vms/{uuid}` body, in the shape of get_vm.json: `metadata` has no `use_categories_mapping`
+    /// (unless set), names the default project `_internal` when the VM has none, and an `entity_version` one
+    /// above the spec_version; `status.resources` adds what the hypervisor reports.
     pub(crate) fn vm_json(&self, vm: &Vm) -> Value {
         let cluster_uuid = vm.cluster_uuid();
         let cluster_name = self.clusters.name_of(cluster_uuid);
@@ -1944,16 +2036,23 @@ impl Store {
             "kind": KIND,
             "uuid": vm.uuid,
             "spec_version": vm.spec_version,
-            "entity_version": vm.spec_version.to_string(),
+            "entity_version": (vm.spec_version + 1).to_string(),
             "creation_time": vm.creation_time,
             "last_update_time": vm.last_update_time,
             "categories": vm.meta.categories,
             "categories_mapping": vm.meta.categories_mapping,
-            "use_categories_mapping": vm.meta.use_categories_mapping,
             "owner_reference": reference("user", &self.user_uuid, Some(&self.username)),
         });
-        if let (Some(project), Some(obj)) = (&vm.meta.project, metadata.as_object_mut()) {
-            obj.insert("project_reference".to_owned(), project.clone());
+        if let Some(obj) = metadata.as_object_mut() {
+            let project = vm
+                .meta
+                .project
+                .clone()
+                .unwrap_or_else(|| self.default_project_reference());
+            obj.insert("project_reference".to_owned(), project);
+            if vm.meta.use_categories_mapping {
+                obj.insert("use_categories_mapping".to_owned(), json!(true));
+            }
         }
         let mut resources = vm
             .spec
@@ -1965,6 +2064,19 @@ impl Store {
             res.insert("power_state".to_owned(), json!(vm.power_state()));
             res.insert("hypervisor_type".to_owned(), json!("AHV"));
             res.insert("bios_uuid".to_owned(), json!(vm.bios_uuid));
+            res.insert(
+                "generation_uuid".to_owned(),
+                json!(derived_uuid("generation", &vm.uuid)),
+            );
+            res.insert("protection_type".to_owned(), json!("UNPROTECTED"));
+            if let Some(vtpm) = res.get_mut("vtpm_config").and_then(Value::as_object_mut) {
+                vtpm.entry("version").or_insert_with(|| json!(""));
+            }
+            if let Some(Value::Array(disks)) = res.get_mut("disk_list") {
+                for disk in disks.iter_mut().filter_map(Value::as_object_mut) {
+                    disk.insert("is_migration_in_progress".to_owned(), json!(false));
+                }
+            }
             if let Some(host) = &vm.host_uuid {
                 res.insert(
                     "host_reference".to_owned(),
@@ -2045,7 +2157,54 @@ impl Store {
             })
             .collect();
         let (total, page) = query.page(matching, |vm| vm.name());
-        Ok(query.response(total, page.into_iter().map(|vm| self.vm_json(vm)).collect()))
+        Ok(query.response(
+            total,
+            page.into_iter().map(|vm| self.vm_list_json(vm)).collect(),
+        ))
+    }
+
+    /// A VM as `POST /vms/list` shows it, which differs from its GET (list_vm.json against get_vm.json):
+    /// `metadata.spec_hash`; no `apc_config`, `vtpm_config` or NIC `num_queues`; disks' `storage_config` with
+    /// `flash_mode`; `status.resources` with `storage_config` and disks' `is_encryption_in_progress`.
+    fn vm_list_json(&self, vm: &Vm) -> Value {
+        let mut body = super::entities::without_api_version(self.vm_json(vm));
+        if let Some(metadata) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.insert("spec_hash".to_owned(), json!(SPEC_HASH));
+        }
+        for (part, is_status) in [("spec", false), ("status", true)] {
+            let Some(res) = body
+                .pointer_mut(&format!("/{part}/resources"))
+                .and_then(Value::as_object_mut)
+            else {
+                continue;
+            };
+            res.remove("apc_config");
+            res.remove("vtpm_config");
+            if is_status {
+                res.insert("storage_config".to_owned(), json!({}));
+            }
+            if let Some(Value::Array(nics)) = res.get_mut("nic_list") {
+                for nic in nics.iter_mut().filter_map(Value::as_object_mut) {
+                    nic.remove("num_queues");
+                }
+            }
+            if let Some(Value::Array(disks)) = res.get_mut("disk_list") {
+                for disk in disks.iter_mut().filter_map(Value::as_object_mut) {
+                    if let Some(storage) = disk
+                        .get_mut("storage_config")
+                        .and_then(Value::as_object_mut)
+                    {
+                        storage
+                            .entry("flash_mode")
+                            .or_insert_with(|| json!("DISABLED"));
+                    }
+                    if is_status {
+                        disk.insert("is_encryption_in_progress".to_owned(), json!(false));
+                    }
+                }
+            }
+        }
+        body
     }
 
     /// Out-of-band power off (as if someone used the Prism Element UI): spec_version moves on.
