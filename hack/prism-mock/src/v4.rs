@@ -161,6 +161,18 @@ pub(crate) fn routes() -> Router<App> {
                 ),
             );
     }
+    // Nutanix's SDKs first ask `OPTIONS /api/{namespace}/unversioned/info` for the newest version the server
+    // serves (`{"data": "v4.x"}`) and use the lower of that and their own (ApiClient.negotiate_version of
+    // ntnx-vmm-py-client 4.3.2 and ntnx-prism-py-client 4.4.2); the mock answers the newest it serves.
+    for (namespace, versions) in [("vmm", VMM_VERSIONS), ("prism", PRISM_VERSIONS)] {
+        let newest = versions[versions.len() - 1].path;
+        router = router.route(
+            &format!("/api/{namespace}/unversioned/info"),
+            axum::routing::options(move || async move {
+                json_ok(StatusCode::OK, json!({"data": newest}))
+            }),
+        );
+    }
     for version in PRISM_VERSIONS {
         router = router.route(
             &format!("/api/prism/{}/config/tasks/{{ext_id}}", version.path),
