@@ -118,6 +118,10 @@ async fn request_bodies_are_checked_against_the_v3_schema() {
         .as_array_mut()
         .unwrap()
         .push(json!({"disk_size_bytes": 4u64 << 30}));
+    accepted["spec"]["resources"]["disk_list"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"disk_size_bytes": (1u64 << 20) + 1}));
     let reply = api.post(&format!("{V3}/vms"), &accepted).await;
     assert_eq!(reply.status, 202, "{}", reply.text);
     api.wait_task(reply.task_uuid()).await;
@@ -128,6 +132,15 @@ async fn request_bodies_are_checked_against_the_v3_schema() {
         "a disk given only by bytes"
     );
     assert_eq!(data_disk["disk_size_bytes"], 4u64 << 30);
+    let odd = &vm["spec"]["resources"]["disk_list"][2];
+    assert_eq!(
+        (
+            odd["disk_size_mib"].as_u64(),
+            odd["disk_size_bytes"].as_u64()
+        ),
+        (Some(2), Some(2 << 20)),
+        "a size that is not a whole MiB is rounded up (the mock's choice)"
+    );
 
     let bad_clone = api
         .post(
