@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::app::{App, Shared};
-use crate::config::{GuestBehaviour, Timings};
+use crate::config::{CloneBehaviour, GuestBehaviour, Timings};
 use crate::faults::{Counter, FaultRule, InstalledRule, RateLimit, RequestRecord};
 use crate::seed::GuestOs;
 use crate::store::Vm;
@@ -152,6 +152,16 @@ impl Admin {
     /// Sets the guest misbehaviours of guests booting from now on.
     pub fn set_guest_behaviour(&self, behaviour: GuestBehaviour) {
         self.app.lock().guest = behaviour;
+    }
+
+    /// How clones behave where real Prism's behaviour is not established (all off by default).
+    pub fn clone_behaviour(&self) -> CloneBehaviour {
+        self.app.lock().clone_behaviour.clone()
+    }
+
+    /// Sets how clones requested from now on behave.
+    pub fn set_clone_behaviour(&self, behaviour: CloneBehaviour) {
+        self.app.lock().clone_behaviour = behaviour;
     }
 
     /// All VMs, listed or not, in creation order.
@@ -311,6 +321,15 @@ pub(crate) fn routes() -> Router<App> {
             get(|State(app): State<App>| async move { Json(admin(&app).guest_behaviour()) }).put(
                 |State(app): State<App>, Json(behaviour): Json<GuestBehaviour>| async move {
                     admin(&app).set_guest_behaviour(behaviour);
+                    StatusCode::NO_CONTENT
+                },
+            ),
+        )
+        .route(
+            "/clone-behaviour",
+            get(|State(app): State<App>| async move { Json(admin(&app).clone_behaviour()) }).put(
+                |State(app): State<App>, Json(behaviour): Json<CloneBehaviour>| async move {
+                    admin(&app).set_clone_behaviour(behaviour);
                     StatusCode::NO_CONTENT
                 },
             ),

@@ -89,9 +89,9 @@ fn attributed_vm(
     let last = path.rsplit('/').next().unwrap_or_default();
     match template {
         "/api/nutanix/v3/vms/{uuid}" => Some(last.to_owned()),
-        "/api/nutanix/v3/tasks/{uuid}" | "/api/prism/v4.0/config/tasks/{ext_id}" => {
-            store.task_vm(last)
-        }
+        "/api/nutanix/v3/tasks/{uuid}"
+        | "/api/prism/v4.0/config/tasks/{ext_id}"
+        | "/api/prism/v4.4/config/tasks/{ext_id}" => store.task_vm(last),
         _ => None,
     }
 }
@@ -248,12 +248,7 @@ async fn prism_layer(State(app): State<App>, mut request: Request, next: Next) -
             match auth {
                 None => ApiError::Unauthorized.into_response(),
                 Some(auth) => {
-                    let fail_task = decision
-                        .fail_task
-                        .map(|(subtask_error, leave_vm_in_error)| FailPlan {
-                            subtask_error,
-                            leave_vm_in_error,
-                        });
+                    let fail_task = decision.fail_task;
                     request
                         .extensions_mut()
                         .insert(Directives { auth, fail_task });

@@ -74,6 +74,20 @@ impl Default for GuestBehaviour {
     }
 }
 
+/// How `POST /vms/{uuid}/clone` behaves where real Prism Central's behaviour is not established; both off by
+/// default.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CloneBehaviour {
+    /// The clone gets a UUID of its own instead of the `metadata.uuid` the request asked for; the task's
+    /// `entity_reference_list` names the real one. The v3 swagger's `vm_clone_input` says only that a client
+    /// "can provide the optional UUID"; whether every Prism honours it is not established.
+    pub ignores_requested_uuid: bool,
+    /// A clone of a VM that is already the source of a running clone answers 409
+    /// `CONCURRENT_REQUESTS_NOT_ALLOWED`. No source says whether a real Prism serializes clones of one VM.
+    pub concurrent_clones_conflict: bool,
+}
+
 /// Credentials the mock accepts. `Debug` never shows the secrets.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {

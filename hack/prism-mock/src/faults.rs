@@ -7,6 +7,8 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
+use crate::store::{FailCause, FailOutcome, FailPlan};
+
 /// What a matching rule does.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -34,6 +36,16 @@ pub enum FaultKind {
         /// Leave a VM being created in state ERROR (listed) instead of removing it.
         #[serde(default)]
         leave_vm_in_error: bool,
+    },
+    /// Let a VM create (POST /vms, a clone, a deploy) succeed as far as the VM, then fail its power-on: the
+    /// task ends FAILED with a failed `kVmSetPowerState` subtask carrying `error`, and the VM stays, listed,
+    /// COMPLETE and powered OFF (not in ERROR). A create whose power-on fails leaves a VM behind: CAPX creates
+    /// and powers on in two tasks (nutanix-cloud-native/cluster-api-provider-nutanix, the v4 path of
+    /// reference/02 §7), so a failed power-on cannot undo the create; that a single v3 create task behaves the
+    /// same is the mock's assumption.
+    FailPowerOn {
+        /// The specific error of the power-on subtask.
+        error: String,
     },
     /// Run the handler (so the VM is created), then answer 500.
     CreateThen500,
@@ -156,7 +168,7 @@ pub(crate) struct Decision {
     pub(crate) rate_limited: Option<u64>,
     pub(crate) error: Option<(u16, u64)>,
     pub(crate) drop_connection: bool,
-    pub(crate) fail_task: Option<(String, bool)>,
+    pub(crate) fail_task: Option<FailPlan>,
     pub(crate) create_then_500: bool,
     pub(crate) expire_session: bool,
 }
@@ -255,9 +267,21 @@ impl FaultState {
                     error,
                     leave_vm_in_error,
                 } => {
+                    let outcome = if *leave_vm_in_error {
+                        FailOutcome::LeaveVmInError
+                    } else {
+                        FailOutcome::RemoveVm
+                    };
                     decision
                         .fail_task
-                        .get_or_insert((error.clone(), *leave_vm_in_error));
+                        .get_or_insert_with(|| FailPlan::in_subtask(error.clone(), outcome));
+                }
+                FaultKind::FailPowerOn { error } => {
+                    decision.fail_task.get_or_insert_with(|| FailPlan {
+                        error: error.clone(),
+                        outcome: FailOutcome::LeaveVmPoweredOff,
+                        cause: FailCause::PowerOn,
+                    });
                 }
                 FaultKind::CreateThen500 => decision.create_then_500 = true,
                 FaultKind::ExpireSession => decision.expire_session = true,

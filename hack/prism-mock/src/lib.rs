@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use admin::{Admin, VmSummary};
-pub use config::{Credentials, GuestBehaviour, MockConfig, Timings};
+pub use config::{CloneBehaviour, Credentials, GuestBehaviour, MockConfig, Timings};
 pub use faults::{Counter, FaultKind, FaultRule, InstalledRule, RateLimit, RequestRecord};
 pub use seed::{
     CategorySeed, ClusterSeed, GpuSeed, GuestOs, HostSeed, ImageSeed, PrismCentralSeed,

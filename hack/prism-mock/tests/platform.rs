@@ -672,12 +672,15 @@ async fn template_deploy_is_idempotent_per_request_id_and_makes_a_normal_vm() {
     let template = templates.body["data"][0].clone();
     assert_eq!(template["templateName"], "windows-server-2022-template");
     let ext_id = template["extId"].as_str().unwrap().to_owned();
-    assert_eq!(
-        api.get("/api/vmm/v4.0/content/templates?$page=1&$limit=10")
-            .await
-            .body["data"],
-        json!([])
+    let empty = api
+        .get("/api/vmm/v4.0/content/templates?$page=1&$limit=10")
+        .await
+        .body;
+    assert!(
+        empty.get("data").is_none(),
+        "an empty page answers without data: {empty}"
     );
+    assert_eq!(empty["metadata"]["totalAvailableResults"], 1);
     let filtered = api.get("/api/vmm/v4.0/content/templates?$filter=templateName%20eq%20'windows-server-2022-template'").await;
     assert_eq!(filtered.body["data"][0]["extId"], ext_id.as_str());
     assert_eq!(
@@ -745,8 +748,29 @@ async fn template_deploy_is_idempotent_per_request_id_and_makes_a_normal_vm() {
     })
     .await;
     assert_eq!(task["data"]["progressPercentage"], 100);
-    let affected = task["data"]["entitiesAffected"].as_array().unwrap();
-    assert_eq!(affected.len(), 1);
+    assert_eq!(
+        task["data"]["entitiesAffected"],
+        json!([{"extId": ext_id, "rel": "vmm:content:templates", "$objectType": "prism.v4.config.EntityReference", "$reserved": {"$fv": "v4.r0"}}]),
+        "the deploy task names only the template"
+    );
+    let subtasks = task["data"]["subTasks"].as_array().unwrap();
+    assert_eq!(subtasks.len(), 1, "one subtask per VM");
+    assert_eq!(subtasks[0]["rel"], "subtask");
+    let sub_id = subtasks[0]["extId"].as_str().unwrap();
+    assert!(
+        subtasks[0]["href"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/api/prism/v4.0/config/tasks/{sub_id}")),
+        "{subtasks:?}"
+    );
+    let sub = api
+        .get(&format!("/api/prism/v4.0/config/tasks/{sub_id}"))
+        .await
+        .body;
+    assert_eq!(sub["data"]["status"], "SUCCEEDED");
+    assert_eq!(sub["data"]["parentTask"]["extId"], task_ext_id.as_str());
+    let affected = sub["data"]["entitiesAffected"].as_array().unwrap();
     assert_eq!(affected[0]["rel"], "vmm:ahv:config:vm");
     let vm_uuid = affected[0]["extId"].as_str().unwrap().to_owned();
     let v3_task = api.get(&format!("{V3}/tasks/{task_uuid}")).await;
@@ -1023,7 +1047,7 @@ async fn a_seed_file_loads_and_the_same_seed_gives_the_same_uuids() {
         let pe = api.uuid_of("cluster", "pe-x").await;
         let subnet = api.uuid_of("subnet", "net-x").await;
         let image = api.uuid_of("image", "img-x").await;
-        let body = json!({"spec": {"name": "v", "cluster_reference": {"kind": "cluster", "uuid": pe},
+        let body = json!({"metadata": {"kind": "vm"}, "spec": {"name": "v", "cluster_reference": {"kind": "cluster", "uuid": pe},
             "resources": {"power_state": "ON", "disk_list": [{"data_source_reference": {"kind": "image", "uuid": image}}],
                 "nic_list": [{"subnet_reference": {"kind": "subnet", "uuid": subnet}}]}}});
         let first = api.post(&format!("{V3}/vms"), &body).await;

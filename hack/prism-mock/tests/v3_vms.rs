@@ -335,7 +335,8 @@ async fn errors_have_the_shapes_and_codes_real_prism_uses() {
         .unwrap();
     assert_eq!(bad_json.status(), 422);
 
-    // Guest customization is create-only, and a stale spec_version conflicts.
+    // Guest customization is create-only; a newer spec_version than the VM's is accepted (the recorded PUT of
+    // update_vm.json sent 1 to a VM at 0); a stale one conflicts (see the PUT test).
     let good = json!({"metadata": {"kind": "vm", "categories": {"Team": "blue"}}, "spec": {"name": "good", "cluster_reference": {"kind": "cluster", "uuid": pe_a},
         "resources": {"disk_list": disk, "nic_list": [{"subnet_reference": {"kind": "subnet", "uuid": net_a}}],
             "guest_customization": {"cloud_init": {"user_data": b64("#cloud-config\n")}}}}});
@@ -357,13 +358,13 @@ async fn errors_have_the_shapes_and_codes_real_prism_uses() {
     assert!(
         reply.body["message_list"][0]["details"]["spec.resources.guest_customization"].is_array()
     );
-    let mut stale = json!({"metadata": vm["metadata"], "spec": vm["spec"]});
-    stale["metadata"]["spec_version"] = json!(7);
-    let reply = api.put(&format!("{V3}/vms/{uuid}"), &stale).await;
-    assert_eq!(reply.status, 409, "{}", reply.text);
+    let mut newer = json!({"metadata": vm["metadata"], "spec": vm["spec"]});
+    newer["metadata"]["spec_version"] = json!(7);
+    let reply = api.put(&format!("{V3}/vms/{uuid}"), &newer).await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
     assert_eq!(
-        reply.body["message_list"][0]["reason"],
-        "CONCURRENT_REQUESTS_NOT_ALLOWED"
+        reply.body["metadata"]["spec_version"], 0,
+        "the answer names the version the update applies to"
     );
 }
 
@@ -503,9 +504,13 @@ async fn put_changes_power_and_grows_disks_and_moves_spec_version() {
     let reply = api.put(&format!("{V3}/vms/{uuid}"), &update).await;
     assert_eq!(reply.status, 202, "{}", reply.text);
     assert_eq!(reply.body["status"]["state"], "PENDING");
-    assert_eq!(reply.body["metadata"]["spec_version"], 1);
+    assert_eq!(
+        reply.body["metadata"]["spec_version"], 0,
+        "as recorded (update_vm.json): the version the update was applied to"
+    );
     api.wait_task(reply.task_uuid()).await;
     let vm = api.get(&format!("{V3}/vms/{uuid}")).await.body;
+    assert_eq!(vm["metadata"]["spec_version"], 1);
     assert_eq!(vm["status"]["resources"]["power_state"], "OFF");
     assert_eq!(
         vm["spec"]["resources"]["disk_list"][0]["disk_size_bytes"],
@@ -545,9 +550,11 @@ async fn put_changes_power_and_grows_disks_and_moves_spec_version() {
     let vm = api.get(&format!("{V3}/vms/{uuid}")).await.body;
     assert!(mock.admin().power_off_out_of_band(&uuid));
     let stale = json!({"metadata": vm["metadata"], "spec": vm["spec"]});
+    let reply = api.put(&format!("{V3}/vms/{uuid}"), &stale).await;
+    assert_eq!(reply.status, 409, "{}", reply.text);
     assert_eq!(
-        api.put(&format!("{V3}/vms/{uuid}"), &stale).await.status,
-        409
+        reply.body["message_list"][0]["reason"],
+        "CONCURRENT_REQUESTS_NOT_ALLOWED"
     );
     let fresh = api.get(&format!("{V3}/vms/{uuid}")).await.body;
     assert_eq!(

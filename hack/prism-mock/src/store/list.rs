@@ -76,6 +76,10 @@ pub(crate) struct ListQuery {
     pub(crate) offset: usize,
     pub(crate) sort_by_name: bool,
     pub(crate) descending: bool,
+    /// `sort_attribute` and `sort_order` as sent, echoed in the answer's metadata (list_vm.json).
+    pub(crate) sort_echo: Vec<(&'static str, String)>,
+    /// Whether the answer's metadata shows `offset` and `length`.
+    pub(crate) page_in_metadata: bool,
 }
 
 impl ListQuery {
@@ -148,8 +152,17 @@ impl ListQuery {
         if !details.is_empty() {
             return Err(ApiError::invalid(kind, details));
         }
+        let sort_echo = [
+            ("sort_attribute", raw.sort_attribute.clone()),
+            ("sort_order", raw.sort_order.clone()),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| value.map(|v| (key, v)))
+        .collect();
         Ok(Self {
             kind: kind.to_owned(),
+            sort_echo,
+            page_in_metadata: true,
             filter,
             filter_text: raw.filter.filter(|f| !f.trim().is_empty()),
             length,
@@ -157,6 +170,12 @@ impl ListQuery {
             sort_by_name,
             descending,
         })
+    }
+
+    /// Drops the page: every match is answered, from the first.
+    pub(crate) fn unpaged(&mut self) {
+        self.offset = 0;
+        self.length = usize::MAX;
     }
 
     /// Sorts (when asked) by name and cuts the page; `name` gives each item's name.
@@ -178,18 +197,22 @@ impl ListQuery {
 
     /// The list response body.
     pub(crate) fn response(&self, total: usize, entities: Vec<Value>) -> Value {
-        let mut metadata = json!({
-            "kind": self.kind,
-            "total_matches": total,
-            "length": entities.len(),
-            "offset": self.offset,
-        });
-        if let (Some(filter), Some(obj)) = (&self.filter_text, metadata.as_object_mut()) {
-            obj.insert("filter".to_owned(), Value::String(filter.clone()));
+        let mut metadata = serde_json::Map::new();
+        metadata.insert("kind".to_owned(), json!(self.kind));
+        metadata.insert("total_matches".to_owned(), json!(total));
+        if self.page_in_metadata {
+            metadata.insert("length".to_owned(), json!(entities.len()));
+            metadata.insert("offset".to_owned(), json!(self.offset));
+        }
+        if let Some(filter) = &self.filter_text {
+            metadata.insert("filter".to_owned(), Value::String(filter.clone()));
+        }
+        for (key, value) in &self.sort_echo {
+            metadata.insert((*key).to_owned(), json!(value));
         }
         super::object([
             ("api_version", json!("3.1")),
-            ("metadata", metadata),
+            ("metadata", Value::Object(metadata)),
             ("entities", Value::Array(entities)),
         ])
     }

@@ -7,6 +7,7 @@
 pub(crate) mod entities;
 pub(crate) mod list;
 pub(crate) mod net;
+pub(crate) mod schema;
 pub(crate) mod tasks;
 pub(crate) mod templates;
 pub(crate) mod vm;
@@ -18,12 +19,12 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::config::{GuestBehaviour, MockConfig, Timings};
+use crate::config::{CloneBehaviour, GuestBehaviour, MockConfig, Timings};
 use crate::faults::FaultState;
 use crate::seed::SeedError;
 
 pub(crate) use entities::{CategoryKey, Table};
-pub(crate) use tasks::{FailPlan, Task};
+pub(crate) use tasks::{FailCause, FailOutcome, FailPlan, Task};
 pub(crate) use templates::Template;
 pub(crate) use vm::Vm;
 
@@ -66,6 +67,7 @@ impl Ord for Scheduled {
 /// A reservation made through `POST /idempotence_identifiers`.
 #[derive(Debug, Clone)]
 pub(crate) struct Reservation {
+    pub(crate) client_identifier: String,
     pub(crate) uuids: Vec<String>,
     pub(crate) expires: Instant,
     pub(crate) expiration_time: String,
@@ -80,6 +82,9 @@ pub(crate) struct Store {
     /// eventually consistent); zero by default.
     pub(crate) list_lag: Duration,
     pub(crate) guest: GuestBehaviour,
+    pub(crate) clone_behaviour: CloneBehaviour,
+    /// The source VM of each clone task.
+    pub(crate) clone_sources: HashMap<String, String>,
     pub(crate) session_ttl: Duration,
     pub(crate) username: String,
     pub(crate) user_uuid: String,
@@ -120,12 +125,14 @@ impl Store {
             timings: config.timings.clone(),
             list_lag: Duration::ZERO,
             guest: config.guest.clone(),
+            clone_behaviour: CloneBehaviour::default(),
+            clone_sources: HashMap::new(),
             session_ttl: Duration::from_secs(config.session_ttl_secs),
             username: config.credentials.username.clone(),
             user_uuid,
             pc_uuid: String::new(),
-            clusters: Table::new("cluster"),
-            hosts: Table::new("host"),
+            clusters: Table::without_page_metadata("cluster"),
+            hosts: Table::unpaged("host"),
             subnets: Table::new("subnet"),
             images: Table::new("image"),
             projects: Table::new("project"),
@@ -231,15 +238,27 @@ impl Store {
         .unwrap_or(u64::MAX)
     }
 
-    /// The VM a task concerns (its first VM entity), by task UUID or v4 extId.
+    /// The VM a task concerns (its first VM entity, else its first subtask's: a deploy names only its
+    /// template), by task UUID or v4 extId.
     pub(crate) fn task_vm(&self, id: &str) -> Option<String> {
         let uuid = id.strip_prefix(tasks::V4_TASK_PREFIX).unwrap_or(id);
-        self.tasks
-            .get(uuid)?
+        let task = self.tasks.get(uuid)?;
+        let own = task
             .entities
             .iter()
             .find(|(kind, _)| *kind == "vm")
-            .map(|(_, vm)| vm.clone())
+            .map(|(_, vm)| vm.clone());
+        own.or_else(|| {
+            task.subtasks
+                .iter()
+                .filter_map(|sub| self.tasks.get(sub))
+                .find_map(|sub| {
+                    sub.entities
+                        .iter()
+                        .find(|(kind, _)| *kind == "vm")
+                        .map(|(_, vm)| vm.clone())
+                })
+        })
     }
 
     /// Ends every session: later requests carrying only a cookie get 401 until the client logs in again.

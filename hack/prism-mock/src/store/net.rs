@@ -114,6 +114,18 @@ impl Pool {
     pub(crate) fn release(&mut self, addr: u32) {
         self.used.remove(&addr);
     }
+
+    /// (addresses in the pool range, of which free).
+    pub(crate) fn usage(&self) -> (u64, u64) {
+        let total = u64::from(self.end - self.start) + 1;
+        let used = self.used.range(self.start..=self.end).count() as u64;
+        (total, total.saturating_sub(used))
+    }
+
+    /// Addresses in use in the whole subnet (pool or not: the gateway, ASSIGNED IPs).
+    pub(crate) fn in_use(&self) -> u64 {
+        self.used.len() as u64
+    }
 }
 
 #[cfg(test)]

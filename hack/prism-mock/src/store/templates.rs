@@ -6,9 +6,10 @@ use http::StatusCode;
 use serde_json::{Map, Value, json};
 
 use super::Store;
-use super::tasks::{FailPlan, V4_TASK_PREFIX};
+use super::tasks::{FailCause, FailOutcome, FailPlan, V4_TASK_PREFIX, VMM_30102_MESSAGE};
 use crate::errors::ApiError;
 use crate::seed::GuestOs;
+use crate::v4::{V4Version, etag_of};
 
 /// Default and largest `$limit` of v4 lists.
 const V4_DEFAULT_LIMIT: usize = 50;
@@ -40,7 +41,7 @@ impl Template {
         }
     }
 
-    fn v4_json(&self, username: &str, user_uuid: &str) -> Value {
+    fn v4_json(&self, username: &str, user_uuid: &str, version: &V4Version) -> Value {
         let boot_config = match self.boot_type.as_str() {
             "LEGACY" => {
                 json!({"$objectType": "vmm.v4.ahv.config.LegacyBoot", "bootOrder": ["CDROM", "DISK", "NETWORK"]})
@@ -54,7 +55,7 @@ impl Template {
             .iter()
             .map(|s| json!({"networkInfo": {"nicType": "NORMAL_NIC", "subnet": {"extId": s}}}))
             .collect();
-        json!({
+        let template = json!({
             "$objectType": "vmm.v4.content.Template",
             "extId": self.ext_id,
             "templateName": self.name,
@@ -91,7 +92,11 @@ impl Template {
                     "nics": nics,
                 },
             },
-        })
+        });
+        match template {
+            Value::Object(map) => version.wrap("vmm.v4.content.Template", map),
+            other => other,
+        }
     }
 }
 
@@ -252,12 +257,14 @@ impl Store {
         self.templates.iter().find(|t| t.ext_id == ext_id)
     }
 
-    /// `GET /api/vmm/v4.0/content/templates` with `$page` (0-based), `$limit`, `$filter=templateName eq '…'`.
+    /// `GET /api/vmm/{version}/content/templates` with `$page` (0-based), `$limit`, `$filter=templateName eq
+    /// '…'`. An empty page answers without `data` (see [`V4Version::envelope`]).
     pub(crate) fn list_templates(
         &self,
         page: Option<&str>,
         limit: Option<&str>,
         filter: Option<&str>,
+        version: &V4Version,
     ) -> Result<Value, ApiError> {
         let page = parse_index(page, "$page", 0)?;
         let limit = parse_index(limit, "$limit", V4_DEFAULT_LIMIT)?;
@@ -277,19 +284,30 @@ impl Store {
             .into_iter()
             .skip(page.saturating_mul(limit))
             .take(limit)
-            .map(|t| t.v4_json(&self.username, &self.user_uuid))
+            .map(|t| t.v4_json(&self.username, &self.user_uuid, version))
             .collect();
-        Ok(json!({
-            "data": data,
-            "metadata": {"totalAvailableResults": total, "flags": [{"name": "hasError", "value": false}, {"name": "isPaginated", "value": true}]},
-        }))
+        let mut metadata = Map::new();
+        metadata.insert("flags".to_owned(), version.flags(true));
+        metadata.insert("totalAvailableResults".to_owned(), json!(total));
+        let data = (!data.is_empty()).then_some(Value::Array(data));
+        Ok(version.envelope("vmm.v4.content.ListTemplatesApiResponse", data, metadata))
     }
 
-    pub(crate) fn get_template(&self, ext_id: &str) -> Result<Value, ApiError> {
+    /// `GET …/templates/{extId}`: the body and its ETag.
+    pub(crate) fn get_template(
+        &self,
+        ext_id: &str,
+        version: &V4Version,
+    ) -> Result<(Value, String), ApiError> {
         let template = self
             .template(ext_id)
             .ok_or_else(|| template_not_found(ext_id))?;
-        Ok(json!({"data": template.v4_json(&self.username, &self.user_uuid)}))
+        let data = template.v4_json(&self.username, &self.user_uuid, version);
+        let etag = etag_of(&data);
+        Ok((
+            version.response("vmm.v4.content.GetTemplateApiResponse", data),
+            etag,
+        ))
     }
 
     /// `POST …/templates/{extId}/$actions/deploy`. The same `NTNX-Request-Id` returns the same task and creates
@@ -301,6 +319,7 @@ impl Store {
         request_id: Option<&str>,
         body: &Value,
         fail: Option<FailPlan>,
+        version: &V4Version,
     ) -> Result<Value, ApiError> {
         let request_id = request_id
             .map(str::trim)
@@ -314,7 +333,7 @@ impl Store {
                 )
             })?;
         if let Some(task) = self.v4_requests.get(request_id) {
-            return Ok(task_reference(task));
+            return Ok(task_reference(task, version));
         }
         let template = self
             .template(ext_id)
@@ -357,6 +376,7 @@ impl Store {
             }
         }
         let mut prepared = Vec::new();
+        let mut refused = None;
         for index in 0..count {
             let o = overrides
                 .get(&index.to_string())
@@ -365,6 +385,9 @@ impl Store {
             let spec = self
                 .deploy_spec(&template, cluster, &o)
                 .map_err(|m| bad_request(format!("overrideVmConfigMap.{index}: {m}")))?;
+            if refused.is_none() {
+                refused = secure_boot_cdrom_refusal(&spec);
+            }
             let vm = self
                 .create_vm_from_spec(now, &spec, template.os)
                 .map_err(|details| {
@@ -376,9 +399,9 @@ impl Store {
                 })?;
             prepared.push(vm);
         }
-        let task = self.commit_deploy(now, prepared, cluster, fail);
+        let task = self.commit_deploy(now, prepared, cluster, &template.ext_id, fail.or(refused));
         self.v4_requests.insert(request_id.to_owned(), task.clone());
-        Ok(task_reference(&task))
+        Ok(task_reference(&task, version))
     }
 
     fn deploy_spec(&self, template: &Template, cluster: &str, o: &Value) -> Result<Value, String> {
@@ -439,8 +462,14 @@ impl Store {
         }))
     }
 
-    /// `GET /api/prism/v4.0/config/tasks/{extId}`: takes `<prefix>:<uuid>` or the bare UUID.
-    pub(crate) fn get_task_v4(&self, ext_id: &str) -> Result<Value, ApiError> {
+    /// `GET /api/prism/{version}/config/tasks/{extId}`: takes `<prefix>:<uuid>` or the bare UUID; the body and
+    /// its ETag.
+    pub(crate) fn get_task_v4(
+        &self,
+        ext_id: &str,
+        version: &V4Version,
+        host: &str,
+    ) -> Result<(Value, String), ApiError> {
         let uuid = ext_id.rsplit_once(':').map_or(ext_id, |(_, u)| u);
         let task = self.tasks.get(uuid).ok_or_else(|| {
             ApiError::v4_prism(
@@ -450,8 +479,27 @@ impl Store {
                 format!("task {ext_id} was not found"),
             )
         })?;
-        Ok(self.task_v4_json(task))
+        let body = self.task_v4_json(task, version, host);
+        let etag = etag_of(&body["data"]);
+        Ok((body, etag))
     }
+}
+
+/// The refusal of a Secure Boot VM with guest customization: its CD-ROM would be IDE, which Secure Boot forbids,
+/// and AHV fails the task with VMM-30102 (nutanix/nutanix.ansible#876, nutanix/terraform-provider-nutanix#908).
+pub(crate) fn secure_boot_cdrom_refusal(spec: &Value) -> Option<FailPlan> {
+    let secure = spec
+        .pointer("/resources/boot_config/boot_type")
+        .and_then(Value::as_str)
+        == Some("SECURE_BOOT");
+    let customized = spec
+        .pointer("/resources/guest_customization")
+        .is_some_and(|gc| !gc.is_null());
+    (secure && customized).then(|| FailPlan {
+        error: VMM_30102_MESSAGE.to_owned(),
+        outcome: FailOutcome::RemoveVm,
+        cause: FailCause::InvalidArgument,
+    })
 }
 
 fn template_not_found(ext_id: &str) -> ApiError {
@@ -463,8 +511,12 @@ fn template_not_found(ext_id: &str) -> ApiError {
     )
 }
 
-fn task_reference(task_uuid: &str) -> Value {
-    json!({"data": {"$objectType": "prism.v4.config.TaskReference", "extId": format!("{V4_TASK_PREFIX}{task_uuid}")}})
+fn task_reference(task_uuid: &str, version: &V4Version) -> Value {
+    let data = version.object(
+        "prism.v4.config.TaskReference",
+        [("extId", json!(format!("{V4_TASK_PREFIX}{task_uuid}")))],
+    );
+    version.response("vmm.v4.content.DeployTemplateApiResponse", data)
 }
 
 #[cfg(test)]

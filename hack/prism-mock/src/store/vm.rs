@@ -14,7 +14,9 @@ use super::Store;
 use super::entities::reference;
 use super::list::ListQuery;
 use super::net::Ipv4Net;
-use super::tasks::{Effect, FailPlan};
+use super::schema;
+use super::tasks::{Effect, FailOutcome, FailPlan};
+use super::templates::secure_boot_cdrom_refusal;
 use crate::errors::ApiError;
 use crate::seed::{GuestOs, SeedError, VmSeed};
 
@@ -23,7 +25,8 @@ const KIND: &str = "vm";
 const MAX_USER_DATA: usize = 128_000;
 const MAX_META_DATA: usize = 32_000;
 const MAX_UNATTEND_XML: usize = 32_000;
-const MAX_NAME: usize = 80;
+/// `vm.name` maxLength in the v3 swagger (`vm_clone_override_spec.name` has 80, checked in `schema`).
+const MAX_NAME: usize = 256;
 
 /// What the guest currently reports on its NICs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -211,6 +214,70 @@ type Details = Vec<(String, String)>;
 
 fn detail(details: &mut Details, field: impl Into<String>, message: impl Into<String>) {
     details.push((field.into(), message.into()));
+}
+
+/// `metadata.spec_hash` as real lists show it (list_vm.json, list_subnet.json, list_cluster.json).
+pub(crate) const SPEC_HASH: &str = "00000000000000000000000000000000000000000000000000";
+
+/// Name of the storage container disks land on (the recorded VM's, get_vm.json).
+const DEFAULT_CONTAINER: &str = "SelfServiceContainer";
+
+/// Server defaults of `spec.resources` a real GET shows on a VM created without them (get_vm.json, a VM created
+/// by create_vm.json's request, which sets none of these).
+fn fill_resource_defaults(res: &mut Map<String, Value>) {
+    let defaults = [
+        ("apc_config", json!({"enabled": false})),
+        ("memory_overcommit_enabled", json!(false)),
+        ("gpu_console_enabled", json!(false)),
+        ("is_vcpu_hard_pinned", json!(false)),
+        ("is_agent_vm", json!(false)),
+        ("disable_branding", json!(false)),
+        ("enable_cpu_passthrough", json!(false)),
+        ("hardware_virtualization_enabled", json!(false)),
+        ("vtpm_config", json!({"vtpm_enabled": false})),
+        ("gpu_list", json!([])),
+        ("vga_console_enabled", json!(true)),
+        ("vnuma_config", json!({"num_vnuma_nodes": 0})),
+        ("serial_port_list", json!([])),
+        ("cpu_hotplug_enabled", json!(true)),
+        ("scsi_controller_enabled", json!(true)),
+    ];
+    for (key, value) in defaults {
+        if res.get(key).is_none_or(Value::is_null) {
+            res.insert(key.to_owned(), value);
+        }
+    }
+    if let Some(mechanism) = res
+        .get_mut("power_state_mechanism")
+        .and_then(Value::as_object_mut)
+        && mechanism
+            .get("guest_transition_config")
+            .is_none_or(Value::is_null)
+    {
+        mechanism.insert(
+            "guest_transition_config".to_owned(),
+            json!({"enable_script_exec": false, "should_fail_on_script_failure": false}),
+        );
+    }
+}
+
+/// A UUID derived from a name, without drawing from the seeded generator (so adding one changes no other UUID).
+pub(crate) fn derived_uuid(namespace: &str, key: &str) -> String {
+    let hash = |seed: u64| {
+        namespace
+            .bytes()
+            .chain([0])
+            .chain(key.bytes())
+            .fold(seed, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            })
+    };
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&hash(0xcbf2_9ce4_8422_2325).to_be_bytes());
+    bytes[8..].copy_from_slice(&hash(0x84222325_cbf29ce4).to_be_bytes());
+    uuid::Builder::from_random_bytes(bytes)
+        .into_uuid()
+        .to_string()
 }
 
 fn b64() -> base64::engine::GeneralPurpose {
@@ -420,7 +487,8 @@ impl Store {
             &["LEGACY", "UEFI", "SECURE_BOOT"],
             &mut details,
         );
-        if boot_type == "LEGACY" && !boot.contains_key("boot_device_order_list") {
+        // The recorded UEFI VM shows the default order too (get_vm.json).
+        if !boot.contains_key("boot_device_order_list") {
             boot.insert(
                 "boot_device_order_list".to_owned(),
                 json!(["CDROM", "DISK", "NETWORK"]),
@@ -434,8 +502,15 @@ impl Store {
             );
         }
         res.insert("boot_config".to_owned(), Value::Object(boot));
+        fill_resource_defaults(&mut res);
 
-        let boot_image = self.prepare_disks(&mut res, &machine_type, existing, &mut details);
+        let boot_image = self.prepare_disks(
+            &mut res,
+            &machine_type,
+            &cluster_uuid,
+            existing,
+            &mut details,
+        );
         let nics = self.prepare_nics(&mut res, &cluster_uuid, existing, &mut details);
         let gpus = self.prepare_gpus(&res, &cluster_uuid, existing, &mut details);
         let guest = self.prepare_guest(&mut res, existing, &mut details);
@@ -460,6 +535,7 @@ impl Store {
         &mut self,
         res: &mut Map<String, Value>,
         machine_type: &str,
+        cluster_uuid: &str,
         existing: Option<&Vm>,
         details: &mut Details,
     ) -> Option<String> {
@@ -563,6 +639,20 @@ impl Store {
             }
             props.insert("disk_address".to_owned(), Value::Object(address));
             d.insert("device_properties".to_owned(), Value::Object(props));
+            if device_type == "DISK" {
+                // Disks land on the cluster's default container (the recorded VM's disk names
+                // SelfServiceContainer; the mock keeps no containers of its own, see the README).
+                let storage = d.entry("storage_config").or_insert_with(|| json!({}));
+                if let Some(storage) = storage.as_object_mut() {
+                    storage
+                        .entry("storage_container_reference")
+                        .or_insert_with(|| {
+                            json!({"kind": "storage_container",
+                                "uuid": derived_uuid("storage_container", cluster_uuid),
+                                "name": DEFAULT_CONTAINER})
+                        });
+                }
+            }
 
             let mut image_size = None;
             match d.get("data_source_reference") {
@@ -590,8 +680,13 @@ impl Store {
                     }
                 }
             }
+            let given_bytes = d.get("disk_size_bytes").and_then(Value::as_i64);
             let size_mib = match d.get("disk_size_mib") {
-                None | Some(Value::Null) => image_size.map(|s| s as i64),
+                // A disk given by its size in bytes alone is accepted (`vm_disk` requires neither size);
+                // rounding a size that is not a whole MiB up is the mock's choice.
+                None | Some(Value::Null) => given_bytes
+                    .map(|b| b.saturating_add((1 << 20) - 1) >> 20)
+                    .or(image_size.map(|s| s as i64)),
                 Some(v) => match v.as_i64() {
                     Some(n) => Some(n),
                     None => {
@@ -626,7 +721,8 @@ impl Store {
                                 format!("{n} is smaller than the image ({img} MiB)"),
                             );
                         }
-                        if let Some(bytes) = d.get("disk_size_bytes").and_then(Value::as_i64)
+                        if let Some(bytes) = given_bytes
+                            && d.get("disk_size_mib").is_some_and(|m| !m.is_null())
                             && bytes != n.saturating_mul(1 << 20)
                         {
                             detail(
@@ -829,6 +925,8 @@ impl Store {
             n.entry("nic_type").or_insert_with(|| json!("NORMAL_NIC"));
             n.entry("vlan_mode").or_insert_with(|| json!("ACCESS"));
             n.entry("is_connected").or_insert_with(|| json!(true));
+            n.entry("trunked_vlan_list").or_insert_with(|| json!([]));
+            n.entry("num_queues").or_insert_with(|| json!(1));
             plans.push(NicPlan {
                 uuid,
                 subnet_uuid,
@@ -1156,7 +1254,6 @@ impl Store {
         let seq = self.next_vm_seq;
         self.next_vm_seq += 1;
         let wall = self.wall(now);
-        let bios_uuid = self.new_uuid();
         let apipa_octets: [u8; 2] = self.rng.random();
         let apipa = Ipv4Addr::new(
             169,
@@ -1188,13 +1285,16 @@ impl Store {
             creation_time: wall.clone(),
             last_update_time: wall,
             host_uuid: None,
-            bios_uuid,
+            // The recorded VM's bios_uuid is its own UUID (get_vm.json).
+            bios_uuid: uuid.to_owned(),
         };
         self.vm_order.insert(seq, uuid.to_owned());
         self.vms.insert(uuid.to_owned(), vm);
-        exhausted.map(|subnet| FailPlan {
-            subtask_error: format!("IP pool of subnet '{subnet}' is exhausted"),
-            leave_vm_in_error: false,
+        exhausted.map(|subnet| {
+            FailPlan::in_subtask(
+                format!("IP pool of subnet '{subnet}' is exhausted"),
+                FailOutcome::RemoveVm,
+            )
         })
     }
 
@@ -1335,18 +1435,16 @@ impl Store {
         body: &Value,
         fail: Option<FailPlan>,
     ) -> Result<Value, ApiError> {
+        refuse_by_schema(schema::check_vm_intent(body))?;
         let metadata = body.get("metadata").cloned().unwrap_or_else(|| json!({}));
         let spec_in = body.get("spec").cloned().unwrap_or(Value::Null);
         let uuid = self.uuid_for_new_vm(&metadata, now)?;
         let prepared = self
             .prepare_vm(&spec_in, &metadata, None)
             .map_err(|d| ApiError::invalid(KIND, d))?;
+        let fail = fail.or_else(|| secure_boot_cdrom_refusal(&prepared.spec));
         let task_uuid = self.start_create(now, &uuid, prepared, None, "kVmCreate", fail);
-        let mut response = self.pending_response(&uuid, &spec_in, &task_uuid);
-        if let Some(obj) = response.get_mut("metadata").and_then(Value::as_object_mut) {
-            obj.insert("spec_version".to_owned(), json!(0));
-        }
-        Ok(response)
+        Ok(self.pending_response(&uuid, &metadata, &spec_in, &task_uuid, 0))
     }
 
     fn start_create(
@@ -1378,21 +1476,45 @@ impl Store {
         task
     }
 
-    fn pending_response(&self, uuid: &str, spec_in: &Value, task_uuid: &str) -> Value {
-        let (spec_version, meta) = match self.vms.get(uuid) {
-            Some(vm) => (vm.spec_version, vm.meta.clone()),
-            None => (0, VmMeta::default()),
-        };
+    /// The 202 body of a create or update: the spec as sent, `status` PENDING with the task UUID as a string,
+    /// `metadata` with `kind`, `uuid`, `spec_version` (0 after a create; on an update the version it was applied
+    /// to: the recorded PUT of update_vm.json answered the VM's 0) and `use_categories_mapping` (create_vm.json,
+    /// update_vm.json), plus the categories and project when the request carried them.
+    fn pending_response(
+        &self,
+        uuid: &str,
+        metadata_in: &Value,
+        spec_in: &Value,
+        task_uuid: &str,
+        spec_version: u64,
+    ) -> Value {
+        let meta = self
+            .vms
+            .get(uuid)
+            .map(|vm| vm.meta.clone())
+            .unwrap_or_default();
+        let mut metadata = json!({
+            "kind": KIND,
+            "uuid": uuid,
+            "spec_version": spec_version,
+            "use_categories_mapping": meta.use_categories_mapping,
+        });
+        if let Some(obj) = metadata.as_object_mut() {
+            let given = |key: &str| metadata_in.get(key).is_some_and(|v| !v.is_null());
+            if given("categories") || given("categories_mapping") {
+                obj.insert("categories".to_owned(), Value::Object(meta.categories));
+                obj.insert(
+                    "categories_mapping".to_owned(),
+                    Value::Object(meta.categories_mapping),
+                );
+            }
+            if let Some(project) = meta.project.filter(|_| given("project_reference")) {
+                obj.insert("project_reference".to_owned(), project);
+            }
+        }
         json!({
             "api_version": "3.1",
-            "metadata": {
-                "kind": KIND,
-                "uuid": uuid,
-                "spec_version": spec_version,
-                "use_categories_mapping": meta.use_categories_mapping,
-                "categories": meta.categories,
-                "categories_mapping": meta.categories_mapping,
-            },
+            "metadata": metadata,
             "spec": spec_in,
             "status": {"state": "PENDING", "execution_context": {"task_uuid": task_uuid}},
         })
@@ -1406,6 +1528,7 @@ impl Store {
         body: &Value,
         fail: Option<FailPlan>,
     ) -> Result<Value, ApiError> {
+        refuse_by_schema(schema::check_vm_intent(body))?;
         let existing = self
             .vms
             .get(uuid)
@@ -1426,7 +1549,11 @@ impl Store {
                 "is required on update",
             ));
         };
-        if given != existing.spec_version {
+        // A stale spec_version is refused (terraform-provider-nutanix#268: a PUT with the spec_version read
+        // before an out-of-band change failed; gomorpheus/morpheus-nutanix-prism-plugin retries on the 409 "Edit
+        // conflict"). A newer one is accepted: the recorded PUT of update_vm.json sent spec_version 1 to a VM at
+        // 0 and got a 202.
+        if given < existing.spec_version {
             return Err(ApiError::conflict(
                 KIND,
                 "CONCURRENT_REQUESTS_NOT_ALLOWED",
@@ -1442,9 +1569,11 @@ impl Store {
             .map_err(|d| ApiError::invalid(KIND, d))?;
         let mut exhausted = None;
         let nics = self.allocate_nics(&prepared.nics, &mut exhausted);
-        let fail = fail.or(exhausted.map(|subnet| FailPlan {
-            subtask_error: format!("IP pool of subnet '{subnet}' is exhausted"),
-            leave_vm_in_error: false,
+        let fail = fail.or(exhausted.map(|subnet| {
+            FailPlan::in_subtask(
+                format!("IP pool of subnet '{subnet}' is exhausted"),
+                FailOutcome::RemoveVm,
+            )
         }));
         let wall = self.wall(now);
         let previous_spec = existing.spec.clone();
@@ -1472,7 +1601,7 @@ impl Store {
         if let Some(vm) = self.vms.get_mut(uuid) {
             vm.task_uuids = vec![task.clone()];
         }
-        Ok(self.pending_response(uuid, &spec_in, &task))
+        Ok(self.pending_response(uuid, &metadata, &spec_in, &task, existing.spec_version))
     }
 
     /// `DELETE /vms/{uuid}`: DELETE_PENDING until the task ends, then gone. A repeated DELETE returns the same task.
@@ -1524,6 +1653,7 @@ impl Store {
         body: &Value,
         fail: Option<FailPlan>,
     ) -> Result<Value, ApiError> {
+        refuse_by_schema(schema::check_clone_input(body))?;
         let source =
             self.vms.get(source_uuid).cloned().ok_or_else(|| {
                 ApiError::not_found(KIND, format!("VM {source_uuid} was not found"))
@@ -1533,7 +1663,27 @@ impl Store {
             .get("override_spec")
             .cloned()
             .unwrap_or_else(|| json!({}));
-        let uuid = self.uuid_for_new_vm(&metadata, now)?;
+        if self.clone_behaviour.concurrent_clones_conflict
+            && self.clone_sources.iter().any(|(task, from)| {
+                from == source_uuid && self.tasks.get(task).is_some_and(|t| !t.status.ended())
+            })
+        {
+            return Err(ApiError::conflict(
+                KIND,
+                "CONCURRENT_REQUESTS_NOT_ALLOWED",
+                format!("VM {source_uuid} is the source of a clone in progress"),
+            ));
+        }
+        let requested = self.uuid_for_new_vm(&metadata, now)?;
+        let uuid = if self.clone_behaviour.ignores_requested_uuid
+            && metadata.get("uuid").is_some_and(Value::is_string)
+        {
+            self.new_uuid()
+        } else {
+            requested
+        };
+        // The clone input has no cluster reference (`vm_clone_override_spec` in the v3 swagger): the clone lands
+        // on the source VM's cluster, whatever else the body carries.
         let mut spec = source.spec.clone();
         let mut details = Details::new();
         if let Some(obj) = spec.as_object_mut() {
@@ -1598,7 +1748,10 @@ impl Store {
                 return Err(ApiError::invalid(KIND, d));
             }
         };
+        let fail = fail.or_else(|| secure_boot_cdrom_refusal(&prepared.spec));
         let task = self.start_create(now, &uuid, prepared, Some(source.os), "kVmClone", fail);
+        self.clone_sources
+            .insert(task.clone(), source_uuid.to_owned());
         Ok(json!({"task_uuid": task}))
     }
 
@@ -1621,12 +1774,17 @@ impl Store {
         ))
     }
 
-    /// Commits VMs prepared by [`Store::create_vm_from_spec`] under one task.
+    /// Commits VMs prepared by [`Store::create_vm_from_spec`] under one deploy task. The task names only the
+    /// template (`vmm:content:templates`); each VM has a subtask of its own that names it and moves with the
+    /// deploy (the Ansible collection's ntnx_templates_deploy_v2 RETURN block: a real deploy task lists the
+    /// template in `entities_affected` and its work in `sub_tasks`). One `kVmCreate` subtask per VM is the
+    /// mock's reading: the recorded answer shows three subtasks without saying what each one did.
     pub(crate) fn commit_deploy(
         &mut self,
         now: Instant,
         prepared: Vec<(String, DeployVm)>,
         cluster: &str,
+        template: &str,
         fail: Option<FailPlan>,
     ) -> String {
         let mut uuids = Vec::new();
@@ -1636,16 +1794,16 @@ impl Store {
             fail = fail.or(exhausted);
             uuids.push(uuid);
         }
-        let entities = uuids.iter().map(|u| ("vm", u.clone())).collect();
         let task = self.create_task(
             now,
             "kVmTemplateDeploy",
-            entities,
+            vec![("template", template.to_owned())],
             Some(cluster.to_owned()),
             Effect::Create { vms: uuids.clone() },
             fail,
         );
         for uuid in &uuids {
+            self.add_follower_subtask(&task, "kVmCreate", uuid);
             if let Some(vm) = self.vms.get_mut(uuid) {
                 vm.task_uuids = vec![task.clone()];
             }
@@ -1655,33 +1813,41 @@ impl Store {
 
     pub(crate) fn finish_vm_create(&mut self, uuid: &str, fail: Option<&FailPlan>, at: Instant) {
         let listed_from = (!self.list_lag.is_zero()).then(|| at + self.list_lag);
-        match fail {
-            Some(plan) if !plan.leave_vm_in_error => {
-                self.remove_vm(uuid);
-            }
-            Some(plan) => {
-                if let Some(vm) = self.vms.get_mut(uuid) {
-                    vm.listed = true;
-                    vm.listed_from = listed_from;
-                    vm.error = Some(plan.subtask_error.clone());
-                }
-            }
-            None => {
-                let wants_on = match self.vms.get_mut(uuid) {
-                    Some(vm) => {
-                        vm.listed = true;
-                        vm.listed_from = listed_from;
+        let outcome = fail.map(|plan| plan.outcome);
+        if outcome == Some(FailOutcome::RemoveVm) {
+            self.remove_vm(uuid);
+            return;
+        }
+        let wants_on = match self.vms.get_mut(uuid) {
+            Some(vm) => {
+                vm.listed = true;
+                vm.listed_from = listed_from;
+                match (outcome, fail) {
+                    (Some(FailOutcome::LeaveVmInError), Some(plan)) => {
+                        vm.error = Some(plan.error.clone());
+                        false
+                    }
+                    (Some(FailOutcome::LeaveVmPoweredOff), _) => {
+                        // The power-on failed: the spec says OFF, as the VM is.
+                        if let Some(res) =
+                            vm.spec.get_mut("resources").and_then(Value::as_object_mut)
+                        {
+                            res.insert("power_state".to_owned(), json!("OFF"));
+                        }
+                        false
+                    }
+                    _ => {
                         vm.spec
                             .pointer("/resources/power_state")
                             .and_then(Value::as_str)
                             == Some("ON")
                     }
-                    None => return,
-                };
-                if wants_on {
-                    self.power_on(uuid, at);
                 }
             }
+            None => return,
+        };
+        if wants_on {
+            self.power_on(uuid, at);
         }
     }
 
@@ -1860,6 +2026,9 @@ impl Store {
     }
 
     /// `GET /vms/{uuid}` body.
+    /// `GET /vms/{uuid}` body, in the shape of get_vm.json: `metadata` has no `use_categories_mapping`
+    /// (unless set), names the default project `_internal` when the VM has none, and an `entity_version` one
+    /// above the spec_version; `status.resources` adds what the hypervisor reports.
     pub(crate) fn vm_json(&self, vm: &Vm) -> Value {
         let cluster_uuid = vm.cluster_uuid();
         let cluster_name = self.clusters.name_of(cluster_uuid);
@@ -1867,16 +2036,23 @@ impl Store {
             "kind": KIND,
             "uuid": vm.uuid,
             "spec_version": vm.spec_version,
-            "entity_version": vm.spec_version.to_string(),
+            "entity_version": (vm.spec_version + 1).to_string(),
             "creation_time": vm.creation_time,
             "last_update_time": vm.last_update_time,
             "categories": vm.meta.categories,
             "categories_mapping": vm.meta.categories_mapping,
-            "use_categories_mapping": vm.meta.use_categories_mapping,
             "owner_reference": reference("user", &self.user_uuid, Some(&self.username)),
         });
-        if let (Some(project), Some(obj)) = (&vm.meta.project, metadata.as_object_mut()) {
-            obj.insert("project_reference".to_owned(), project.clone());
+        if let Some(obj) = metadata.as_object_mut() {
+            let project = vm
+                .meta
+                .project
+                .clone()
+                .unwrap_or_else(|| self.default_project_reference());
+            obj.insert("project_reference".to_owned(), project);
+            if vm.meta.use_categories_mapping {
+                obj.insert("use_categories_mapping".to_owned(), json!(true));
+            }
         }
         let mut resources = vm
             .spec
@@ -1888,6 +2064,19 @@ impl Store {
             res.insert("power_state".to_owned(), json!(vm.power_state()));
             res.insert("hypervisor_type".to_owned(), json!("AHV"));
             res.insert("bios_uuid".to_owned(), json!(vm.bios_uuid));
+            res.insert(
+                "generation_uuid".to_owned(),
+                json!(derived_uuid("generation", &vm.uuid)),
+            );
+            res.insert("protection_type".to_owned(), json!("UNPROTECTED"));
+            if let Some(vtpm) = res.get_mut("vtpm_config").and_then(Value::as_object_mut) {
+                vtpm.entry("version").or_insert_with(|| json!(""));
+            }
+            if let Some(Value::Array(disks)) = res.get_mut("disk_list") {
+                for disk in disks.iter_mut().filter_map(Value::as_object_mut) {
+                    disk.insert("is_migration_in_progress".to_owned(), json!(false));
+                }
+            }
             if let Some(host) = &vm.host_uuid {
                 res.insert(
                     "host_reference".to_owned(),
@@ -1968,7 +2157,54 @@ impl Store {
             })
             .collect();
         let (total, page) = query.page(matching, |vm| vm.name());
-        Ok(query.response(total, page.into_iter().map(|vm| self.vm_json(vm)).collect()))
+        Ok(query.response(
+            total,
+            page.into_iter().map(|vm| self.vm_list_json(vm)).collect(),
+        ))
+    }
+
+    /// A VM as `POST /vms/list` shows it, which differs from its GET (list_vm.json against get_vm.json):
+    /// `metadata.spec_hash`; no `apc_config`, `vtpm_config` or NIC `num_queues`; disks' `storage_config` with
+    /// `flash_mode`; `status.resources` with `storage_config` and disks' `is_encryption_in_progress`.
+    fn vm_list_json(&self, vm: &Vm) -> Value {
+        let mut body = super::entities::without_api_version(self.vm_json(vm));
+        if let Some(metadata) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.insert("spec_hash".to_owned(), json!(SPEC_HASH));
+        }
+        for (part, is_status) in [("spec", false), ("status", true)] {
+            let Some(res) = body
+                .pointer_mut(&format!("/{part}/resources"))
+                .and_then(Value::as_object_mut)
+            else {
+                continue;
+            };
+            res.remove("apc_config");
+            res.remove("vtpm_config");
+            if is_status {
+                res.insert("storage_config".to_owned(), json!({}));
+            }
+            if let Some(Value::Array(nics)) = res.get_mut("nic_list") {
+                for nic in nics.iter_mut().filter_map(Value::as_object_mut) {
+                    nic.remove("num_queues");
+                }
+            }
+            if let Some(Value::Array(disks)) = res.get_mut("disk_list") {
+                for disk in disks.iter_mut().filter_map(Value::as_object_mut) {
+                    if let Some(storage) = disk
+                        .get_mut("storage_config")
+                        .and_then(Value::as_object_mut)
+                    {
+                        storage
+                            .entry("flash_mode")
+                            .or_insert_with(|| json!("DISABLED"));
+                    }
+                    if is_status {
+                        disk.insert("is_encryption_in_progress".to_owned(), json!(false));
+                    }
+                }
+            }
+        }
+        body
     }
 
     /// Out-of-band power off (as if someone used the Prism Element UI): spec_version moves on.
@@ -2043,6 +2279,15 @@ impl Store {
         }
         self.finish_vm_create(&uuid, None, now);
         Ok(())
+    }
+}
+
+/// A 422 when the schema check found anything.
+fn refuse_by_schema(details: schema::Details) -> Result<(), ApiError> {
+    if details.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(KIND, details))
     }
 }
 
