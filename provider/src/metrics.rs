@@ -15,14 +15,17 @@
 //!   Machine to seeing it end;
 //! - `nutanix_machine_reconcile_duration_seconds{controller,result}` and
 //!   `nutanix_machine_reconcile_errors_total{controller,reason}`;
-//! - `nutanix_machine_controller_leader` (1 while this instance holds the lease).
+//! - `nutanix_machine_controller_leader` (1 while this instance holds the lease);
+//! - `nutanix_prism_inventory_unreadable_vms{endpoint}`: VMs of the last inventory listing that
+//!   could not be decoded and were skipped (foreign VMs with fields this client cannot read).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use prism_client::{RequestEvent, RequestObserver};
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 /// Buckets of `mapi_machine_phase_transition_seconds` (the machine-api-operator's).
@@ -44,6 +47,7 @@ pub struct Metrics {
     pub reconcile_duration: HistogramVec,
     pub reconcile_errors: IntCounterVec,
     pub leader: IntGauge,
+    pub inventory_unreadable: IntGaugeVec,
 }
 
 impl Metrics {
@@ -73,7 +77,16 @@ impl Metrics {
             "1 while this instance holds the leader lease",
         )?;
         registry.register(Box::new(leader.clone()))?;
+        let inventory_unreadable = IntGaugeVec::new(
+            Opts::new(
+                "nutanix_prism_inventory_unreadable_vms",
+                "VMs of the last inventory listing that could not be decoded and were skipped",
+            ),
+            &["endpoint"],
+        )?;
+        registry.register(Box::new(inventory_unreadable.clone()))?;
         Ok(Self {
+            inventory_unreadable,
             create_failed: counter(
                 "mapi_instance_create_failed",
                 "Number of times a machine instance create failed",

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::jiff::Timestamp;
 use prism_client::v3::{ListRequest, Vm};
 use prism_client::{Client, Error};
+use prometheus::IntGauge;
 
 use crate::plan::identity_of;
 
@@ -145,15 +146,19 @@ fn trim_for_inventory(vm: &mut Vm) {
 pub struct Inventory {
     max_age: Duration,
     page_length: u32,
+    /// Set to the number of VMs the last listing skipped as unreadable.
+    unreadable: Option<IntGauge>,
     current: Mutex<Option<(Instant, Arc<InventorySnapshot>)>>,
     refresh: tokio::sync::Mutex<()>,
 }
 
 impl Inventory {
-    pub fn new(max_age: Duration, page_length: u32) -> Self {
+    /// `unreadable` is set to the number of VMs each listing skipped as unreadable.
+    pub fn new(max_age: Duration, page_length: u32, unreadable: Option<IntGauge>) -> Self {
         Self {
             max_age,
             page_length: page_length.max(1),
+            unreadable,
             current: Mutex::new(None),
             refresh: tokio::sync::Mutex::new(()),
         }
@@ -209,13 +214,28 @@ impl Inventory {
     async fn list_every_vm(&self, client: &Client) -> Result<Vec<Vm>, Error> {
         let mut vms: Vec<Vm> = Vec::new();
         let mut seen: HashSet<String> = HashSet::new();
+        let mut unreadable: usize = 0;
         let mut offset: u32 = 0;
         loop {
             let page = client
                 .list::<Vm>(&ListRequest::page("vm", offset, self.page_length))
                 .await?;
-            let received = page.entities.len();
+            // Skipped entities took their places on the page: the next page starts after them.
+            let received = page.entities.len() + page.skipped.len();
             offset = offset.saturating_add(u32::try_from(received).unwrap_or(u32::MAX));
+            for skipped in &page.skipped {
+                // Another tool's VM that this client cannot read must not hide every other VM
+                // (nor stop the Machines that need the inventory); it is counted and skipped.
+                tracing::debug!(vm = ?skipped.uuid, name = ?skipped.name, reason = %skipped.reason, "inventory: a listed VM cannot be read; skipped");
+            }
+            let new_skipped = page
+                .skipped
+                .iter()
+                .filter_map(|skipped| skipped.uuid.as_deref())
+                .filter(|uuid| seen.insert(uuid.to_ascii_lowercase()))
+                .count();
+            let without_uuid = page.skipped.iter().filter(|s| s.uuid.is_none()).count();
+            unreadable += new_skipped + without_uuid;
             let before = vms.len();
             // Trimmed page by page: only one page is ever held whole. A VM listed twice (a
             // server that ignores `offset`, or entities shifting between pages) is kept once.
@@ -234,7 +254,10 @@ impl Inventory {
             };
             // A page that adds nothing new ends the listing: otherwise a server that ignores
             // `offset` (real `hosts/list` does, CAPX #577) would be paged forever.
-            if done || vms.len() == before {
+            if done || (vms.len() == before && new_skipped == 0) {
+                if let Some(gauge) = &self.unreadable {
+                    gauge.set(i64::try_from(unreadable).unwrap_or(i64::MAX));
+                }
                 return Ok(vms);
             }
         }

@@ -68,6 +68,7 @@ use prism_client::v3::Vm;
 use prism_client::{
     CaBundle, Client, ClientConfig, ConfigError, Error, RateLimit, RequestObserver, TaskProgress,
 };
+use prometheus::IntGaugeVec;
 
 use crate::api::{PendingTask, TaskOperation};
 use crate::plan::provision::first_task_read_after;
@@ -126,6 +127,8 @@ type Connections = HashMap<(String, u64), (Instant, Arc<Connection>)>;
 pub struct Actuator {
     settings: ActuatorSettings,
     observer: Option<Arc<dyn RequestObserver>>,
+    /// `nutanix_prism_inventory_unreadable_vms`, by endpoint.
+    inventory_unreadable: Option<IntGaugeVec>,
     connections: Mutex<Connections>,
 }
 
@@ -143,8 +146,15 @@ impl Actuator {
         Self {
             settings,
             observer,
+            inventory_unreadable: None,
             connections: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Reports the VMs each inventory listing skips as unreadable in `gauges` (by endpoint).
+    pub fn with_inventory_gauge(mut self, gauges: IntGaugeVec) -> Self {
+        self.inventory_unreadable = Some(gauges);
+        self
     }
 
     pub fn settings(&self) -> &ActuatorSettings {
@@ -179,7 +189,13 @@ impl Actuator {
         let connection = Arc::new(Connection {
             endpoint: endpoint.to_owned(),
             client,
-            inventory: Inventory::new(self.settings.inventory_max_age, self.settings.page_length),
+            inventory: Inventory::new(
+                self.settings.inventory_max_age,
+                self.settings.page_length,
+                self.inventory_unreadable
+                    .as_ref()
+                    .map(|gauges| gauges.with_label_values(&[endpoint])),
+            ),
             lookups: LookupCache::new(self.settings.lookup_ttl),
             uuids: UuidPool::new(self.settings.uuid_batch, self.settings.uuid_validity),
             recent_reads: RecentReads::new(self.settings.vm_read_ttl),

@@ -253,15 +253,18 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
         secret_store(client.clone(), args.namespace.as_deref());
     tokio::spawn(watch_secrets);
 
-    let actuator = Arc::new(Actuator::new(
-        ActuatorSettings {
-            inventory_max_age: args.inventory_refresh_interval,
-            lookup_ttl: args.lookup_cache_ttl,
-            vm_read_ttl: vm_read_ttl(args.poll_interval.min(args.requeue_interval)),
-            ..actuator_settings(&args.prism)
-        },
-        Some(metrics.prism_observer()),
-    ));
+    let actuator = Arc::new(
+        Actuator::new(
+            ActuatorSettings {
+                inventory_max_age: args.inventory_refresh_interval,
+                lookup_ttl: args.lookup_cache_ttl,
+                vm_read_ttl: vm_read_ttl(args.poll_interval.min(args.requeue_interval)),
+                ..actuator_settings(&args.prism)
+            },
+            Some(metrics.prism_observer()),
+        )
+        .with_inventory_gauge(metrics.inventory_unreadable.clone()),
+    );
     let settings = ControllerSettings {
         namespace: args.namespace.clone(),
         prism_endpoint: args.prism.prism_endpoint.clone(),

@@ -404,10 +404,12 @@ async fn a_join_that_times_out_is_reported_and_with_the_flag_fails_the_machine()
     assert_eq!(machine["status"]["errorReason"], "JoinTimedOut");
     let error = machine["status"]["errorMessage"].as_str().unwrap();
     assert!(error.starts_with("Windows join timed out"), "{error}");
-    assert_eq!(
-        machine["metadata"]["annotations"]["machine.openshift.io/instance-state"],
-        "Unknown"
-    );
+    // The annotation is a second write, just after the phase (the status write is the one
+    // guarded by the resourceVersion).
+    env.wait_machine(name, "instance-state Unknown", |machine| {
+        machine["metadata"]["annotations"]["machine.openshift.io/instance-state"] == "Unknown"
+    })
+    .await;
     env.wait_event(name, "JoinTimedOut", "marked Failed").await;
 
     // Deleting it deletes its VM, as for any Failed Machine.
