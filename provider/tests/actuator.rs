@@ -11,7 +11,7 @@ use nutanix_machine_controller::actuator::{
 };
 use nutanix_machine_controller::api::{Machine, PendingTask, TaskOperation};
 use nutanix_machine_controller::plan::provision::{
-    CreateCallOutcome, TaskReading, classify_create_error, read_task,
+    CreateCallOutcome, TaskContext, TaskReading, classify_create_error, read_task,
 };
 use nutanix_machine_controller::plan::request::{VmRequest, build_request};
 use nutanix_machine_controller::plan::unattend::PasswordValue;
@@ -110,7 +110,14 @@ async fn wait_task(
     for _ in 0..200 {
         let progress = connection.read_task(task).await.unwrap();
         if !matches!(progress, TaskProgress::Running { .. }) {
-            return read_task(task, &progress, recorded_vm);
+            return read_task(
+                task,
+                &progress,
+                TaskContext {
+                    recorded_vm,
+                    ..TaskContext::default()
+                },
+            );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -35,9 +35,9 @@ use crate::plan::machine_status::{
 };
 use crate::plan::provision::{
     CreateCallOutcome, DEPLOYED_VM_SEARCH, DeployCandidate, DeployedByName, FailureClass,
-    ListingSays, ListingView, TaskReading, after_transient_failure, classify_create_error,
-    delete_sent, deployed_vm_by_name, follow_up_value, listed_after, listing_says,
-    pending_follow_up, read_task, task_read_directly,
+    ListingSays, ListingView, TaskContext, TaskReading, after_transient_failure,
+    classify_create_error, delete_sent, deployed_vm_by_name, follow_up_value, listed_after,
+    listing_says, pending_follow_up, read_task, secure_boot_customized, task_read_directly,
 };
 use crate::plan::request::{FollowUpUpdate, VmRequest, build_request};
 use crate::plan::resolve::{FailureDomain, RequiredLookups, ResolvedReferences};
@@ -238,7 +238,15 @@ impl MachineReconcile {
                 return Ok(observed);
             }
             let progress = connection.read_task(task).await?;
-            match read_task(task, &progress, status.vm_uuid.as_deref()) {
+            let context = TaskContext {
+                recorded_vm: status.vm_uuid.as_deref(),
+                secure_boot_customized: self
+                    .machine
+                    .provider_config()
+                    .and_then(Result::ok)
+                    .is_some_and(|config| secure_boot_customized(&config)),
+            };
+            match read_task(task, &progress, context) {
                 TaskReading::Running { status: running } => {
                     tracing::debug!(machine = %self.key, task = %task.id, running, "task running");
                     if task.operation.creates_vm() {
@@ -401,12 +409,16 @@ impl MachineReconcile {
             return Ok(None);
         };
         let name = self.name();
+        let listed = status.vm_uuid.as_deref().and_then(|uuid| listing.vm(uuid));
         let view = ListingView {
-            listed: status
-                .vm_uuid
-                .as_deref()
-                .and_then(|uuid| listing.vm(uuid))
-                .map(Vm::state),
+            listed: listed.map(Vm::state),
+            powered_on: listed.is_some_and(|vm| {
+                vm.status
+                    .as_ref()
+                    .and_then(|status| status.resources.as_ref())
+                    .and_then(|resources| resources.power_state.as_ref())
+                    == Some(&prism_client::v3::PowerState::On)
+            }),
             named: listing
                 .vms()
                 .any(|vm| vm.spec.as_ref().is_some_and(|spec| spec.name == name)),

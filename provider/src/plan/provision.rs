@@ -28,7 +28,42 @@ pub enum FailureClass {
     Transient,
 }
 
-/// Words in a task error that say the request can never work as sent.
+/// What a Prism error identifier (a v3 `error_code` or `message_list[].reason`, a v4
+/// `errorMessages[].code` or `errorGroup`) says about a failed task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Known {
+    /// The request can never work as sent.
+    Invalid,
+    /// AHV refuses Secure Boot with guest customization (its CD-ROM is IDE): invalid, with
+    /// its own explanation.
+    SecureBootCustomization,
+    /// Prism is busy or was raced: retry.
+    Transient,
+}
+
+/// The identifiers whose meaning is established, each from the source that shows it.
+const KNOWN_IDENTIFIERS: &[(&str, Known)] = &[
+    // nutanix/nutanix.ansible#876, nutanix/terraform-provider-nutanix#908: the failed task of a
+    // Secure Boot VM with guest customization.
+    ("VMM-30102", Known::SecureBootCustomization),
+    ("VM_INVALID_ARGUMENT", Known::Invalid),
+    // The v3 reason of a request Prism refuses (prism-go-client v3/swagger.json error shape;
+    // terraform-provider-nutanix#36).
+    ("INVALID_REQUEST", Known::Invalid),
+    ("INVALID_ARGUMENT", Known::Invalid),
+    // gomorpheus/morpheus-nutanix-prism-plugin isApiRetryRequired: an edit conflict to retry.
+    ("CONCURRENT_REQUESTS_NOT_ALLOWED", Known::Transient),
+    // prism-go-client converged/v4/errors.go: rate limiting.
+    ("RATE_LIMIT_EXCEEDED", Known::Transient),
+    ("RATE_LIMIT_ERROR", Known::Transient),
+    // terraform-provider-nutanix nutanix/services/vmmv2/helper.go: an ETag mismatch, retried.
+    ("VMM-30303", Known::Transient),
+    ("VM_ETAG_MISMATCH", Known::Transient),
+];
+
+/// Last resort, for errors that carry no identifier above: words in a task error that say the
+/// request can never work as sent. Real wording is not established from any source; unknown
+/// text is retried (see [`classify_text`]).
 const INVALID_MARKERS: &[&str] = &[
     "invalid",
     "not supported",
@@ -41,8 +76,8 @@ const INVALID_MARKERS: &[&str] = &[
     "schema",
 ];
 
-/// Words that say the problem is capacity or Prism itself, which may pass; they win over
-/// [`INVALID_MARKERS`] ("invalid state: host busy" is still transient).
+/// Last resort too: words that say the problem is capacity or Prism itself, which may pass;
+/// they win over [`INVALID_MARKERS`] ("invalid state: host busy" is still transient).
 const TRANSIENT_MARKERS: &[&str] = &[
     "exhausted",
     "insufficient",
@@ -76,10 +111,63 @@ fn classify_text<'a>(texts: impl Iterator<Item = &'a str>) -> FailureClass {
     }
 }
 
-/// Whether a failed create, clone, deploy or follow-up task fails the Machine or is retried.
-/// When failed subtasks explain the failure, they decide: the parent's error is then usually a
-/// generic "Internal Error" (CAPX #783), which says nothing about the cause.
+/// The identifiers of one failure: its error code and its messages' reasons, codes and groups.
+fn identifiers<'a>(
+    error_code: Option<&'a String>,
+    messages: &'a prism_client::PrismMessages,
+) -> impl Iterator<Item = &'a str> {
+    error_code
+        .into_iter()
+        .chain(messages.0.iter().flat_map(|message| {
+            message
+                .reason
+                .iter()
+                .chain(&message.code)
+                .chain(&message.error_group)
+        }))
+        .map(String::as_str)
+}
+
+/// The strongest meaning among `ids`: Secure Boot first, then invalid, then transient.
+fn known(ids: impl Iterator<Item = impl AsRef<str>>) -> Option<Known> {
+    let found: Vec<Known> = ids
+        .filter_map(|id| {
+            KNOWN_IDENTIFIERS
+                .iter()
+                .find(|(known, _)| *known == id.as_ref())
+                .map(|(_, meaning)| *meaning)
+        })
+        .collect();
+    [
+        Known::SecureBootCustomization,
+        Known::Invalid,
+        Known::Transient,
+    ]
+    .into_iter()
+    .find(|meaning| found.contains(meaning))
+}
+
+/// What the failure's identifiers say: its failed subtasks' when they have any (the parent's
+/// error is then usually a generic "Internal Error", CAPX #783), else its own.
+fn known_of(failure: &TaskFailure) -> Option<Known> {
+    let subtasks: Vec<&str> = failure
+        .subtask_errors
+        .iter()
+        .flat_map(|subtask| identifiers(subtask.error_code.as_ref(), &subtask.messages))
+        .collect();
+    known(subtasks.into_iter())
+        .or_else(|| known(identifiers(failure.error_code.as_ref(), &failure.messages)))
+}
+
+/// Whether a failed create, clone, deploy or follow-up task fails the Machine or is retried:
+/// by Prism's error identifiers where one is known ([`KNOWN_IDENTIFIERS`]), else, as a last
+/// resort, by the words of its errors. When failed subtasks explain the failure, they decide.
 pub fn classify_task_failure(failure: &TaskFailure) -> FailureClass {
+    match known_of(failure) {
+        Some(Known::Invalid | Known::SecureBootCustomization) => return FailureClass::Invalid,
+        Some(Known::Transient) => return FailureClass::Transient,
+        None => {}
+    }
     let subtasks: Vec<&str> = failure
         .subtask_errors
         .iter()
@@ -96,6 +184,40 @@ pub fn classify_task_failure(failure: &TaskFailure) -> FailureClass {
         .chain(&failure.progress_message)
         .map(String::as_str);
     classify_text(texts)
+}
+
+/// Why AHV refused the VM and what to do, when the failure says (VMM-30102).
+pub const SECURE_BOOT_CUSTOMIZATION_REFUSED: &str = "AHV refuses Secure Boot with guest \
+     customization (VMM-30102: the customization CD-ROM is IDE, which Secure Boot forbids); use \
+     bootType UEFI, or Secure Boot only with a template or source VM whose guest needs no \
+     customization";
+
+/// The explanation and fix a failure gives, if any: VMM-30102, or any refusal of a VM that
+/// asks for Secure Boot with guest customization (`secure_boot_customized`; a v3 task's
+/// rendering of VMM-30102 is not established from any source, only that it is a refusal).
+pub fn failure_advice(failure: &TaskFailure, secure_boot_customized: bool) -> Option<&'static str> {
+    match known_of(failure) {
+        Some(Known::SecureBootCustomization) => Some(SECURE_BOOT_CUSTOMIZATION_REFUSED),
+        Some(Known::Invalid) if secure_boot_customized => Some(SECURE_BOOT_CUSTOMIZATION_REFUSED),
+        _ => None,
+    }
+}
+
+/// Whether a providerSpec asks for Secure Boot with guest customization (user data).
+pub fn secure_boot_customized(config: &crate::api::NutanixMachineProviderConfig) -> bool {
+    config.boot_type == crate::api::BootType::SecureBoot
+        && config
+            .user_data_secret
+            .as_ref()
+            .is_some_and(|secret| !secret.name.is_empty())
+}
+
+/// What a task read is interpreted against: the Machine's recorded VM UUID, and whether its
+/// VM asks for Secure Boot with guest customization.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskContext<'a> {
+    pub recorded_vm: Option<&'a str>,
+    pub secure_boot_customized: bool,
 }
 
 /// What an error from `POST /vms`, a clone or a template deploy means.
@@ -192,11 +314,11 @@ fn created_vm(
     rest.iter().all(|uuid| *uuid == first).then_some(first)
 }
 
-/// Interprets one read of `task`; `recorded_vm` is the Machine's `vmUUID`, if any.
+/// Interprets one read of `task`.
 pub fn read_task(
     task: &PendingTask,
     progress: &TaskProgress,
-    recorded_vm: Option<&str>,
+    context: TaskContext<'_>,
 ) -> TaskReading {
     match progress {
         TaskProgress::Running { status, .. } => TaskReading::Running {
@@ -210,13 +332,16 @@ pub fn read_task(
             },
             TaskOperation::Create | TaskOperation::Clone | TaskOperation::Unknown(_) => {
                 TaskReading::Created {
-                    vm_uuid: created_vm(entities, recorded_vm, task.source_vm.as_deref()),
+                    vm_uuid: created_vm(entities, context.recorded_vm, task.source_vm.as_deref()),
                 }
             }
         },
         TaskProgress::Failed(failure) => TaskReading::Failed {
             class: classify_task_failure(failure),
-            message: failure.to_string(),
+            message: match failure_advice(failure, context.secure_boot_customized) {
+                Some(advice) => format!("{advice}: {failure}"),
+                None => failure.to_string(),
+            },
         },
     }
 }
@@ -331,6 +456,8 @@ pub struct ListingView<'a> {
     pub named: bool,
     /// The listing began after the task did.
     pub after_start: bool,
+    /// The listed VM with the recorded UUID is powered on (its status says ON).
+    pub powered_on: bool,
 }
 
 /// What the shared listing says about a recorded task.
@@ -346,8 +473,9 @@ pub enum ListingSays {
 }
 
 /// What a listing says about `operation`'s task, `age` after it was recorded:
-/// - a v3 create or clone (VM UUID known): listed `COMPLETE` is [`ListingSays::Created`], not
-///   listed is still running, listed in another state is read (the task says why);
+/// - a v3 create or clone (VM UUID known): listed `COMPLETE` (and, for a create, powered on) is
+///   [`ListingSays::Created`], not listed is still running, listed otherwise is read (the task
+///   says why);
 /// - a follow-up update: read once a listing taken after it started shows the VM `COMPLETE`
 ///   again (Prism shows it `PENDING` while an update runs);
 /// - a template deploy: read once a listing taken after it started shows a VM with the
@@ -366,7 +494,15 @@ pub fn listing_says(
     }
     let complete = view.listed == Some(Some(&EntityState::Complete));
     match operation {
-        TaskOperation::Create | TaskOperation::Clone => match view.listed {
+        // A v3 create asks for power ON: a VM listed COMPLETE but OFF is a create task that
+        // ended without powering it on (a failed power-on leaves the VM, CAPX #783), which only
+        // the task tells. A clone is powered on by its follow-up, so its power says nothing.
+        TaskOperation::Create => match view.listed {
+            Some(_) if complete && view.powered_on => ListingSays::Created,
+            Some(_) => ListingSays::ReadTask,
+            None => ListingSays::Running,
+        },
+        TaskOperation::Clone => match view.listed {
             Some(_) if complete => ListingSays::Created,
             Some(_) => ListingSays::ReadTask,
             None => ListingSays::Running,

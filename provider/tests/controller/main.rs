@@ -12,6 +12,7 @@ mod leader;
 mod lifecycle;
 mod machineset;
 mod measure;
+mod prism_answers;
 #[path = "../support/rbac.rs"]
 mod rbac;
 mod windows_join;

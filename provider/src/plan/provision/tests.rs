@@ -186,7 +186,11 @@ fn task_reads() {
         percentage_complete: Some(40),
     };
     assert_eq!(
-        read_task(&task(TaskOperation::Create), &running, None),
+        read_task(
+            &task(TaskOperation::Create),
+            &running,
+            TaskContext::default()
+        ),
         TaskReading::Running {
             status: "RUNNING".into()
         }
@@ -204,7 +208,11 @@ fn task_reads() {
         unread_subtasks: Vec::new(),
     };
     assert_eq!(
-        read_task(&task(TaskOperation::Deploy), &deployed, None),
+        read_task(
+            &task(TaskOperation::Deploy),
+            &deployed,
+            TaskContext::default()
+        ),
         TaskReading::Created {
             vm_uuid: Some("abcdef00-0000-4000-8000-000000000001".into())
         },
@@ -217,7 +225,7 @@ fn task_reads() {
                 entities: vec![cluster],
                 unread_subtasks: Vec::new(),
             },
-            None,
+            TaskContext::default()
         ),
         TaskReading::DeployedVmUnnamed,
         "a succeeded deploy that names no VM is not a failure: deploying again would make a second VM"
@@ -227,20 +235,36 @@ fn task_reads() {
         unread_subtasks: Vec::new(),
     };
     assert_eq!(
-        read_task(&task(TaskOperation::Clone), &created, Some("v-1")),
+        read_task(
+            &task(TaskOperation::Clone),
+            &created,
+            TaskContext {
+                recorded_vm: Some("v-1"),
+                ..TaskContext::default()
+            }
+        ),
         TaskReading::Created { vm_uuid: None }
     );
     assert_eq!(
-        read_task(&task(TaskOperation::FollowUp), &created, Some("v-1")),
+        read_task(
+            &task(TaskOperation::FollowUp),
+            &created,
+            TaskContext {
+                recorded_vm: Some("v-1"),
+                ..TaskContext::default()
+            }
+        ),
         TaskReading::FollowUpApplied
     );
     let failed = TaskProgress::Failed(Box::new(failure(
         "Internal Error",
         &["IP pool of subnet 'vm-network' is exhausted"],
     )));
-    let TaskReading::Failed { class, message } =
-        read_task(&task(TaskOperation::Create), &failed, None)
-    else {
+    let TaskReading::Failed { class, message } = read_task(
+        &task(TaskOperation::Create),
+        &failed,
+        TaskContext::default(),
+    ) else {
         panic!()
     };
     assert_eq!(class, FailureClass::Transient);
@@ -319,7 +343,27 @@ fn view(listed: Option<Option<&EntityState>>, named: bool, after_start: bool) ->
         listed,
         named,
         after_start,
+        powered_on: true,
     }
+}
+
+#[test]
+fn a_create_listed_complete_but_powered_off_is_read_from_its_task() {
+    // A failed power-on leaves the VM COMPLETE and OFF (CAPX #783): only the task says so.
+    let (young, requeue) = (Duration::from_secs(1), Duration::from_secs(30));
+    let off = ListingView {
+        powered_on: false,
+        ..view(Some(Some(&EntityState::Complete)), false, true)
+    };
+    assert_eq!(
+        listing_says(&TaskOperation::Create, young, requeue, off),
+        ListingSays::ReadTask
+    );
+    assert_eq!(
+        listing_says(&TaskOperation::Clone, young, requeue, off),
+        ListingSays::Created,
+        "a clone is powered on by its follow-up"
+    );
 }
 
 #[test]
@@ -499,7 +543,14 @@ fn a_clone_that_prism_gave_another_uuid_is_adopted_with_that_uuid() {
     ];
     for (entities, expected, why) in cases {
         assert_eq!(
-            read_task(&clone, &succeeded(entities), Some("reserved-1")),
+            read_task(
+                &clone,
+                &succeeded(entities),
+                TaskContext {
+                    recorded_vm: Some("reserved-1"),
+                    ..TaskContext::default()
+                }
+            ),
             TaskReading::Created {
                 vm_uuid: expected.map(str::to_owned)
             },
@@ -510,7 +561,10 @@ fn a_clone_that_prism_gave_another_uuid_is_adopted_with_that_uuid() {
         read_task(
             &task(TaskOperation::Create),
             &succeeded(&["other-2"]),
-            Some("reserved-1")
+            TaskContext {
+                recorded_vm: Some("reserved-1"),
+                ..TaskContext::default()
+            }
         ),
         TaskReading::Created {
             vm_uuid: Some("other-2".into())
@@ -540,7 +594,7 @@ fn a_deploy_found_through_its_subtasks_names_its_vm() {
                 entities,
                 unread_subtasks: Vec::new()
             },
-            None
+            TaskContext::default()
         ),
         TaskReading::Created {
             vm_uuid: Some("vm-9".into())
@@ -596,5 +650,109 @@ fn a_deployed_vm_is_found_by_name_only_when_exactly_one_fits() {
         deployed_vm_by_name(&[fresh], &machine, None),
         DeployedByName::NotFound,
         "without a recorded start nothing is provably new"
+    );
+}
+
+fn message(reason: Option<&str>, code: Option<&str>, group: Option<&str>) -> PrismMessage {
+    PrismMessage {
+        reason: reason.map(str::to_owned),
+        code: code.map(str::to_owned),
+        error_group: group.map(str::to_owned),
+        message: Some("text".into()),
+        details: None,
+    }
+}
+
+#[test]
+fn prisms_error_identifiers_decide_before_any_words() {
+    use FailureClass::{Invalid, Transient};
+    let with = |detail: &str, error_code: Option<&str>, messages: Vec<PrismMessage>| TaskFailure {
+        error_code: error_code.map(str::to_owned),
+        messages: PrismMessages(messages),
+        ..failure(detail, &[])
+    };
+    let rows: Vec<(TaskFailure, FailureClass, &str)> = vec![
+        (
+            with(
+                "invalid state: request rate too high",
+                None,
+                vec![message(
+                    Some("RATE_LIMIT_EXCEEDED"),
+                    None,
+                    Some("RATE_LIMIT_EXCEEDED"),
+                )],
+            ),
+            Transient,
+            "an 'invalid' in the text does not fail a rate-limited task",
+        ),
+        (
+            with(
+                "operation timed out while validating",
+                None,
+                vec![message(Some("INVALID_REQUEST"), None, None)],
+            ),
+            Invalid,
+            "a 'timed out' in the text does not retry a refused request",
+        ),
+        (
+            with(
+                "Edit conflict: please retry change.",
+                None,
+                vec![message(Some("CONCURRENT_REQUESTS_NOT_ALLOWED"), None, None)],
+            ),
+            Transient,
+            "a v3 edit conflict",
+        ),
+        (
+            with("cannot be applied", Some("VMM-30303"), Vec::new()),
+            Transient,
+            "a v4 ETag mismatch, by its code alone",
+        ),
+        (
+            with("something unheard of", Some("1234"), Vec::new()),
+            Transient,
+            "an unknown numeric code falls back to the words, and unknown words retry",
+        ),
+    ];
+    for (failure, class, why) in rows {
+        assert_eq!(classify_task_failure(&failure), class, "{why}");
+        assert_eq!(failure_advice(&failure, false), None, "{why}");
+    }
+}
+
+#[test]
+fn secure_boot_with_customization_is_a_permanent_failure_that_names_cause_and_fix() {
+    // The shape of nutanix/nutanix.ansible#876: the parent's error is generic, the subtask's
+    // v4 message carries VMM-30102.
+    let mut failed = failure("Internal Error", &[]);
+    failed.subtask_errors.push(SubtaskError {
+        task: "t-3".into(),
+        end: TaskEnd::Failed,
+        error_code: Some("VMM-30102".into()),
+        error_detail: Some(
+            "Failed to perform the operation as the backend service could not find the entity"
+                .into(),
+        ),
+        messages: PrismMessages(vec![message(
+            Some("VM_INVALID_ARGUMENT"),
+            Some("VMM-30102"),
+            Some("VM_INVALID_ARGUMENT"),
+        )]),
+    });
+    assert_eq!(classify_task_failure(&failed), FailureClass::Invalid);
+    let TaskReading::Failed { class, message } = read_task(
+        &task(TaskOperation::Create),
+        &TaskProgress::Failed(Box::new(failed)),
+        TaskContext {
+            recorded_vm: Some("v-1"),
+            ..TaskContext::default()
+        },
+    ) else {
+        panic!("a failure")
+    };
+    assert_eq!(class, FailureClass::Invalid);
+    assert!(
+        message.starts_with(SECURE_BOOT_CUSTOMIZATION_REFUSED) && message.contains("bootType UEFI"),
+        "{message}"
     );
 }

@@ -1,0 +1,207 @@
+//! The controller against Prism Central as it really answers (prism-mock's recorded shapes and
+//! real-world behaviours, hack/prism-mock/recorded and docs/reliability.md): a clone that Prism
+//! gives another UUID, concurrent clones of one source VM refused with a 409, a Flash data disk,
+//! a create whose power-on fails, Secure Boot with guest customization, and a resent Sysprep
+//! create that must carry the same Administrator password.
+
+use base64::Engine as _;
+use prism_mock::{CloneBehaviour, FaultKind, FaultRule};
+use serde_json::{Value, json};
+
+use crate::harness::{Env, NS, admin_password_of, linux_spec, provider_spec, windows_clone_spec};
+
+const VMS: &str = "/api/nutanix/v3/vms";
+
+fn vm_uuid(machine: &Value) -> String {
+    machine["status"]["providerStatus"]["vmUUID"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn sysprep_image_spec() -> Value {
+    let mut spec = provider_spec(
+        json!({"type": "name", "name": "windows-server-2022"}),
+        None,
+        "120Gi",
+        "windows-user-data",
+    );
+    spec["guestCustomization"] = json!({"type": "Sysprep"});
+    spec
+}
+
+#[tokio::test]
+async fn a_clone_that_prism_gives_another_uuid_is_recorded_with_it_and_not_cloned_again() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    env.mock.admin().set_clone_behaviour(CloneBehaviour {
+        ignores_requested_uuid: true,
+        ..CloneBehaviour::default()
+    });
+    let _controller = env.controller("controller", &[]);
+    env.create_machine("clone-uuid-0", windows_clone_spec(), true)
+        .await;
+    let machine = env.wait_phase("clone-uuid-0", "Running").await;
+    let vms = env.vms_named("clone-uuid-0");
+    assert_eq!(vms.len(), 1, "one clone, whatever UUID Prism gave it");
+    assert_eq!(
+        vm_uuid(&machine),
+        vms[0].uuid,
+        "the UUID Prism gave is recorded"
+    );
+    assert_eq!(
+        machine["spec"]["providerID"],
+        format!("nutanix://{}", vms[0].uuid)
+    );
+    assert_eq!(
+        env.mock
+            .admin()
+            .count("POST", "/api/nutanix/v3/vms/{uuid}/clone"),
+        1,
+        "no second clone"
+    );
+    env.wait_event("clone-uuid-0", "Adopted", "instead of the reserved UUID")
+        .await;
+}
+
+#[tokio::test]
+async fn concurrent_clones_refused_with_a_conflict_back_off_and_each_get_one_vm() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    env.mock.admin().set_clone_behaviour(CloneBehaviour {
+        concurrent_clones_conflict: true,
+        ..CloneBehaviour::default()
+    });
+    let _controller = env.controller("controller", &[]);
+    let names = ["clone-a-0", "clone-b-0", "clone-c-0"];
+    for name in names {
+        env.create_machine(name, windows_clone_spec(), true).await;
+    }
+    for name in names {
+        env.wait_phase(name, "Running").await;
+        assert_eq!(env.vms_named(name).len(), 1, "{name}");
+    }
+    let conflicts = env
+        .mock
+        .admin()
+        .counters()
+        .iter()
+        .filter(|c| c.endpoint == "/api/nutanix/v3/vms/{uuid}/clone" && c.status == 409)
+        .map(|c| c.count)
+        .sum::<u64>();
+    assert!(conflicts >= 1, "the mock refused a concurrent clone");
+    let refused = names
+        .iter()
+        .flat_map(|name| env.events_of(name))
+        .filter(|(reason, _, note)| reason == "FailedCreate" && note.contains("conflict"))
+        .count();
+    assert!(refused >= 1, "a refused clone is explained, then retried");
+}
+
+#[tokio::test]
+async fn a_flash_data_disk_is_created_with_the_schemas_flash_mode() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let _controller = env.controller("controller", &[]);
+    let mut spec = linux_spec();
+    spec["dataDisks"] = json!([{"diskSize": "10Gi", "storageConfig": {"diskMode": "Flash"}}]);
+    env.create_machine("flash-0", spec, false).await;
+    let machine = env.wait_phase("flash-0", "Running").await;
+    let vm = env.mock.admin().vm(&vm_uuid(&machine)).unwrap();
+    let disks = vm["spec"]["resources"]["disk_list"].as_array().unwrap();
+    assert!(
+        disks
+            .iter()
+            .any(|disk| disk["storage_config"]["flash_mode"] == "ENABLED"),
+        "{disks:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_create_whose_power_on_failed_is_powered_on_again() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    env.mock.admin().add_fault(
+        FaultRule::new(
+            Some("POST"),
+            VMS,
+            FaultKind::FailPowerOn {
+                error: "Failed to power on the VM: host out of memory".into(),
+            },
+        )
+        .times(1),
+    );
+    let _controller = env.controller("controller", &[]);
+    env.create_machine("power-0", linux_spec(), false).await;
+    let machine = env.wait_phase("power-0", "Running").await;
+    let uuid = vm_uuid(&machine);
+    let vm = env.mock.admin().vm_summary(&uuid).unwrap();
+    assert_eq!(vm.power_state, "ON", "the failed power-on was retried");
+    assert_eq!(
+        env.vms_named("power-0").len(),
+        1,
+        "the VM was kept, not made again"
+    );
+    assert_eq!(env.mock.admin().count("POST", VMS), 1);
+    env.wait_event("power-0", "FailedCreate", "power on").await;
+}
+
+#[tokio::test]
+async fn secure_boot_with_guest_customization_fails_the_machine_naming_cause_and_fix() {
+    let mut env = Env::start().await;
+    let _controller = env.controller("controller", &[]);
+    let mut spec = sysprep_image_spec();
+    spec["bootType"] = json!("SecureBoot");
+    env.create_machine("secure-0", spec, true).await;
+    let machine = env.wait_phase("secure-0", "Failed").await;
+    assert_eq!(machine["status"]["errorReason"], "InvalidConfiguration");
+    let message = machine["status"]["errorMessage"].as_str().unwrap();
+    assert!(
+        message.contains("VMM-30102") && message.contains("bootType UEFI"),
+        "{message}"
+    );
+    assert!(env.vms_named("secure-0").is_empty(), "Prism removed the VM");
+}
+
+#[tokio::test]
+async fn a_resent_sysprep_create_carries_the_same_administrator_password() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    env.mock
+        .admin()
+        .add_fault(FaultRule::new(Some("POST"), VMS, FaultKind::CreateThen500).times(1));
+    let mut controller = env.controller("controller", &[]);
+    env.create_machine("sysprep-0", sysprep_image_spec(), true)
+        .await;
+    // The create got through and its answer was lost; kill the controller too, so that the
+    // retry is a new process's.
+    env.wait_machine("sysprep-0", "a recorded create", |m| {
+        !m["status"]["providerStatus"]["vmUUID"].is_null()
+    })
+    .await;
+    controller.kill();
+    let _controller = env.controller("restarted", &[]);
+    let machine = env.wait_phase("sysprep-0", "Running").await;
+    assert_eq!(env.vms_named("sysprep-0").len(), 1);
+
+    let secret = env
+        .sim
+        .get("", "secrets", NS, "sysprep-0-admin-password")
+        .expect("the generated password is kept in a Secret");
+    assert_eq!(secret["metadata"]["ownerReferences"][0]["kind"], "Machine");
+    assert_eq!(
+        secret["metadata"]["ownerReferences"][0]["uid"],
+        machine["metadata"]["uid"]
+    );
+    let kept = base64::engine::general_purpose::STANDARD
+        .decode(secret["data"]["password"].as_str().unwrap())
+        .unwrap();
+    let guest = env
+        .mock
+        .admin()
+        .guest_customization(&vm_uuid(&machine))
+        .unwrap();
+    let sent = admin_password_of(&guest.unattend_xml.unwrap()).unwrap();
+    assert_eq!(sent.as_bytes(), kept.as_slice());
+    env.assert_no_secrets_logged(&[sent]);
+}
