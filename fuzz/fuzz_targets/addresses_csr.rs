@@ -2,7 +2,7 @@
 //! Structured arbitrary input through `plan::addresses::machine_addresses` and
 //! `plan::csr::check_csr`. Nothing may panic, and the addresses keep their documented order:
 //! - InternalIP addresses parse, are not excluded, link-local, loopback, unspecified or
-//!   multicast, appear once each, IPv4 before IPv6;
+//!   multicast, appear once each, the cluster's primary family first;
 //! - the last two are InternalDNS and Hostname, both the Machine name;
 //! - a reading with no usable IP keeps the previous IPs.
 //!
@@ -17,7 +17,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::NodeAddress;
 use libfuzzer_sys::fuzz_target;
 use nutanix_machine_controller::plan::addresses::{
-    AddressInput, NicReading, address_type, machine_addresses,
+    AddressInput, IpReading, NicReading, address_type, machine_addresses,
 };
 use nutanix_machine_controller::plan::csr::{
     CLIENT_SIGNER, Csr, CsrContext, CsrKind, CsrVerdict, MachineFacts, SERVING_SIGNER, ServingCert,
@@ -53,7 +53,8 @@ impl IpText {
 #[derive(Debug, Arbitrary)]
 struct Nic {
     subnet: Option<u8>,
-    ips: Vec<IpText>,
+    /// Each address, and whether Prism calls it ASSIGNED.
+    ips: Vec<(IpText, bool)>,
 }
 
 #[derive(Debug, Arbitrary)]
@@ -62,6 +63,8 @@ struct AddressCase {
     nics: Vec<Nic>,
     order: Vec<u8>,
     excluded: Vec<(IpText, u8)>,
+    primary_cidr: Option<(IpText, u8)>,
+    ipv6_primary: bool,
     previous: Vec<(u8, IpText)>,
 }
 
@@ -211,7 +214,14 @@ fn check_addresses(case: &AddressCase) {
             subnet_uuid: nic
                 .subnet
                 .map(|s| SUBNETS[usize::from(s) % SUBNETS.len()].to_owned()),
-            ips: nic.ips.iter().map(IpText::text).collect(),
+            ips: nic
+                .ips
+                .iter()
+                .map(|(ip, assigned)| IpReading {
+                    ip: ip.text(),
+                    assigned: *assigned,
+                })
+                .collect(),
         })
         .collect();
     let order: Vec<String> = case
@@ -235,11 +245,17 @@ fn check_addresses(case: &AddressCase) {
             address: ip.text(),
         })
         .collect();
+    let primary_cidr = case.primary_cidr.as_ref().and_then(|(ip, prefix)| {
+        let ip: IpAddr = ip.text().parse().ok()?;
+        IpNet::new(ip, prefix % if ip.is_ipv4() { 33 } else { 129 }).ok()
+    });
     let addresses = machine_addresses(&AddressInput {
         machine_name: name,
         nics: &nics,
         subnet_order: &order,
+        primary_cidr,
         excluded: &excluded,
+        ipv6_primary: case.ipv6_primary,
         previous: &previous,
     });
     let [ips @ .., dns, hostname] = addresses.as_slice() else {
@@ -265,10 +281,11 @@ fn check_addresses(case: &AddressCase) {
     let reported: Vec<IpAddr> = nics
         .iter()
         .flat_map(|nic| &nic.ips)
-        .filter_map(|ip| ip.trim().parse().ok())
+        .filter_map(|reading| reading.ip.trim().parse().ok())
         .collect();
     let mut seen = std::collections::BTreeSet::new();
-    let mut v6_seen = false;
+    // The cluster's primary family first.
+    let mut other_family_seen = false;
     for address in ips {
         assert_eq!(address.type_, address_type::INTERNAL_IP, "{addresses:?}");
         let ip: IpAddr = address.address.parse().expect("an InternalIP parses");
@@ -283,15 +300,15 @@ fn check_addresses(case: &AddressCase) {
             "{ip}"
         );
         match ip {
-            IpAddr::V4(v4) => {
-                assert!(!v4.is_link_local(), "{ip} is link-local");
-                assert!(!v6_seen, "IPv4 {ip} after IPv6");
-            }
-            IpAddr::V6(v6) => {
-                assert!(!v6.is_unicast_link_local(), "{ip} is link-local");
-                v6_seen = true;
-            }
+            IpAddr::V4(v4) => assert!(!v4.is_link_local(), "{ip} is link-local"),
+            IpAddr::V6(v6) => assert!(!v6.is_unicast_link_local(), "{ip} is link-local"),
         }
+        let primary_family = ip.is_ipv6() == case.ipv6_primary;
+        assert!(
+            !(primary_family && other_family_seen),
+            "{ip} of the primary family after the other family"
+        );
+        other_family_seen |= !primary_family;
     }
 }
 

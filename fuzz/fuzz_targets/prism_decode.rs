@@ -49,6 +49,9 @@ fn vm_checks(vm: v3::Vm) {
         project_uuid: Some("p".to_owned()),
         resize_system_disk_mib: Some(1 << 20),
         power_on: true,
+        // A reasserted power-on sends a PUT each time on purpose; only the plain follow-up must
+        // be idempotent.
+        reassert_power: false,
     };
     if follow_up.apply(&mut input).is_ok() {
         // Applying twice changes nothing: a follow-up repeated after a crash sends no PUT.
