@@ -9,13 +9,18 @@ use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::harness::{Env, NS, TIMEOUT, linux_spec, windows_template_spec};
+use crate::harness::{Env, NS, TIMEOUT, linux_spec, windows_template};
 
 const MIN: &str = "machine.openshift.io/cluster-api-autoscaler-node-group-min-size";
 const MAX: &str = "machine.openshift.io/cluster-api-autoscaler-node-group-max-size";
 const OWNER: &str = "autoscaling.openshift.io/machineautoscaler";
 
-fn create_machine_set(env: &Env, name: &str, provider_spec: Value, windows: bool) {
+fn create_machine_set(
+    env: &Env,
+    name: &str,
+    (provider_spec, choices): (Value, Value),
+    windows: bool,
+) {
     let mut labels = json!({"machine.openshift.io/cluster-api-cluster": "sandbox",
                             "machine.openshift.io/cluster-api-machineset": name});
     if windows {
@@ -28,7 +33,7 @@ fn create_machine_set(env: &Env, name: &str, provider_spec: Value, windows: bool
                 MIN: "0", MAX: "3", OWNER: format!("{NS}/{name}")}},
             "spec": {"replicas": 0,
                      "selector": {"matchLabels": {"machine.openshift.io/cluster-api-machineset": name}},
-                     "template": {"metadata": {"labels": labels},
+                     "template": {"metadata": {"labels": labels, "annotations": choices},
                                   "spec": {"providerSpec": {"value": provider_spec}}}},
         }))
         .unwrap();
@@ -94,11 +99,11 @@ fn applies(env: &Env) -> usize {
 async fn capacity_annotations_follow_the_template_and_leave_other_keys_alone() {
     let mut env = Env::start().await;
     let _controller = env.controller("controller", &[]);
-    create_machine_set(&env, "win-set", windows_template_spec(), true);
-    create_machine_set(&env, "linux-set", linux_spec(), false);
+    create_machine_set(&env, "win-set", windows_template(), true);
+    create_machine_set(&env, "linux-set", (linux_spec(), json!({})), false);
     let mut foreign = linux_spec();
     foreign["kind"] = json!("VSphereMachineProviderSpec");
-    create_machine_set(&env, "vsphere-set", foreign, false);
+    create_machine_set(&env, "vsphere-set", (foreign, json!({})), false);
 
     let written = wait_annotations(&env, "win-set", "capacity annotations", |a| {
         a["machine.openshift.io/vCPU"] == "2"
@@ -139,7 +144,7 @@ async fn capacity_annotations_follow_the_template_and_leave_other_keys_alone() {
     );
 
     // The template changes: more CPUs and a GPU, then the GPU removed again.
-    let mut spec = windows_template_spec();
+    let (mut spec, _) = windows_template();
     spec["vcpuSockets"] = json!(4);
     spec["gpus"] = json!([{"type": "Name", "name": "Tesla T4"}]);
     patch_provider_spec(&env, "win-set", spec.clone()).await;
@@ -188,7 +193,7 @@ async fn capacity_annotations_follow_the_template_and_leave_other_keys_alone() {
 
     // An unusable providerSpec: one Warning event naming the field, the last annotations kept,
     // no retry loop.
-    let mut bad = windows_template_spec();
+    let (mut bad, _) = windows_template();
     bad["vcpuSockets"] = json!(0);
     patch_provider_spec(&env, "win-set", bad).await;
     let (_, kind, note) = env
