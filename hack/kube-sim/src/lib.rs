@@ -17,6 +17,7 @@ pub mod events;
 pub mod fields;
 pub mod load;
 pub mod meta;
+pub mod openapi_v2;
 pub mod patch;
 pub mod protobuf;
 pub mod reqlog;

@@ -69,6 +69,7 @@ enum Route {
     AdminObjects,
     OpenApiRoot,
     OpenApiGroupVersion(String, String),
+    OpenApiV2,
     Unknown,
 }
 
@@ -83,6 +84,7 @@ fn route(path: &str) -> Route {
         ["healthz" | "readyz" | "livez", ..] => Route::Health,
         ["kube-sim", "requests"] => Route::AdminRequests,
         ["kube-sim", "objects"] => Route::AdminObjects,
+        ["openapi", "v2"] => Route::OpenApiV2,
         ["openapi", "v3"] => Route::OpenApiRoot,
         ["openapi", "v3", "api", version] => {
             Route::OpenApiGroupVersion(String::new(), version.to_string())
@@ -320,6 +322,24 @@ async fn dispatch(
             discovery::openapi_v3_group_version(&store.resources(), &group, &version)
                 .map(|d| json_response(200, &d))
                 .ok_or_else(|| ApiError::unknown_path(request.uri().path()))
+        }
+        Route::OpenApiV2 => {
+            let document = crate::openapi_v2::document(&store.resources());
+            let accept = request
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            if !crate::openapi_v2::wants_protobuf(accept) {
+                return Ok(json_response(200, &document));
+            }
+            let mut response =
+                Response::new(full(Bytes::from(crate::openapi_v2::to_protobuf(&document))));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                http::HeaderValue::from_static(crate::openapi_v2::PROTOBUF_CONTENT_TYPE),
+            );
+            Ok(response)
         }
         Route::AdminRequests => Ok(json_response(200, &json!(shared.log.records()))),
         Route::AdminObjects => Ok(json_response(
@@ -1456,7 +1476,7 @@ mod tests {
             Route::ResourceList("machine.openshift.io".into(), "v1beta1".into())
         );
         assert_eq!(route("/api"), Route::CoreVersions);
-        assert_eq!(route("/openapi/v2"), Route::Unknown);
+        assert_eq!(route("/openapi/v2"), Route::OpenApiV2);
     }
 
     #[test]

@@ -1417,3 +1417,61 @@ async fn metadata_only_get_list_and_watch() {
     assert!(raw.get("data").is_none(), "only metadata is sent");
     sim.shutdown().await;
 }
+
+/// The real server folds `stringData` into `data` when it decodes a Secret, on every write, and
+/// never stores it (kubernetes/kubernetes `pkg/apis/core/v1/conversion.go`,
+/// `Convert_v1_Secret_To_core_Secret`).
+#[tokio::test]
+async fn secret_string_data_is_folded_into_data() {
+    let (sim, client) = start(Config::default()).await;
+    let secrets: Api<Secret> = Api::namespaced(client, "default");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "creds"},
+        "data": {"kept": "a2VwdA==", "credentials": "b2xk"},
+        "stringData": {"credentials": "[{\"type\": \"basic_auth\"}]"},
+    }))
+    .unwrap();
+    let created = secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    assert!(created.string_data.is_none(), "never stored");
+    let data = created.data.unwrap();
+    assert_eq!(
+        data["credentials"].0, b"[{\"type\": \"basic_auth\"}]",
+        "stringData wins"
+    );
+    assert_eq!(data["kept"].0, b"kept");
+
+    // A patch carrying stringData (what kubectl apply sends for a changed manifest) too.
+    let patched = secrets
+        .patch(
+            "creds",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"userData": "#cloud-config"}})),
+        )
+        .await
+        .unwrap();
+    assert!(patched.string_data.is_none());
+    assert_eq!(patched.data.unwrap()["userData"].0, b"#cloud-config");
+    let stored = sim.get("", "secrets", "default", "creds").unwrap();
+    assert!(stored.get("stringData").is_none(), "{stored}");
+
+    let bad = secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "bad"}})).unwrap(),
+        )
+        .await;
+    assert!(bad.is_ok());
+    let error = secrets
+        .patch(
+            "bad",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"n": 1}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(error, kube::Error::Api(status) if status.code == 400));
+    sim.shutdown().await;
+}
