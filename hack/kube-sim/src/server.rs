@@ -43,6 +43,19 @@ pub struct Shared {
     pub max_watch: Duration,
     /// Cancelled on shutdown (ends watches).
     pub shutdown: CancellationToken,
+    /// The machine-api-operator's defaulting webhooks, when the cluster has them.
+    pub machine_api_webhooks: Option<crate::webhooks::MachineApiWebhooks>,
+}
+
+impl Shared {
+    /// The mutating admission a create goes through (after strict field validation, before
+    /// the object is pruned, defaulted and stored, as in the real API server).
+    fn admit_create(&self, def: &ResourceDef, object: &mut Value) -> ApiResult<()> {
+        match &self.machine_api_webhooks {
+            Some(webhooks) => webhooks.admit_create(def, object),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A parsed resource path.
@@ -527,6 +540,7 @@ async fn resource_request(
                 "",
                 &now_rfc3339(),
             );
+            shared.admit_create(&def, &mut body)?;
             let stored = store.create(&def, &namespace, body, dry_run(query))?;
             Ok(json_bytes(201, object_bytes(&def, &version, &stored)))
         }
@@ -621,7 +635,7 @@ async fn resource_request(
                 strict_fields(&def, &version, query, &patch)?;
             }
             patch_request(
-                store,
+                shared,
                 &def,
                 &version,
                 &namespace,
@@ -1011,7 +1025,7 @@ fn delete_options(body: Option<&Value>, query: &HashMap<String, String>) -> Dele
 
 #[allow(clippy::too_many_arguments)]
 fn patch_request(
-    store: &Store,
+    shared: &Shared,
     def: &Arc<ResourceDef>,
     version: &str,
     namespace: &str,
@@ -1022,6 +1036,7 @@ fn patch_request(
     dry_run: bool,
     (manager, force): (&str, bool),
 ) -> ApiResult<Response<Body>> {
+    let store = &shared.store;
     let patch_error = |e: crate::patch::PatchError| match e {
         crate::patch::PatchError::JsonPatch(m) => ApiError {
             code: 422,
@@ -1089,6 +1104,7 @@ fn patch_request(
                 &now,
             )
             .map_err(|conflicts| apply_conflict(def, name, &conflicts))?;
+            shared.admit_create(def, &mut object)?;
             let stored = store.create(def, namespace, object, dry_run)?;
             Ok(json_bytes(201, object_bytes(def, version, &stored)))
         }
