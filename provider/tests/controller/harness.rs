@@ -124,6 +124,11 @@ impl Env {
         let mock = MockPrism::start(mock_config).await.unwrap();
         let sim = KubeSim::start(kube_sim::Config {
             namespaces: vec![NS.to_owned()],
+            // As on OpenShift: Machines and MachineSets go through the machine-api-operator's
+            // defaulting when they are created.
+            machine_api_webhooks: Some(kube_sim::webhooks::MachineApiWebhooks {
+                infrastructure_name: INFRA_ID.to_owned(),
+            }),
             ..kube_sim::Config::default()
         })
         .await

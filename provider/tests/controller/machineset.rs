@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use kube::Api;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::harness::{Env, NS, TIMEOUT, linux_spec, windows_template};
@@ -15,7 +15,8 @@ const MIN: &str = "machine.openshift.io/cluster-api-autoscaler-node-group-min-si
 const MAX: &str = "machine.openshift.io/cluster-api-autoscaler-node-group-max-size";
 const OWNER: &str = "autoscaling.openshift.io/machineautoscaler";
 
-fn create_machine_set(
+/// Creates a MachineSet through the API (so the machine-api-operator's defaulting applies).
+async fn create_machine_set(
     env: &Env,
     name: &str,
     (provider_spec, choices): (Value, Value),
@@ -26,16 +27,19 @@ fn create_machine_set(
     if windows {
         labels["machine.openshift.io/os-id"] = json!("Windows");
     }
-    env.sim
-        .create(json!({
-            "apiVersion": "machine.openshift.io/v1beta1", "kind": "MachineSet",
-            "metadata": {"name": name, "namespace": NS, "annotations": {
-                MIN: "0", MAX: "3", OWNER: format!("{NS}/{name}")}},
-            "spec": {"replicas": 0,
-                     "selector": {"matchLabels": {"machine.openshift.io/cluster-api-machineset": name}},
-                     "template": {"metadata": {"labels": labels, "annotations": choices},
-                                  "spec": {"providerSpec": {"value": provider_spec}}}},
-        }))
+    let set: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "machine.openshift.io/v1beta1", "kind": "MachineSet",
+        "metadata": {"name": name, "namespace": NS, "annotations": {
+            MIN: "0", MAX: "3", OWNER: format!("{NS}/{name}")}},
+        "spec": {"replicas": 0,
+                 "selector": {"matchLabels": {"machine.openshift.io/cluster-api-machineset": name}},
+                 "template": {"metadata": {"labels": labels, "annotations": choices},
+                              "spec": {"providerSpec": {"value": provider_spec}}}},
+    }))
+    .unwrap();
+    machine_sets(env)
+        .create(&PostParams::default(), &set)
+        .await
         .unwrap();
 }
 
@@ -99,11 +103,11 @@ fn applies(env: &Env) -> usize {
 async fn capacity_annotations_follow_the_template_and_leave_other_keys_alone() {
     let mut env = Env::start().await;
     let _controller = env.controller("controller", &[]);
-    create_machine_set(&env, "win-set", windows_template(), true);
-    create_machine_set(&env, "linux-set", (linux_spec(), json!({})), false);
+    create_machine_set(&env, "win-set", windows_template(), true).await;
+    create_machine_set(&env, "linux-set", (linux_spec(), json!({})), false).await;
     let mut foreign = linux_spec();
     foreign["kind"] = json!("VSphereMachineProviderSpec");
-    create_machine_set(&env, "vsphere-set", (foreign, json!({})), false);
+    create_machine_set(&env, "vsphere-set", (foreign, json!({})), false).await;
 
     let written = wait_annotations(&env, "win-set", "capacity annotations", |a| {
         a["machine.openshift.io/vCPU"] == "2"
