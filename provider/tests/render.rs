@@ -106,8 +106,26 @@ fn documented_linux_machineset_renders_an_image_create() {
 }
 
 #[test]
-fn documented_windows_machineset_renders_sysprep_with_the_unattend() {
+fn documented_windows_machineset_renders_cloud_init_like_the_go_provider() {
     let (stdout, stderr) = render_fixture("machineset-windows.yaml", "windows-user-data.txt");
+    assert_eq!(stderr, "", "no warnings");
+    let (request, xml) = split(&stdout);
+    assert!(xml.is_none(), "cloud-init, no unattend");
+    golden("windows-image-create.json", &stdout);
+    let cloud_init = &request["body"]["spec"]["resources"]["guest_customization"]["cloud_init"];
+    assert_eq!(
+        decode(&cloud_init["user_data"]),
+        std::fs::read(fixture("windows-user-data.txt")).unwrap(),
+        "WMCO's user data, unchanged"
+    );
+    let meta: Value = serde_json::from_slice(&decode(&cloud_init["meta_data"])).unwrap();
+    assert_eq!(meta["hostname"], "winworker-xxxxx");
+}
+
+#[test]
+fn windows_machineset_opting_into_sysprep_renders_the_unattend() {
+    let (stdout, stderr) =
+        render_fixture("machineset-windows-sysprep.yaml", "windows-user-data.txt");
     assert_eq!(
         stderr, "",
         "no warnings: winworker-xxxxx is a valid computer name"
@@ -115,7 +133,7 @@ fn documented_windows_machineset_renders_sysprep_with_the_unattend() {
     let (request, xml) = split(&stdout);
     let xml = xml.expect("the unattend.xml follows the request");
     golden(
-        "windows-image-create.json",
+        "windows-sysprep-create.json",
         &stdout[..stdout.find("<?xml").unwrap()],
     );
     golden("unattend.xml", xml);
@@ -136,7 +154,8 @@ fn documented_windows_machineset_renders_sysprep_with_the_unattend() {
 
 #[test]
 fn windows_machineset_with_a_source_vm_renders_a_clone_and_its_follow_up() {
-    let (stdout, _) = render_fixture("machineset-windows-clone.yaml", "windows-user-data.txt");
+    let (stdout, stderr) = render_fixture("machineset-windows-clone.yaml", "windows-user-data.txt");
+    assert_eq!(stderr, "", "the annotation carries imageKind: no warning");
     let (request, xml) = split(&stdout);
     assert!(xml.is_none(), "cloud-init, no unattend");
     golden("clone.json", &stdout);
@@ -154,7 +173,9 @@ fn windows_machineset_with_a_source_vm_renders_a_clone_and_its_follow_up() {
 
 #[test]
 fn windows_machineset_with_a_template_renders_a_v4_deploy() {
-    let (stdout, _) = render_fixture("machineset-windows-template.yaml", "windows-user-data.txt");
+    let (stdout, stderr) =
+        render_fixture("machineset-windows-template.yaml", "windows-user-data.txt");
+    assert_eq!(stderr, "", "the annotations carry the choices: no warning");
     let (request, xml) = split(&stdout);
     golden(
         "template-deploy.json",

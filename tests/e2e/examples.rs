@@ -1,12 +1,20 @@
 //! `manifests/examples/` as an administrator applies them: `kubectl apply -f` (client-side apply
 //! with kubectl's strict field validation, so a misspelt field fails) over the machine API's CRDs
-//! and the test-only CRDs of `hack/crds/`. Skipped, with a message, when kubectl is not installed.
+//! and the test-only CRDs of `hack/crds/`, on a cluster with the machine-api-operator's defaulting
+//! webhooks: what is stored is what the controller gets on OpenShift. Skipped, with a message, when
+//! kubectl is not installed.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use kube_sim::webhooks::MachineApiWebhooks;
 use kube_sim::{Config, KubeSim};
-use sandbox::manifests::{CREDENTIALS_SECRET, MACHINE_SETS, WINDOWS_IMAGE_SET};
+use nutanix_machine_controller::api::{
+    GUEST_CUSTOMIZATION_ANNOTATION, IMAGE_KIND_ANNOTATION, MachineSet,
+};
+use sandbox::manifests::{
+    CREDENTIALS_SECRET, INFRASTRUCTURE_ID, MACHINE_SETS, WINDOWS_IMAGE_SET, WINDOWS_TEMPLATE_SET,
+};
 
 fn repository(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -46,6 +54,9 @@ async fn kubectl_applies_the_examples_over_the_crds() {
     let ns = sandbox::MACHINE_API_NAMESPACE;
     let sim = KubeSim::start(Config {
         namespaces: vec![ns.to_owned()],
+        machine_api_webhooks: Some(MachineApiWebhooks {
+            infrastructure_name: INFRASTRUCTURE_ID.to_owned(),
+        }),
         ..Config::default()
     })
     .await
@@ -92,9 +103,51 @@ async fn kubectl_applies_the_examples_over_the_crds() {
             "jsonpath={.spec.scaleTargetRef.name} {.spec.minReplicas} {.spec.maxReplicas}",
         ]);
         assert_eq!(target, format!("{WINDOWS_IMAGE_SET} 0 4"));
-        // Applying again changes nothing.
+        // Applying again changes nothing. The Secret is "configured" all the same, as against a
+        // real server: its stringData is stored as data, so kubectl's three-way patch always
+        // carries it again (kubernetes/kubernetes#87736).
         let again = run(&["apply", "-f", &path("manifests/examples")]);
-        assert_eq!(again.matches("unchanged").count(), 5, "{again}");
+        assert_eq!(again.matches("unchanged").count(), 4, "{again}");
+        assert!(
+            again.contains(&format!("secret/{CREDENTIALS_SECRET} configured")),
+            "{again}"
+        );
     });
+    // The credentials Secret, written with stringData, has the key the controller reads.
+    let secret = sim.get("", "secrets", ns, CREDENTIALS_SECRET).unwrap();
+    assert!(secret["data"]["credentials"].is_string(), "{secret}");
+    // Our choices survived the webhook, as the controller reads them.
+    let stored = |name: &str| -> MachineSet {
+        serde_json::from_value(
+            sim.get("machine.openshift.io", "machinesets", ns, name)
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let template = stored(WINDOWS_TEMPLATE_SET);
+    let annotations = template
+        .spec
+        .template
+        .metadata
+        .clone()
+        .unwrap()
+        .annotations
+        .unwrap();
+    assert_eq!(annotations[IMAGE_KIND_ANNOTATION], "Template");
+    assert_eq!(annotations[GUEST_CUSTOMIZATION_ANNOTATION], "Sysprep");
+    let config = template.provider_config().unwrap().unwrap();
+    assert_eq!(
+        config.image_kind,
+        Some(nutanix_machine_controller::api::ImageKind::Template)
+    );
+    let image = stored(WINDOWS_IMAGE_SET)
+        .provider_config()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        nutanix_machine_controller::plan::guest::customization_of(&image),
+        nutanix_machine_controller::api::GuestCustomizationType::CloudInit,
+        "a Windows image set is cloud-init unless it opts into Sysprep"
+    );
     sim.shutdown().await;
 }

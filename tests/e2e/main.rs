@@ -9,5 +9,6 @@ mod chaos;
 mod examples;
 mod misbehaviours;
 mod node_ip_mismatch;
+mod official_samples;
 mod scenario;
 mod support;

@@ -125,6 +125,11 @@ impl ApiError {
         Self::new(400, "BadRequest", message)
     }
 
+    /// 403 Forbidden (an admission webhook's denial).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(403, "Forbidden", message)
+    }
+
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
         Self::new(405, "MethodNotAllowed", message)

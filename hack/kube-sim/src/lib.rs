@@ -17,6 +17,7 @@ pub mod events;
 pub mod fields;
 pub mod load;
 pub mod meta;
+pub mod openapi_v2;
 pub mod patch;
 pub mod protobuf;
 pub mod reqlog;
@@ -28,6 +29,7 @@ pub mod store;
 pub mod table;
 pub mod tls;
 pub mod watch;
+pub mod webhooks;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -65,6 +67,9 @@ pub struct Config {
     pub namespaces: Vec<String>,
     /// Serve HTTPS with a CA made at start (the kubeconfig and `client()` trust it); plain HTTP otherwise.
     pub tls: bool,
+    /// The machine-api-operator's defaulting webhooks of an OpenShift cluster on Nutanix, applied
+    /// to every Machine and MachineSet created through the API; none when `None`.
+    pub machine_api_webhooks: Option<webhooks::MachineApiWebhooks>,
 }
 
 impl Default for Config {
@@ -79,6 +84,7 @@ impl Default for Config {
             request_log_limit: 100_000,
             namespaces: Vec::new(),
             tls: false,
+            machine_api_webhooks: None,
         }
     }
 }
@@ -186,6 +192,7 @@ impl KubeSim {
             bookmark_interval: config.bookmark_interval,
             max_watch: config.max_watch,
             shutdown: shutdown.clone(),
+            machine_api_webhooks: config.machine_api_webhooks.clone(),
         });
         let tls = if config.tls {
             Some(tls::generate()?)

@@ -31,6 +31,11 @@ struct Args {
     /// Files (YAML or JSON, `---`-separated documents) of objects to create at start, in order.
     #[arg(long = "load")]
     load: Vec<PathBuf>,
+    /// Apply the machine-api-operator's defaulting webhooks of a Nutanix cluster to Machines and
+    /// MachineSets created through the API; the value is the infrastructure name the Machine
+    /// webhook puts in a missing `machine.openshift.io/cluster-api-cluster` label.
+    #[arg(long, value_name = "INFRASTRUCTURE_NAME")]
+    machine_api_webhooks: Option<String>,
 }
 
 #[tokio::main]
@@ -48,6 +53,11 @@ async fn main() -> anyhow::Result<()> {
         bookmark_interval: std::time::Duration::from_secs(args.bookmark_seconds.max(1)),
         namespaces: args.namespaces,
         tls: args.tls,
+        machine_api_webhooks: args.machine_api_webhooks.map(|infrastructure_name| {
+            kube_sim::webhooks::MachineApiWebhooks {
+                infrastructure_name,
+            }
+        }),
         ..kube_sim::Config::default()
     };
     let sim = kube_sim::KubeSim::start(config).await?;

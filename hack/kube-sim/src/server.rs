@@ -43,6 +43,19 @@ pub struct Shared {
     pub max_watch: Duration,
     /// Cancelled on shutdown (ends watches).
     pub shutdown: CancellationToken,
+    /// The machine-api-operator's defaulting webhooks, when the cluster has them.
+    pub machine_api_webhooks: Option<crate::webhooks::MachineApiWebhooks>,
+}
+
+impl Shared {
+    /// The mutating admission a create goes through (after strict field validation, before
+    /// the object is pruned, defaulted and stored, as in the real API server).
+    fn admit_create(&self, def: &ResourceDef, object: &mut Value) -> ApiResult<()> {
+        match &self.machine_api_webhooks {
+            Some(webhooks) => webhooks.admit_create(def, object),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A parsed resource path.
@@ -69,6 +82,7 @@ enum Route {
     AdminObjects,
     OpenApiRoot,
     OpenApiGroupVersion(String, String),
+    OpenApiV2,
     Unknown,
 }
 
@@ -83,6 +97,7 @@ fn route(path: &str) -> Route {
         ["healthz" | "readyz" | "livez", ..] => Route::Health,
         ["kube-sim", "requests"] => Route::AdminRequests,
         ["kube-sim", "objects"] => Route::AdminObjects,
+        ["openapi", "v2"] => Route::OpenApiV2,
         ["openapi", "v3"] => Route::OpenApiRoot,
         ["openapi", "v3", "api", version] => {
             Route::OpenApiGroupVersion(String::new(), version.to_string())
@@ -321,6 +336,24 @@ async fn dispatch(
                 .map(|d| json_response(200, &d))
                 .ok_or_else(|| ApiError::unknown_path(request.uri().path()))
         }
+        Route::OpenApiV2 => {
+            let document = crate::openapi_v2::document(&store.resources());
+            let accept = request
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            if !crate::openapi_v2::wants_protobuf(accept) {
+                return Ok(json_response(200, &document));
+            }
+            let mut response =
+                Response::new(full(Bytes::from(crate::openapi_v2::to_protobuf(&document))));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                http::HeaderValue::from_static(crate::openapi_v2::PROTOBUF_CONTENT_TYPE),
+            );
+            Ok(response)
+        }
         Route::AdminRequests => Ok(json_response(200, &json!(shared.log.records()))),
         Route::AdminObjects => Ok(json_response(
             200,
@@ -507,6 +540,7 @@ async fn resource_request(
                 "",
                 &now_rfc3339(),
             );
+            shared.admit_create(&def, &mut body)?;
             let stored = store.create(&def, &namespace, body, dry_run(query))?;
             Ok(json_bytes(201, object_bytes(&def, &version, &stored)))
         }
@@ -601,7 +635,7 @@ async fn resource_request(
                 strict_fields(&def, &version, query, &patch)?;
             }
             patch_request(
-                store,
+                shared,
                 &def,
                 &version,
                 &namespace,
@@ -991,7 +1025,7 @@ fn delete_options(body: Option<&Value>, query: &HashMap<String, String>) -> Dele
 
 #[allow(clippy::too_many_arguments)]
 fn patch_request(
-    store: &Store,
+    shared: &Shared,
     def: &Arc<ResourceDef>,
     version: &str,
     namespace: &str,
@@ -1002,6 +1036,7 @@ fn patch_request(
     dry_run: bool,
     (manager, force): (&str, bool),
 ) -> ApiResult<Response<Body>> {
+    let store = &shared.store;
     let patch_error = |e: crate::patch::PatchError| match e {
         crate::patch::PatchError::JsonPatch(m) => ApiError {
             code: 422,
@@ -1069,6 +1104,7 @@ fn patch_request(
                 &now,
             )
             .map_err(|conflicts| apply_conflict(def, name, &conflicts))?;
+            shared.admit_create(def, &mut object)?;
             let stored = store.create(def, namespace, object, dry_run)?;
             Ok(json_bytes(201, object_bytes(def, version, &stored)))
         }
@@ -1456,7 +1492,7 @@ mod tests {
             Route::ResourceList("machine.openshift.io".into(), "v1beta1".into())
         );
         assert_eq!(route("/api"), Route::CoreVersions);
-        assert_eq!(route("/openapi/v2"), Route::Unknown);
+        assert_eq!(route("/openapi/v2"), Route::OpenApiV2);
     }
 
     #[test]

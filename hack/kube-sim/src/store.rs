@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use base64::Engine as _;
 use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, broadcast};
@@ -401,6 +402,7 @@ impl Store {
         dry_run: bool,
     ) -> ApiResult<Stored> {
         self.check_type(def, &mut object)?;
+        decode_builtin(def, &mut object)?;
         let namespace = if def.namespaced { namespace } else { "" };
         let body_ns = meta_str(&object, "namespace").to_string();
         if def.namespaced && !body_ns.is_empty() && body_ns != namespace {
@@ -670,6 +672,7 @@ impl Store {
         if !desired.is_object() {
             return Err(ApiError::bad_request("the result is not a JSON object"));
         }
+        decode_builtin(def, &mut desired)?;
         let wanted_rv = meta_str(&desired, "resourceVersion");
         if !wanted_rv.is_empty() && wanted_rv != meta_str(&current.value, "resourceVersion") {
             return Err(ApiError::conflict(
@@ -1340,6 +1343,57 @@ pub fn field_scope(def: &ResourceDef, target: WriteTarget) -> crate::fields::Sco
         WriteTarget::Main if def.status_subresource => crate::fields::Scope::MainWithoutStatus,
         WriteTarget::Main | WriteTarget::Whole => crate::fields::Scope::Everything,
     }
+}
+
+/// What decoding a write into the server's internal type does to a built-in kind, for every write
+/// (create, update, patch result).
+///
+/// Secret: `stringData` is folded into `data`, its values winning over `data`'s, and is never
+/// stored (kubernetes/kubernetes `pkg/apis/core/v1/conversion.go`,
+/// `Convert_v1_Secret_To_core_Secret`: "StringData overwrites Data"; the internal type has no
+/// `stringData`).
+fn decode_builtin(def: &ResourceDef, object: &mut Value) -> ApiResult<()> {
+    if !(def.group.is_empty() && def.plural == "secrets") {
+        return Ok(());
+    }
+    let Some(map) = object.as_object_mut() else {
+        return Ok(());
+    };
+    let string_data = match map.remove("stringData") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Object(entries)) => entries,
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "Secret in version \"v1\" cannot be handled as a Secret: stringData: expected a map of strings",
+            ));
+        }
+    };
+    if string_data.is_empty() {
+        return Ok(());
+    }
+    let data = map
+        .entry("data")
+        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    if data.is_null() {
+        *data = Value::Object(serde_json::Map::new());
+    }
+    let Some(data) = data.as_object_mut() else {
+        return Err(ApiError::bad_request(
+            "Secret in version \"v1\" cannot be handled as a Secret: data: expected a map of base64 strings",
+        ));
+    };
+    for (key, value) in string_data {
+        let Value::String(text) = value else {
+            return Err(ApiError::bad_request(format!(
+                "Secret in version \"v1\" cannot be handled as a Secret: stringData.{key}: expected a string"
+            )));
+        };
+        data.insert(
+            key,
+            Value::String(base64::engine::general_purpose::STANDARD.encode(text)),
+        );
+    }
+    Ok(())
 }
 
 /// Type-specific create rules (what the real registry strategies do in PrepareForCreate).

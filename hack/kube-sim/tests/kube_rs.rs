@@ -1417,3 +1417,209 @@ async fn metadata_only_get_list_and_watch() {
     assert!(raw.get("data").is_none(), "only metadata is sent");
     sim.shutdown().await;
 }
+
+/// The real server folds `stringData` into `data` when it decodes a Secret, on every write, and
+/// never stores it (kubernetes/kubernetes `pkg/apis/core/v1/conversion.go`,
+/// `Convert_v1_Secret_To_core_Secret`).
+#[tokio::test]
+async fn secret_string_data_is_folded_into_data() {
+    let (sim, client) = start(Config::default()).await;
+    let secrets: Api<Secret> = Api::namespaced(client, "default");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "creds"},
+        "data": {"kept": "a2VwdA==", "credentials": "b2xk"},
+        "stringData": {"credentials": "[{\"type\": \"basic_auth\"}]"},
+    }))
+    .unwrap();
+    let created = secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    assert!(created.string_data.is_none(), "never stored");
+    let data = created.data.unwrap();
+    assert_eq!(
+        data["credentials"].0, b"[{\"type\": \"basic_auth\"}]",
+        "stringData wins"
+    );
+    assert_eq!(data["kept"].0, b"kept");
+
+    // A patch carrying stringData (what kubectl apply sends for a changed manifest) too.
+    let patched = secrets
+        .patch(
+            "creds",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"userData": "#cloud-config"}})),
+        )
+        .await
+        .unwrap();
+    assert!(patched.string_data.is_none());
+    assert_eq!(patched.data.unwrap()["userData"].0, b"#cloud-config");
+    let stored = sim.get("", "secrets", "default", "creds").unwrap();
+    assert!(stored.get("stringData").is_none(), "{stored}");
+
+    let bad = secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "bad"}})).unwrap(),
+        )
+        .await;
+    assert!(bad.is_ok());
+    let error = secrets
+        .patch(
+            "bad",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"n": 1}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(error, kube::Error::Api(status) if status.code == 400));
+    sim.shutdown().await;
+}
+
+/// With the machine-api-operator's webhooks on, a Machine or MachineSet created through the API
+/// (POST, or a server-side apply that creates) is stored as the operator's defaulting leaves it;
+/// an update is not defaulted (the webhooks are registered for CREATE only); a providerSpec the
+/// Go type cannot read is refused with 403.
+#[tokio::test]
+async fn machine_api_webhooks_default_creates_only() {
+    let (sim, client) = start(Config {
+        namespaces: vec!["openshift-machine-api".to_owned()],
+        machine_api_webhooks: Some(kube_sim::webhooks::MachineApiWebhooks {
+            infrastructure_name: "sandbox".to_owned(),
+        }),
+        ..Config::default()
+    })
+    .await;
+    for file in [
+        "machine.openshift.io_machines.yaml",
+        "machine.openshift.io_machinesets.yaml",
+    ] {
+        let path = format!("{}/../../manifests/crds/{file}", env!("CARGO_MANIFEST_DIR"));
+        for crd in kube_sim::load::documents(&std::fs::read_to_string(path).unwrap()).unwrap() {
+            sim.create(crd).unwrap();
+        }
+    }
+    let resource = |kind: &str, plural: &str| {
+        kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("machine.openshift.io", "v1beta1", kind),
+            plural,
+        )
+    };
+    let machines: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "openshift-machine-api",
+        &resource("Machine", "machines"),
+    );
+    let value = json!({"apiVersion": "machine.openshift.io/v1", "kind": "NutanixMachineProviderConfig",
+        "imageKind": "Template", "memorySize": "8192Mi"});
+    let machine: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": "m1"}, "spec": {"providerSpec": {"value": value}}}))
+    .unwrap();
+    machines
+        .create(&PostParams::default(), &machine)
+        .await
+        .unwrap();
+    let stored = sim
+        .get(
+            "machine.openshift.io",
+            "machines",
+            "openshift-machine-api",
+            "m1",
+        )
+        .unwrap();
+    let stored_value = &stored["spec"]["providerSpec"]["value"];
+    assert!(stored_value.get("imageKind").is_none(), "{stored_value}");
+    assert_eq!(stored_value["memorySize"], "8Gi");
+    assert_eq!(
+        stored_value["userDataSecret"],
+        json!({"name": "worker-user-data"})
+    );
+    assert_eq!(
+        stored["metadata"]["labels"]["machine.openshift.io/cluster-api-cluster"],
+        "sandbox"
+    );
+
+    // An update is not defaulted.
+    machines
+        .patch(
+            "m1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"providerSpec": {"value": {"imageKind": "VM"}}}})),
+        )
+        .await
+        .unwrap();
+    let stored = sim
+        .get(
+            "machine.openshift.io",
+            "machines",
+            "openshift-machine-api",
+            "m1",
+        )
+        .unwrap();
+    assert_eq!(stored["spec"]["providerSpec"]["value"]["imageKind"], "VM");
+
+    // A server-side apply that creates a MachineSet goes through the MachineSet webhook.
+    let sets: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "openshift-machine-api",
+        &resource("MachineSet", "machinesets"),
+    );
+    let set = json!({"apiVersion": "machine.openshift.io/v1beta1", "kind": "MachineSet",
+        "metadata": {"name": "s1"},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"set": "s1"}},
+                 "template": {"metadata": {"labels": {"set": "s1"}},
+                              "spec": {"providerSpec": {"value": {"guestCustomization": {"type": "Sysprep"}}}}}}});
+    sets.patch("s1", &PatchParams::apply("test"), &Patch::Apply(&set))
+        .await
+        .unwrap();
+    let stored = sim
+        .get(
+            "machine.openshift.io",
+            "machinesets",
+            "openshift-machine-api",
+            "s1",
+        )
+        .unwrap();
+    let template_value = &stored["spec"]["template"]["spec"]["providerSpec"]["value"];
+    assert!(
+        template_value.get("guestCustomization").is_none(),
+        "{template_value}"
+    );
+    assert_eq!(
+        template_value["credentialsSecret"]["name"],
+        "nutanix-credentials"
+    );
+
+    let bad: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": "bad"}, "spec": {"providerSpec": {"value": {"vcpuSockets": "two"}}}}))
+    .unwrap();
+    let error = machines
+        .create(&PostParams::default(), &bad)
+        .await
+        .unwrap_err();
+    match error {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 403);
+            assert!(
+                status
+                    .message
+                    .starts_with("admission webhook \"default.machine.machine.openshift.io\" denied the request: providerSpec.value"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("{other}"),
+    }
+    assert!(
+        sim.get(
+            "machine.openshift.io",
+            "machines",
+            "openshift-machine-api",
+            "bad"
+        )
+        .is_err()
+    );
+    sim.shutdown().await;
+}

@@ -532,3 +532,96 @@ async fn kubectl_over_https_trusts_the_kubeconfig_ca() {
     );
     sim.shutdown().await;
 }
+
+/// `kubectl apply -f` of a `kind: List` validates its items on the client against `/openapi/v2`
+/// (kubernetes/kubectl `pkg/validation/schema.go`), as against a real server: a List of good items
+/// is applied (a Secret's `stringData` stored folded into `data`), and a List with an item the CRD
+/// schema refuses is refused whole, before any item is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_a_list_validated_against_openapi_v2() {
+    if !kubectl_present() {
+        eprintln!("SKIPPED: kubectl is not installed; this test needs the real kubectl on PATH");
+        return;
+    }
+    let sim = KubeSim::start(Config {
+        namespaces: vec!["openshift-machine-api".to_owned()],
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig).unwrap();
+    let k = Kubectl {
+        kubeconfig,
+        cache: dir.path().join("cache"),
+    };
+    k.ok(&["apply", "-f", &repo_path("../../manifests/crds")])
+        .await;
+    let list = |extra_spec_field: &str| {
+        format!(
+            r#"apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Secret
+  metadata: {{name: nutanix-credentials, namespace: openshift-machine-api}}
+  stringData: {{credentials: '[{{"type": "basic_auth"}}]'}}
+- apiVersion: machine.openshift.io/v1beta1
+  kind: MachineSet
+  metadata: {{name: listed, namespace: openshift-machine-api}}
+  spec:
+    {extra_spec_field}replicas: 0
+    selector: {{matchLabels: {{set: listed}}}}
+    template:
+      metadata: {{labels: {{set: listed}}}}
+      spec:
+        providerSpec:
+          value: {{anyField: kept}}
+"#
+        )
+    };
+    let bad = dir.path().join("bad-list.yaml");
+    std::fs::write(&bad, list("bogusField: 1\n    ")).unwrap();
+    let out = k.run(&["apply", "-f", bad.to_str().unwrap()]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(
+            r#"unknown field "bogusField" in io.openshift.machine.v1beta1.MachineSet.spec"#
+        ),
+        "{stderr}"
+    );
+    assert!(
+        sim.get(
+            "",
+            "secrets",
+            "openshift-machine-api",
+            "nutanix-credentials"
+        )
+        .is_err(),
+        "nothing of the refused List was sent"
+    );
+
+    let good = dir.path().join("list.yaml");
+    std::fs::write(&good, list("")).unwrap();
+    let applied = k.ok(&["apply", "-f", good.to_str().unwrap()]).await;
+    assert!(
+        applied.contains("machineset.machine.openshift.io/listed created"),
+        "{applied}"
+    );
+    let secret = sim
+        .get(
+            "",
+            "secrets",
+            "openshift-machine-api",
+            "nutanix-credentials",
+        )
+        .unwrap();
+    assert!(secret.get("stringData").is_none(), "{secret}");
+    assert_eq!(
+        secret["data"]["credentials"],
+        "W3sidHlwZSI6ICJiYXNpY19hdXRoIn1d"
+    );
+    sim.shutdown().await;
+}

@@ -52,9 +52,9 @@ pub const EXAMPLES: [Manifest; 5] = [
 /// and the sandbox's `Infrastructure/cluster` reports. prism-mock's default seed has the category
 /// `kubernetes-io-cluster-sandbox: owned` that the controller puts on every VM.
 pub const INFRASTRUCTURE_ID: &str = "sandbox";
-/// The Windows MachineSet creating VMs from an image, with Sysprep.
+/// The Windows MachineSet creating VMs from an image, with cloud-init (cloudbase-init images).
 pub const WINDOWS_IMAGE_SET: &str = "win-image";
-/// The Windows MachineSet deploying a Prism Central template.
+/// The Windows MachineSet deploying a Prism Central template, with Sysprep.
 pub const WINDOWS_TEMPLATE_SET: &str = "win-tmpl";
 /// The Linux MachineSet.
 pub const LINUX_SET: &str = "sandbox-worker";
@@ -68,6 +68,17 @@ pub const WINDOWS_USER_DATA_SECRET: &str = "windows-user-data";
 pub const LINUX_USER_DATA_SECRET: &str = "worker-user-data";
 /// The label naming a Machine's MachineSet.
 pub const MACHINE_SET_LABEL: &str = "machine.openshift.io/cluster-api-machineset";
+
+/// Sets an annotation on a MachineSet's template metadata (where our choices live: the
+/// machine-api-operator copies them onto each Machine, and its webhook drops them from
+/// providerSpec).
+pub fn annotate_template(set: &mut Value, key: &str, value: &str) {
+    let metadata = &mut set["spec"]["template"]["metadata"];
+    if !metadata["annotations"].is_object() {
+        metadata["annotations"] = serde_json::json!({});
+    }
+    metadata["annotations"][key] = serde_json::json!(value);
+}
 
 /// Why an embedded file could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -166,6 +177,12 @@ mod tests {
                 assert_eq!(value["userDataSecret"]["name"], LINUX_USER_DATA_SECRET);
             }
             assert_eq!(value["credentialsSecret"]["name"], CREDENTIALS_SECRET);
+            for ours in ["imageKind", "guestCustomization"] {
+                assert!(
+                    value.get(ours).is_none(),
+                    "{name}: {ours} would be dropped by the machine-api-operator's webhook: use the annotation"
+                );
+            }
         }
         let autoscaler = example("MachineAutoscaler", WINDOWS_IMAGE_SET).unwrap();
         assert_eq!(
@@ -204,7 +221,9 @@ mod tests {
         {
             let value = &set["spec"]["template"]["spec"]["providerSpec"]["value"];
             let image = value["image"]["name"].as_str().unwrap().to_owned();
-            let images = if value["imageKind"] == "Template" {
+            let kind = &set["spec"]["template"]["metadata"]["annotations"]
+                [nutanix_machine_controller::api::IMAGE_KIND_ANNOTATION];
+            let images = if kind == "Template" {
                 names("templates")
             } else {
                 names("images")

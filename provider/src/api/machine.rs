@@ -15,6 +15,7 @@ use kube::core::DeserializeGuard;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::choices::AnnotatedChoices;
 use super::provider::{NutanixMachineProviderConfig, NutanixMachineProviderStatus, ParseError};
 use super::{OS_ID_LABEL, OS_ID_WINDOWS};
 
@@ -213,14 +214,19 @@ pub struct MachineSetStatus {
     pub other: BTreeMap<String, Value>,
 }
 
-/// Reads a providerSpec value, or says it is missing.
+/// Reads a providerSpec value with the choices of `metadata`'s annotations applied, or says it
+/// is missing.
 fn provider_config_of(
     spec: &MachineSpec,
+    metadata: Option<&ObjectMeta>,
 ) -> Option<Result<NutanixMachineProviderConfig, ParseError>> {
-    spec.provider_spec
-        .value
-        .as_ref()
-        .map(NutanixMachineProviderConfig::from_value)
+    let choices = AnnotatedChoices::from_annotations(metadata.and_then(|m| m.annotations.as_ref()));
+    spec.provider_spec.value.as_ref().map(|value| {
+        NutanixMachineProviderConfig::from_value(value).map(|mut config| {
+            choices.apply(&mut config);
+            config
+        })
+    })
 }
 
 fn is_windows(labels: Option<&BTreeMap<String, String>>) -> bool {
@@ -230,9 +236,15 @@ fn is_windows(labels: Option<&BTreeMap<String, String>>) -> bool {
 }
 
 impl Machine {
-    /// `spec.providerSpec.value` as our type; `None` when it is absent.
+    /// `spec.providerSpec.value` as our type, with the choices of the Machine's annotations
+    /// applied over it ([`AnnotatedChoices`]); `None` when it is absent.
     pub fn provider_config(&self) -> Option<Result<NutanixMachineProviderConfig, ParseError>> {
-        provider_config_of(&self.spec)
+        provider_config_of(&self.spec, Some(&self.metadata))
+    }
+
+    /// The choices the Machine's annotations state.
+    pub fn annotated_choices(&self) -> AnnotatedChoices {
+        AnnotatedChoices::from_annotations(self.metadata.annotations.as_ref())
     }
 
     /// `status.providerStatus` as our type (empty when absent).
@@ -259,9 +271,13 @@ impl Machine {
 }
 
 impl MachineSet {
-    /// The template's `providerSpec.value` as our type; `None` when it is absent.
+    /// The template's `providerSpec.value` as our type, with the choices of the template's
+    /// annotations (which every Machine of the set gets) applied; `None` when it is absent.
     pub fn provider_config(&self) -> Option<Result<NutanixMachineProviderConfig, ParseError>> {
-        provider_config_of(&self.spec.template.spec)
+        provider_config_of(
+            &self.spec.template.spec,
+            self.spec.template.metadata.as_ref(),
+        )
     }
 
     /// Whether the template's Machines are labelled `machine.openshift.io/os-id: Windows`.

@@ -1,11 +1,16 @@
 //! API types: `Machine` and `MachineSet` (machine-api CRDs) and the Nutanix provider spec and
 //! status carried inside them.
 
+mod choices;
 mod machine;
 mod open_enum;
 mod provider;
 pub mod quantity;
 
+pub use choices::{
+    AnnotatedChoices, GUEST_CUSTOMIZATION_ANNOTATION, IMAGE_KIND_ANNOTATION,
+    SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, SYSPREP_TIME_ZONE_ANNOTATION,
+};
 pub use machine::{
     GuardedMachine, GuardedMachineSet, LifecycleHook, LifecycleHooks, Machine, MachineCondition,
     MachineSet, MachineSetSpec, MachineSetStatus, MachineSpec, MachineStatus, MachineTemplateSpec,

@@ -1,5 +1,7 @@
 //! `NutanixMachineProviderConfig` and `NutanixMachineProviderStatus` (`machine.openshift.io/v1`),
-//! field for field as openshift/api serialises them, plus our optional additions.
+//! field for field as openshift/api serialises them, plus our optional additions (which the
+//! machine-api-operator's webhook drops on OpenShift: the annotations of [`super::choices`] carry
+//! the same choices there).
 //!
 //! Upstream quirks that must parse, and are written back the same way: `bootType: ""`,
 //! `project: {type: ""}`, `categories: null` (also `gpus`, `dataDisks`, `failureDomain`:
@@ -72,10 +74,12 @@ pub struct NutanixMachineProviderConfig {
     #[serde(default)]
     pub failure_domain: Option<NutanixFailureDomainReference>,
 
-    /// Ours (ignored by the Go provider): what `image` names. Default `Image`.
+    /// Ours (ignored by the Go provider): what `image` names. Default `Image`. Overridden by the
+    /// annotation [`super::IMAGE_KIND_ANNOTATION`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_kind: Option<ImageKind>,
-    /// Ours (ignored by the Go provider): how the guest is customised.
+    /// Ours (ignored by the Go provider): how the guest is customised. Overridden by the
+    /// annotations of [`super::choices`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_customization: Option<GuestCustomizationSpec>,
 }
@@ -295,7 +299,7 @@ open_enum! {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GuestCustomizationSpec {
-    /// Default: Sysprep for Windows Machines, CloudInit otherwise.
+    /// Default: CloudInit, for Windows Machines too (`crate::plan::guest`).
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub type_: Option<GuestCustomizationType>,
     /// Windows time zone ID for Sysprep (default `UTC`).

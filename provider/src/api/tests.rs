@@ -208,3 +208,51 @@ fn provider_status_absent_is_empty() {
         NutanixMachineProviderStatus::default()
     );
 }
+
+#[test]
+fn annotations_carry_our_choices_and_win_over_the_provider_spec() {
+    let set: MachineSet =
+        serde_saphyr::from_str(&fixture("machineset-windows-template.yaml")).unwrap();
+    let config = set.provider_config().unwrap().unwrap();
+    assert_eq!(config.image_kind, Some(ImageKind::Template));
+    let settings = config.guest_customization.unwrap();
+    assert_eq!(settings.type_, Some(GuestCustomizationType::Sysprep));
+    assert_eq!(
+        settings.time_zone.as_deref(),
+        Some("W. Europe Standard Time")
+    );
+
+    let machine: Machine = serde_json::from_value(json!({
+        "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": "m", "annotations": {
+            IMAGE_KIND_ANNOTATION: "VM",
+            GUEST_CUSTOMIZATION_ANNOTATION: "Snapshot",
+            SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION: "win-admin"}},
+        "spec": {"providerSpec": {"value": {
+            "imageKind": "Template",
+            "guestCustomization": {"type": "Sysprep", "timeZone": "UTC"}}}},
+    }))
+    .unwrap();
+    let config = machine.provider_config().unwrap().unwrap();
+    assert_eq!(
+        config.image_kind,
+        Some(ImageKind::Vm),
+        "the annotation wins"
+    );
+    let settings = config.guest_customization.unwrap();
+    assert_eq!(
+        settings.type_,
+        Some(GuestCustomizationType::Sysprep),
+        "an unknown annotation value is not applied (validation reports it)"
+    );
+    assert_eq!(
+        settings.time_zone.as_deref(),
+        Some("UTC"),
+        "kept from providerSpec"
+    );
+    assert_eq!(settings.admin_password_secret.unwrap().name, "win-admin");
+    assert_eq!(
+        machine.annotated_choices().guest_customization,
+        Some(GuestCustomizationType::Unknown("Snapshot".into()))
+    );
+}

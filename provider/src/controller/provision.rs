@@ -23,10 +23,11 @@ use super::machine::{MachineReconcile, intervals};
 use super::nodes::ensure_node_provider_id;
 use crate::actuator::{Connection, FollowUpFailure, FollowUpOutcome};
 use crate::api::{
-    CLUSTER_ID_LABEL, GuestCustomizationType, Machine, NutanixMachineProviderConfig,
-    NutanixMachineProviderStatus, PendingTask, TaskOperation, phase,
+    CLUSTER_ID_LABEL, Machine, NutanixMachineProviderConfig, NutanixMachineProviderStatus,
+    PendingTask, TaskOperation, phase,
 };
 use crate::plan::addresses::{AddressInput, machine_addresses, nics_of};
+use crate::plan::guest::{AdminPasswordSource, admin_password_source};
 use crate::plan::lifecycle::{
     INVALID_CONFIGURATION, Step, VmObservation, VmState, after_validation, provider_id,
 };
@@ -649,32 +650,22 @@ impl MachineReconcile {
         &self,
         config: &NutanixMachineProviderConfig,
     ) -> Result<Option<AdminPassword>, String> {
-        let settings = config.guest_customization.clone().unwrap_or_default();
-        let sysprep = match settings.type_ {
-            Some(GuestCustomizationType::Sysprep) => true,
-            None => self.machine.is_windows(),
-            Some(_) => false,
-        };
-        if !sysprep {
-            return Ok(None);
-        }
-        match settings.admin_password_secret {
-            Some(secret) if !secret.name.is_empty() => {
+        match admin_password_source(&self.machine, config) {
+            AdminPasswordSource::NotNeeded => Ok(None),
+            AdminPasswordSource::Secret { name, field } => {
                 let namespace = self.machine.namespace().unwrap_or_default();
                 let bytes = secret_value(
                     &self.shared().secrets,
                     &namespace,
-                    &secret.name,
+                    &name,
                     ADMIN_PASSWORD_KEY,
                 )
-                .map_err(|problem| {
-                    format!("providerSpec.guestCustomization.adminPasswordSecret: {problem}")
-                })?;
-                password_of(&bytes).map(Some).map_err(|problem| {
-                    format!("providerSpec.guestCustomization.adminPasswordSecret: {problem}")
-                })
+                .map_err(|problem| format!("{field}: {problem}"))?;
+                password_of(&bytes)
+                    .map(Some)
+                    .map_err(|problem| format!("{field}: {problem}"))
             }
-            _ => self.generated_admin_password().await.map(Some),
+            AdminPasswordSource::Generated => self.generated_admin_password().await.map(Some),
         }
     }
 

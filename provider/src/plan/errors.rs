@@ -88,6 +88,11 @@ impl Path {
     pub(crate) fn index(&self, index: usize) -> Self {
         Self(format!("{}[{index}]", self.0))
     }
+
+    /// A map entry whose key may hold dots and slashes (`metadata.annotations[a.b/c]`).
+    pub(crate) fn key(&self, key: &str) -> Self {
+        Self(format!("{}[{key}]", self.0))
+    }
 }
 
 impl fmt::Display for Path {

@@ -9,6 +9,7 @@ pub mod csr;
 pub mod csr_pem;
 pub mod drain;
 pub mod errors;
+pub mod guest;
 pub mod identity;
 pub mod join;
 pub mod lifecycle;

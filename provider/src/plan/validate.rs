@@ -14,6 +14,7 @@ use prism_client::v3::HostGpu;
 
 use super::cloud_init::{self, CloudInitError};
 use super::errors::{Collector, Path, ValidationErrors};
+use super::guest::customization_of;
 use super::identity::MachineIdentity;
 use super::resolve::{
     Lookup, Resolution, ResolutionMode, ResolvedReferences, ResolvedSource, resolve,
@@ -26,9 +27,11 @@ use super::vm_plan::{
 };
 use crate::api::quantity::{GIB, mib_floor, quantity_bytes};
 use crate::api::{
-    BootType, CLUSTER_ID_LABEL, DiskAdapterType, DiskDeviceType, DiskMode, GpuIdentifierType,
-    GuestCustomizationType, IdentifierType, ImageKind, Machine, NutanixGpu,
+    AnnotatedChoices, BootType, CLUSTER_ID_LABEL, DiskAdapterType, DiskDeviceType, DiskMode,
+    GUEST_CUSTOMIZATION_ANNOTATION, GpuIdentifierType, GuestCustomizationType,
+    IMAGE_KIND_ANNOTATION, IdentifierType, ImageKind, Machine, NutanixGpu,
     NutanixMachineProviderConfig, NutanixResourceIdentifier, NutanixVmDisk,
+    SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, SYSPREP_TIME_ZONE_ANNOTATION,
 };
 
 /// At most this many NICs (upstream and Prism).
@@ -118,12 +121,15 @@ pub fn plan_vm(machine: &Machine, context: &PlanContext<'_>) -> Result<VmPlan, V
         name: name.clone(),
         uid: machine.metadata.uid.clone().unwrap_or_default(),
     };
+    let choices = machine.annotated_choices();
+    let warnings = in_spec_choice_warnings(machine, &choices);
     let mut validator = Validator {
         errors,
-        warnings: Vec::new(),
+        warnings,
         context,
         spec: spec_path,
         config: &config,
+        choices: &choices,
     };
     let plan = validator.plan(identity, infra_id, machine.is_windows());
     let Validator {
@@ -157,12 +163,55 @@ pub fn is_dns_label(name: &str) -> bool {
         && !name.ends_with('-')
 }
 
+/// Warnings for our choices written in `providerSpec`: the machine-api-operator's webhook drops
+/// them when a Machine is created on OpenShift, and an annotation overrides them.
+fn in_spec_choice_warnings(machine: &Machine, choices: &AnnotatedChoices) -> Vec<String> {
+    let Some(value) = machine.spec.provider_spec.value.as_ref() else {
+        return Vec::new();
+    };
+    let written = |field: &str| value.get(field).is_some_and(|v| !v.is_null());
+    let mut warnings = Vec::new();
+    let mut check = |field: &str, annotation: &str, annotated: bool| {
+        if !written(field) {
+            return;
+        }
+        warnings.push(if annotated {
+            format!("providerSpec.{field} is overridden by the annotation {annotation}")
+        } else {
+            format!(
+                "providerSpec.{field} is dropped by the machine-api-operator's webhook when a Machine is created on OpenShift: set the annotation {annotation} on the MachineSet's spec.template.metadata instead"
+            )
+        });
+    };
+    check(
+        "imageKind",
+        IMAGE_KIND_ANNOTATION,
+        choices.image_kind.is_some(),
+    );
+    check(
+        "guestCustomization",
+        GUEST_CUSTOMIZATION_ANNOTATION,
+        choices.guest_customization.is_some()
+            || choices.time_zone.is_some()
+            || choices.admin_password_secret.is_some(),
+    );
+    warnings
+}
+
+/// Where an annotation's errors are reported.
+fn annotation_path(key: &str) -> Path {
+    Path::root("metadata").field("annotations").key(key)
+}
+
 struct Validator<'c, 'a> {
     errors: Collector,
     warnings: Vec<String>,
     context: &'c PlanContext<'a>,
     spec: Path,
     config: &'c NutanixMachineProviderConfig,
+    /// What the annotations chose (already applied to `config`): errors about a choice are
+    /// reported where it was made.
+    choices: &'c AnnotatedChoices,
 }
 
 impl Validator<'_, '_> {
@@ -174,16 +223,23 @@ impl Validator<'_, '_> {
         let config = self.config;
         let spec = self.spec.clone();
 
-        let image_kind = match &config.image_kind {
-            None => ImageKind::Image,
-            Some(ImageKind::Unknown(other)) => {
+        let image_kind = match (&self.choices.image_kind, &config.image_kind) {
+            (Some(ImageKind::Unknown(other)), _) => {
+                self.errors.invalid(
+                    &annotation_path(IMAGE_KIND_ANNOTATION),
+                    unknown_value("image kind", other, ImageKind::KNOWN),
+                );
+                ImageKind::Image
+            }
+            (_, None) => ImageKind::Image,
+            (_, Some(ImageKind::Unknown(other))) => {
                 self.errors.invalid(
                     &spec.field("imageKind"),
                     unknown_value("image kind", other, ImageKind::KNOWN),
                 );
                 ImageKind::Image
             }
-            Some(kind) => kind.clone(),
+            (_, Some(kind)) => kind.clone(),
         };
 
         // Failure domain: its cluster and subnets replace the providerSpec's.
@@ -1118,15 +1174,40 @@ impl Validator<'_, '_> {
         let spec = self.spec.clone();
         let gc_path = spec.field("guestCustomization");
         let settings = self.config.guest_customization.clone().unwrap_or_default();
-        let kind = match settings.type_ {
-            None if windows => GuestCustomizationType::Sysprep,
-            None => GuestCustomizationType::CloudInit,
-            Some(GuestCustomizationType::Unknown(other)) => {
-                self.errors.invalid(&gc_path.field("type"), format!("unknown guest customization {other:?}, expected \"Sysprep\" or \"CloudInit\""));
-                return None;
-            }
-            Some(kind) => kind,
+        let choices = self.choices;
+        // Each setting is reported where it was made: its annotation, or the providerSpec.
+        let type_path = if choices.guest_customization.is_some() {
+            annotation_path(GUEST_CUSTOMIZATION_ANNOTATION)
+        } else {
+            gc_path.field("type")
         };
+        let time_zone_path = if choices.time_zone.is_some() {
+            annotation_path(SYSPREP_TIME_ZONE_ANNOTATION)
+        } else {
+            gc_path.field("timeZone")
+        };
+        let password_secret_path = if choices.admin_password_secret.is_some() {
+            annotation_path(SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION)
+        } else {
+            gc_path.field("adminPasswordSecret")
+        };
+        let unknown = match &choices.guest_customization {
+            Some(GuestCustomizationType::Unknown(other)) => Some(other.clone()),
+            _ => match customization_of(self.config) {
+                GuestCustomizationType::Unknown(other) => Some(other),
+                _ => None,
+            },
+        };
+        if let Some(other) = unknown {
+            self.errors.invalid(
+                &type_path,
+                format!(
+                    "unknown guest customization {other:?}, expected \"Sysprep\" or \"CloudInit\""
+                ),
+            );
+            return None;
+        }
+        let kind = customization_of(self.config);
         let user_data_path = spec.field("userDataSecret");
         let user_data = match (&self.config.user_data_secret, self.context.user_data) {
             (None, _) => None,
@@ -1153,16 +1234,14 @@ impl Validator<'_, '_> {
             // One guest customization only: Sysprep's settings make no sense with cloud-init.
             let mut ok = true;
             if settings.time_zone.is_some() {
-                self.errors.invalid(
-                    &gc_path.field("timeZone"),
-                    "timeZone is used only with Sysprep",
-                );
+                self.errors
+                    .invalid(&time_zone_path, "a time zone is used only with Sysprep");
                 ok = false;
             }
             if settings.admin_password_secret.is_some() {
                 self.errors.invalid(
-                    &gc_path.field("adminPasswordSecret"),
-                    "adminPasswordSecret is used only with Sysprep",
+                    &password_secret_path,
+                    "an Administrator password Secret is used only with Sysprep",
                 );
                 ok = false;
             }
@@ -1177,25 +1256,27 @@ impl Validator<'_, '_> {
 
         if !windows {
             self.errors.invalid(
-                &gc_path.field("type"),
+                &type_path,
                 "Sysprep needs a Windows Machine (label machine.openshift.io/os-id: Windows)",
             );
             return None;
         }
         let time_zone = settings.time_zone.as_deref().unwrap_or(DEFAULT_TIME_ZONE);
         if !is_time_zone_id(time_zone) {
-            self.errors.invalid(&gc_path.field("timeZone"), format!("{time_zone:?} is not a Windows time zone ID (such as \"UTC\" or \"W. Europe Standard Time\")"));
+            self.errors.invalid(&time_zone_path, format!("{time_zone:?} is not a Windows time zone ID (such as \"UTC\" or \"W. Europe Standard Time\")"));
             return None;
         }
         let password_path = match &settings.admin_password_secret {
             Some(secret) if secret.name.is_empty() => {
-                self.errors.invalid(
-                    &gc_path.field("adminPasswordSecret").field("name"),
-                    "name is required",
-                );
+                let path = if choices.admin_password_secret.is_some() {
+                    password_secret_path
+                } else {
+                    password_secret_path.field("name")
+                };
+                self.errors.invalid(&path, "name is required");
                 return None;
             }
-            Some(_) => gc_path.field("adminPasswordSecret"),
+            Some(_) => password_secret_path,
             None => gc_path.clone(),
         };
         let password = match (self.context.admin_password, self.mode()) {

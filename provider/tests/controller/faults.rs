@@ -6,7 +6,7 @@ use std::time::Duration;
 use prism_mock::{FaultKind, FaultRule};
 use serde_json::Value;
 
-use crate::harness::{Env, linux_spec, scrape, windows_template_spec};
+use crate::harness::{Env, linux_spec, scrape, windows_template};
 
 const VMS: &str = "/api/nutanix/v3/vms";
 
@@ -169,8 +169,8 @@ async fn a_deploy_whose_answer_was_lost_is_found_and_deleted_with_its_machine() 
         FaultKind::CreateThen500,
     ));
     let mut first = env.controller("first", &[]);
-    env.create_machine("lost-0", windows_template_spec(), true)
-        .await;
+    let (spec, choices) = windows_template();
+    env.create_machine_with("lost-0", spec, true, choices).await;
     env.wait_event("lost-0", "FailedCreate", "500").await;
     let deadline = std::time::Instant::now() + crate::harness::TIMEOUT;
     while env.vms_named("lost-0").is_empty() {

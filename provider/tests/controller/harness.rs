@@ -14,7 +14,9 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube_sim::{KubeSim, RunningKubeSim};
-use nutanix_machine_controller::api::Machine;
+use nutanix_machine_controller::api::{
+    GUEST_CUSTOMIZATION_ANNOTATION, IMAGE_KIND_ANNOTATION, Machine,
+};
 use prism_mock::{MockConfig, MockPrism, RunningMock};
 use serde_json::{Value, json};
 
@@ -122,6 +124,11 @@ impl Env {
         let mock = MockPrism::start(mock_config).await.unwrap();
         let sim = KubeSim::start(kube_sim::Config {
             namespaces: vec![NS.to_owned()],
+            // As on OpenShift: Machines and MachineSets go through the machine-api-operator's
+            // defaulting when they are created.
+            machine_api_webhooks: Some(kube_sim::webhooks::MachineApiWebhooks {
+                infrastructure_name: INFRA_ID.to_owned(),
+            }),
             ..kube_sim::Config::default()
         })
         .await
@@ -318,6 +325,19 @@ impl Env {
     }
 
     pub async fn create_machine(&self, name: &str, provider_spec: Value, windows: bool) {
+        self.create_machine_with(name, provider_spec, windows, json!({}))
+            .await;
+    }
+
+    /// Creates a Machine whose metadata carries `annotations` (our choices, as a MachineSet's
+    /// template gives them to its Machines).
+    pub async fn create_machine_with(
+        &self,
+        name: &str,
+        provider_spec: Value,
+        windows: bool,
+        annotations: Value,
+    ) {
         let mut labels = json!({
             "machine.openshift.io/cluster-api-cluster": INFRA_ID,
             "machine.openshift.io/cluster-api-machine-role": "worker",
@@ -327,7 +347,7 @@ impl Env {
         }
         let machine: Machine = serde_json::from_value(json!({
             "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
-            "metadata": {"name": name, "namespace": NS, "labels": labels},
+            "metadata": {"name": name, "namespace": NS, "labels": labels, "annotations": annotations},
             "spec": {"providerSpec": {"value": provider_spec}},
         }))
         .unwrap();
@@ -572,9 +592,10 @@ pub async fn scrape(log_line: &str, path: &str) -> String {
     body.to_owned()
 }
 
-/// A providerSpec on the mock's default seed.
-pub fn provider_spec(image: Value, kind: Option<&str>, disk: &str, user_data: &str) -> Value {
-    let mut spec = json!({
+/// A providerSpec on the mock's default seed, with only the Go provider's fields (the
+/// machine-api-operator's webhook would drop any other).
+pub fn provider_spec(image: Value, disk: &str, user_data: &str) -> Value {
+    json!({
         "apiVersion": "machine.openshift.io/v1",
         "kind": "NutanixMachineProviderConfig",
         "cluster": {"type": "name", "name": "pe-1"},
@@ -586,37 +607,55 @@ pub fn provider_spec(image: Value, kind: Option<&str>, disk: &str, user_data: &s
         "categories": [{"key": "AppType", "value": "Kubernetes"}],
         "credentialsSecret": {"name": "nutanix-credentials"},
         "userDataSecret": {"name": user_data},
-    });
-    if let Some(kind) = kind {
-        spec["imageKind"] = json!(kind);
-    }
-    spec
+    })
+}
+
+/// Our choices as the annotations that carry them.
+pub fn choices(pairs: &[(&str, &str)]) -> Value {
+    Value::Object(
+        pairs
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), json!(value)))
+            .collect(),
+    )
 }
 
 pub fn linux_spec() -> Value {
     provider_spec(
         json!({"type": "name", "name": "rhcos-4.20"}),
-        None,
         "120Gi",
         "worker-user-data",
     )
 }
 
-pub fn windows_template_spec() -> Value {
-    provider_spec(
-        json!({"type": "name", "name": "windows-server-2022-template"}),
-        Some("Template"),
-        "120Gi",
-        "windows-user-data",
+/// A Windows Machine deployed from the seed's template, with Sysprep: its providerSpec and the
+/// annotations choosing both.
+pub fn windows_template() -> (Value, Value) {
+    (
+        provider_spec(
+            json!({"type": "name", "name": "windows-server-2022-template"}),
+            "120Gi",
+            "windows-user-data",
+        ),
+        choices(&[
+            (IMAGE_KIND_ANNOTATION, "Template"),
+            (GUEST_CUSTOMIZATION_ANNOTATION, "Sysprep"),
+        ]),
     )
 }
 
-pub fn windows_clone_spec() -> Value {
-    provider_spec(
-        json!({"type": "name", "name": "windows-golden"}),
-        Some("VM"),
-        "140Gi",
-        "windows-user-data",
+/// A Windows Machine cloned from the seed's powered-off VM, with Sysprep.
+pub fn windows_clone() -> (Value, Value) {
+    (
+        provider_spec(
+            json!({"type": "name", "name": "windows-golden"}),
+            "140Gi",
+            "windows-user-data",
+        ),
+        choices(&[
+            (IMAGE_KIND_ANNOTATION, "VM"),
+            (GUEST_CUSTOMIZATION_ANNOTATION, "Sysprep"),
+        ]),
     )
 }
 

@@ -3,8 +3,10 @@
 
 use serde_json::Value;
 
+use nutanix_machine_controller::api::SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION;
+
 use crate::harness::{
-    Env, INFRA_ID, NS, admin_password_of, linux_spec, windows_clone_spec, windows_template_spec,
+    Env, INFRA_ID, NS, admin_password_of, linux_spec, windows_clone, windows_template,
 };
 
 const ADMIN_PASSWORD: &str = "Given-Admin-Pass-83f1";
@@ -21,15 +23,16 @@ async fn machines_from_image_template_and_source_vm_reach_running_and_are_delete
     controller.wait_log("metrics listening").await;
 
     env.create_machine("linux-0", linux_spec(), false).await;
-    env.create_machine("win-tpl-0", windows_template_spec(), true)
+    let (spec, choices) = windows_template();
+    env.create_machine_with("win-tpl-0", spec, true, choices)
         .await;
     // The clone's Administrator password comes from a Secret; the template's is random.
     env.put_secret("windows-admin", "password", ADMIN_PASSWORD)
         .await;
-    let mut clone_spec = windows_clone_spec();
-    clone_spec["guestCustomization"] =
-        serde_json::json!({"adminPasswordSecret": {"name": "windows-admin"}});
-    env.create_machine("win-clone-0", clone_spec, true).await;
+    let (spec, mut choices) = windows_clone();
+    choices[SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION] = "windows-admin".into();
+    env.create_machine_with("win-clone-0", spec, true, choices)
+        .await;
 
     let mut admin_passwords = Vec::new();
     for name in ["linux-0", "win-tpl-0", "win-clone-0"] {

@@ -6,31 +6,40 @@
 use std::time::{Duration, Instant};
 
 use kube::Api;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::harness::{Env, NS, TIMEOUT, linux_spec, windows_template_spec};
+use crate::harness::{Env, NS, TIMEOUT, linux_spec, windows_template};
 
 const MIN: &str = "machine.openshift.io/cluster-api-autoscaler-node-group-min-size";
 const MAX: &str = "machine.openshift.io/cluster-api-autoscaler-node-group-max-size";
 const OWNER: &str = "autoscaling.openshift.io/machineautoscaler";
 
-fn create_machine_set(env: &Env, name: &str, provider_spec: Value, windows: bool) {
+/// Creates a MachineSet through the API (so the machine-api-operator's defaulting applies).
+async fn create_machine_set(
+    env: &Env,
+    name: &str,
+    (provider_spec, choices): (Value, Value),
+    windows: bool,
+) {
     let mut labels = json!({"machine.openshift.io/cluster-api-cluster": "sandbox",
                             "machine.openshift.io/cluster-api-machineset": name});
     if windows {
         labels["machine.openshift.io/os-id"] = json!("Windows");
     }
-    env.sim
-        .create(json!({
-            "apiVersion": "machine.openshift.io/v1beta1", "kind": "MachineSet",
-            "metadata": {"name": name, "namespace": NS, "annotations": {
-                MIN: "0", MAX: "3", OWNER: format!("{NS}/{name}")}},
-            "spec": {"replicas": 0,
-                     "selector": {"matchLabels": {"machine.openshift.io/cluster-api-machineset": name}},
-                     "template": {"metadata": {"labels": labels},
-                                  "spec": {"providerSpec": {"value": provider_spec}}}},
-        }))
+    let set: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "machine.openshift.io/v1beta1", "kind": "MachineSet",
+        "metadata": {"name": name, "namespace": NS, "annotations": {
+            MIN: "0", MAX: "3", OWNER: format!("{NS}/{name}")}},
+        "spec": {"replicas": 0,
+                 "selector": {"matchLabels": {"machine.openshift.io/cluster-api-machineset": name}},
+                 "template": {"metadata": {"labels": labels, "annotations": choices},
+                              "spec": {"providerSpec": {"value": provider_spec}}}},
+    }))
+    .unwrap();
+    machine_sets(env)
+        .create(&PostParams::default(), &set)
+        .await
         .unwrap();
 }
 
@@ -94,11 +103,11 @@ fn applies(env: &Env) -> usize {
 async fn capacity_annotations_follow_the_template_and_leave_other_keys_alone() {
     let mut env = Env::start().await;
     let _controller = env.controller("controller", &[]);
-    create_machine_set(&env, "win-set", windows_template_spec(), true);
-    create_machine_set(&env, "linux-set", linux_spec(), false);
+    create_machine_set(&env, "win-set", windows_template(), true).await;
+    create_machine_set(&env, "linux-set", (linux_spec(), json!({})), false).await;
     let mut foreign = linux_spec();
     foreign["kind"] = json!("VSphereMachineProviderSpec");
-    create_machine_set(&env, "vsphere-set", foreign, false);
+    create_machine_set(&env, "vsphere-set", (foreign, json!({})), false).await;
 
     let written = wait_annotations(&env, "win-set", "capacity annotations", |a| {
         a["machine.openshift.io/vCPU"] == "2"
@@ -139,7 +148,7 @@ async fn capacity_annotations_follow_the_template_and_leave_other_keys_alone() {
     );
 
     // The template changes: more CPUs and a GPU, then the GPU removed again.
-    let mut spec = windows_template_spec();
+    let (mut spec, _) = windows_template();
     spec["vcpuSockets"] = json!(4);
     spec["gpus"] = json!([{"type": "Name", "name": "Tesla T4"}]);
     patch_provider_spec(&env, "win-set", spec.clone()).await;
@@ -188,7 +197,7 @@ async fn capacity_annotations_follow_the_template_and_leave_other_keys_alone() {
 
     // An unusable providerSpec: one Warning event naming the field, the last annotations kept,
     // no retry loop.
-    let mut bad = windows_template_spec();
+    let (mut bad, _) = windows_template();
     bad["vcpuSockets"] = json!(0);
     patch_provider_spec(&env, "win-set", bad).await;
     let (_, kind, note) = env

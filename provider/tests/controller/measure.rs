@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use crate::harness::{Env, linux_spec, windows_clone_spec, windows_template_spec};
+use crate::harness::{Env, linux_spec, windows_clone, windows_template};
 
 #[tokio::test]
 #[ignore = "measurement: run with --ignored --nocapture"]
@@ -20,10 +20,10 @@ async fn prism_calls_per_machine() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
     let kind = std::env::var("MEASURE_KIND").unwrap_or_else(|_| "image".into());
-    let (spec, windows) = match kind.as_str() {
-        "clone" => (windows_clone_spec(), true),
-        "template" => (windows_template_spec(), true),
-        _ => (linux_spec(), false),
+    let ((spec, choices), windows) = match kind.as_str() {
+        "clone" => (windows_clone(), true),
+        "template" => (windows_template(), true),
+        _ => ((linux_spec(), serde_json::json!({})), false),
     };
     let mut env = Env::start().await;
     env.start_nodelink();
@@ -40,8 +40,13 @@ async fn prism_calls_per_machine() {
     );
     controller.wait_log("metrics listening").await;
     for index in 0..machines {
-        env.create_machine(&format!("m-{index}"), spec.clone(), windows)
-            .await;
+        env.create_machine_with(
+            &format!("m-{index}"),
+            spec.clone(),
+            windows,
+            choices.clone(),
+        )
+        .await;
     }
     for index in 0..machines {
         env.wait_phase(&format!("m-{index}"), "Running").await;

@@ -8,7 +8,11 @@ use base64::Engine as _;
 use prism_mock::{CloneBehaviour, FaultKind, FaultRule};
 use serde_json::{Value, json};
 
-use crate::harness::{Env, NS, admin_password_of, linux_spec, provider_spec, windows_clone_spec};
+use nutanix_machine_controller::api::GUEST_CUSTOMIZATION_ANNOTATION;
+
+use crate::harness::{
+    Env, NS, admin_password_of, choices, linux_spec, provider_spec, windows_clone,
+};
 
 const VMS: &str = "/api/nutanix/v3/vms";
 
@@ -19,15 +23,16 @@ fn vm_uuid(machine: &Value) -> String {
         .to_owned()
 }
 
-fn sysprep_image_spec() -> Value {
-    let mut spec = provider_spec(
-        json!({"type": "name", "name": "windows-server-2022"}),
-        None,
-        "120Gi",
-        "windows-user-data",
-    );
-    spec["guestCustomization"] = json!({"type": "Sysprep"});
-    spec
+/// A Windows Machine from the seed's image with Sysprep: its providerSpec and annotations.
+fn sysprep_image() -> (Value, Value) {
+    (
+        provider_spec(
+            json!({"type": "name", "name": "windows-server-2022"}),
+            "120Gi",
+            "windows-user-data",
+        ),
+        choices(&[(GUEST_CUSTOMIZATION_ANNOTATION, "Sysprep")]),
+    )
 }
 
 #[tokio::test]
@@ -39,7 +44,8 @@ async fn a_clone_that_prism_gives_another_uuid_is_recorded_with_it_and_not_clone
         ..CloneBehaviour::default()
     });
     let _controller = env.controller("controller", &[]);
-    env.create_machine("clone-uuid-0", windows_clone_spec(), true)
+    let (spec, annotations) = windows_clone();
+    env.create_machine_with("clone-uuid-0", spec, true, annotations)
         .await;
     let machine = env.wait_phase("clone-uuid-0", "Running").await;
     let vms = env.vms_named("clone-uuid-0");
@@ -75,7 +81,8 @@ async fn concurrent_clones_refused_with_a_conflict_back_off_and_each_get_one_vm(
     let _controller = env.controller("controller", &[]);
     let names = ["clone-a-0", "clone-b-0", "clone-c-0"];
     for name in names {
-        env.create_machine(name, windows_clone_spec(), true).await;
+        let (spec, annotations) = windows_clone();
+        env.create_machine_with(name, spec, true, annotations).await;
     }
     for name in names {
         env.wait_phase(name, "Running").await;
@@ -150,9 +157,10 @@ async fn a_create_whose_power_on_failed_is_powered_on_again() {
 async fn secure_boot_with_guest_customization_fails_the_machine_naming_cause_and_fix() {
     let mut env = Env::start().await;
     let _controller = env.controller("controller", &[]);
-    let mut spec = sysprep_image_spec();
+    let (mut spec, annotations) = sysprep_image();
     spec["bootType"] = json!("SecureBoot");
-    env.create_machine("secure-0", spec, true).await;
+    env.create_machine_with("secure-0", spec, true, annotations)
+        .await;
     let machine = env.wait_phase("secure-0", "Failed").await;
     assert_eq!(machine["status"]["errorReason"], "InvalidConfiguration");
     let message = machine["status"]["errorMessage"].as_str().unwrap();
@@ -171,7 +179,8 @@ async fn a_resent_sysprep_create_carries_the_same_administrator_password() {
         .admin()
         .add_fault(FaultRule::new(Some("POST"), VMS, FaultKind::CreateThen500).times(1));
     let mut controller = env.controller("controller", &[]);
-    env.create_machine("sysprep-0", sysprep_image_spec(), true)
+    let (spec, annotations) = sysprep_image();
+    env.create_machine_with("sysprep-0", spec, true, annotations)
         .await;
     // The create got through and its answer was lost; kill the controller too, so that the
     // retry is a new process's.

@@ -21,7 +21,6 @@ const VERSION_ANNOTATION: &str = "windowsmachineconfig.openshift.io/version";
 fn windows_image_spec() -> Value {
     provider_spec(
         json!({"type": "name", "name": "windows-server-2022"}),
-        None,
         "120Gi",
         "windows-user-data",
     )

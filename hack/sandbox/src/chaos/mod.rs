@@ -16,8 +16,8 @@
 //!
 //! What runs: the sandbox's world (prism-mock, kube-sim, the actors, the controller as a
 //! process) with a fourth MachineSet cloning a source VM, so Machines come from an image
-//! (Windows with Sysprep, Linux with cloud-init), a template (Windows) and a source VM
-//! (Windows). prism-mock's fault rules ([`faults`]) stay on for the whole run. A tracker polls
+//! (Windows and Linux with cloud-init), a template (Windows with Sysprep) and a source VM
+//! (Windows with Sysprep). prism-mock's fault rules ([`faults`]) stay on for the whole run. A tracker polls
 //! prism-mock every few milliseconds for every VM that ever exists ([`tracker`]).
 //!
 //! 1. Scale-up in two bursts (half of each MachineSet, then the rest), with the scale-up kills
@@ -45,7 +45,9 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use nutanix_machine_controller::api::{Machine, MachineSet, phase};
+use nutanix_machine_controller::api::{
+    GUEST_CUSTOMIZATION_ANNOTATION, IMAGE_KIND_ANNOTATION, Machine, MachineSet, phase,
+};
 use prism_mock::{FaultKind, FaultRule, Timings};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -170,7 +172,7 @@ pub fn machine_sets(n: usize) -> Vec<(&'static str, &'static str, usize)> {
     let clone = n / 5;
     vec![
         (WINDOWS_TEMPLATE_SET, "Windows, template deploy", template),
-        (WINDOWS_IMAGE_SET, "Windows, image, Sysprep", image),
+        (WINDOWS_IMAGE_SET, "Windows, image, cloud-init", image),
         (WINDOWS_CLONE_SET, "Windows, clone of a VM", clone),
         (
             LINUX_SET,
@@ -396,8 +398,9 @@ impl<'w> Soak<'w> {
             json!(WINDOWS_CLONE_SET);
         set["spec"]["template"]["metadata"]["labels"][manifests::MACHINE_SET_LABEL] =
             json!(WINDOWS_CLONE_SET);
+        manifests::annotate_template(&mut set, IMAGE_KIND_ANNOTATION, "VM");
+        manifests::annotate_template(&mut set, GUEST_CUSTOMIZATION_ANNOTATION, "Sysprep");
         let value = &mut set["spec"]["template"]["spec"]["providerSpec"]["value"];
-        value["imageKind"] = json!("VM");
         value["image"] = json!({"type": "name", "name": "windows-golden"});
         // A clone keeps its source's boot configuration (UEFI).
         value["bootType"] = json!("");

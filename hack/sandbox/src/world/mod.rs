@@ -94,6 +94,8 @@ pub struct WorldOptions {
     pub guest_behaviour: GuestBehaviour,
     /// Seed of prism-mock's random-number generator (UUIDs, fault draws); 0 when `None`.
     pub mock_rng_seed: Option<u64>,
+    /// What prism-mock holds at start (its built-in seed, which the examples name, by default).
+    pub mock_seed: prism_mock::Seed,
     /// The Prism password prism-mock accepts and the credentials Secret carries (prism-mock's
     /// default when `None`); a distinctive one makes a search of the logs for it meaningful.
     pub prism_password: Option<String>,
@@ -137,6 +139,7 @@ impl WorldOptions {
             mock_timings: Timings::sandbox(),
             guest_behaviour: GuestBehaviour::default(),
             mock_rng_seed: None,
+            mock_seed: prism_mock::Seed::default(),
             prism_password: None,
             controller,
             intervals: ControllerIntervals::sandbox(),
@@ -381,6 +384,7 @@ impl World {
             timings: options.mock_timings.clone(),
             guest: options.guest_behaviour.clone(),
             rng_seed: options.mock_rng_seed,
+            seed: options.mock_seed.clone(),
             ..MockConfig::default()
         };
         if let Some(password) = &options.prism_password {
@@ -394,6 +398,11 @@ impl World {
 
         let sim = KubeSim::start(kube_sim::Config {
             namespaces: vec![options.namespace.clone()],
+            // An OpenShift cluster on Nutanix: every Machine and MachineSet goes through the
+            // machine-api-operator's defaulting when it is created.
+            machine_api_webhooks: Some(kube_sim::webhooks::MachineApiWebhooks {
+                infrastructure_name: manifests::INFRASTRUCTURE_ID.to_owned(),
+            }),
             ..kube_sim::Config::default()
         })
         .await?;
@@ -884,14 +893,15 @@ fn create_networks(sim: &RunningKubeSim) -> Result<(), WorldError> {
     Ok(())
 }
 
-/// The credentials Secret of the example with the mock's user name and password, and stand-ins
-/// for the user-data Secrets of WMCO and the installer.
+/// The credentials Secret of the example, as an administrator applies it (`stringData`, which the
+/// API server folds into `data`) with the mock's user name and password, and stand-ins for the
+/// user-data Secrets of WMCO and the installer.
 async fn write_secrets(
     client: &Client,
     namespace: &str,
     mock: &RunningMock,
 ) -> Result<(), WorldError> {
-    let example = manifests::example("Secret", manifests::CREDENTIALS_SECRET)?;
+    let mut example = manifests::example("Secret", manifests::CREDENTIALS_SECRET)?;
     let mut credentials: Value = example["stringData"]["credentials"]
         .as_str()
         .and_then(|text| serde_json::from_str(text).ok())
@@ -909,32 +919,27 @@ async fn write_secrets(
     }
     prism_central["username"] = json!(mock.credentials().username);
     prism_central["password"] = json!(mock.credentials().password);
-    let secrets = [
-        (
-            manifests::CREDENTIALS_SECRET,
-            "credentials",
-            credentials.to_string(),
-        ),
-        (
-            manifests::WINDOWS_USER_DATA_SECRET,
-            "userData",
-            windows_user_data(),
-        ),
-        (
-            manifests::LINUX_USER_DATA_SECRET,
-            "userData",
-            linux_user_data(),
-        ),
-    ];
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    for (name, key, value) in secrets {
-        let secret: Secret = serde_json::from_value(json!({
+    example["stringData"]["credentials"] = json!(credentials.to_string());
+    example["metadata"]["namespace"] = json!(namespace);
+    let user_data = [
+        (manifests::WINDOWS_USER_DATA_SECRET, windows_user_data()),
+        (manifests::LINUX_USER_DATA_SECRET, linux_user_data()),
+    ]
+    .map(|(name, value)| {
+        json!({
             "apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": name, "namespace": namespace},
             "type": "Opaque",
-            "data": {key: base64::engine::general_purpose::STANDARD.encode(value)},
-        }))
-        .map_err(|e| WorldError::Store {
+            "data": {"userData": base64::engine::general_purpose::STANDARD.encode(value)},
+        })
+    });
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    for object in std::iter::once(example).chain(user_data) {
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let secret: Secret = serde_json::from_value(object).map_err(|e| WorldError::Store {
             what: format!("build Secret {name}"),
             message: e.to_string(),
         })?;

@@ -91,14 +91,32 @@ impl Case {
         }
     }
 
+    /// A Windows Machine as the Go provider's MachineSets make them: cloud-init by default.
     fn windows() -> Self {
         let mut case = Self::linux();
         case.machine["metadata"]["name"] = json!("winworker-abcde");
         case.machine["metadata"]["labels"]["machine.openshift.io/os-id"] = json!("Windows");
         case.set("/userDataSecret", json!({"name": "windows-user-data"}));
         case.user_data = Some(WINDOWS_USER_DATA.to_vec());
+        case
+    }
+
+    /// A Windows Machine that opts into Sysprep with the annotation, as its MachineSet's
+    /// template would give it.
+    fn sysprep() -> Self {
+        let mut case = Self::windows();
+        case.annotate(GUEST_CUSTOMIZATION_ANNOTATION, "Sysprep");
         case.password = Some(AdminPassword::new("Ex4mple-Passw0rd!").unwrap());
         case
+    }
+
+    fn annotate(&mut self, key: &str, value: &str) -> &mut Self {
+        let metadata = &mut self.machine["metadata"];
+        if metadata.get("annotations").is_none() {
+            metadata["annotations"] = json!({});
+        }
+        metadata["annotations"][key] = json!(value);
+        self
     }
 
     /// Sets a field of the providerSpec (`/vcpuSockets`) or, with a leading `!`, of the Machine.
@@ -660,7 +678,7 @@ fn bad_specs() -> Vec<(&'static str, Edit, &'static str, ErrorClass)> {
         (
             "time zone malformed",
             |c| {
-                *c = Case::windows();
+                *c = Case::sysprep();
                 c.set("/guestCustomization", json!({"timeZone": "Europe/Paris"}));
             },
             "providerSpec.guestCustomization.timeZone",
@@ -669,7 +687,7 @@ fn bad_specs() -> Vec<(&'static str, Edit, &'static str, ErrorClass)> {
         (
             "password secret unnamed",
             |c| {
-                *c = Case::windows();
+                *c = Case::sysprep();
                 c.set(
                     "/guestCustomization",
                     json!({"adminPasswordSecret": {"name": ""}}),
@@ -681,7 +699,7 @@ fn bad_specs() -> Vec<(&'static str, Edit, &'static str, ErrorClass)> {
         (
             "Windows user data without PowerShell",
             |c| {
-                *c = Case::windows();
+                *c = Case::sysprep();
                 c.user_data = Some(b"#ps1\nWrite-Host hi".to_vec());
             },
             "providerSpec.userDataSecret",
@@ -690,7 +708,7 @@ fn bad_specs() -> Vec<(&'static str, Edit, &'static str, ErrorClass)> {
         (
             "Windows script too large for Sysprep",
             |c| {
-                *c = Case::windows();
+                *c = Case::sysprep();
                 c.user_data = Some(
                     [
                         b"<powershell>".as_slice(),
@@ -907,7 +925,7 @@ fn bad_specs() -> Vec<(&'static str, Edit, &'static str, ErrorClass)> {
         (
             "no Administrator password",
             |c| {
-                *c = Case::windows();
+                *c = Case::sysprep();
                 c.password = None;
             },
             "providerSpec.guestCustomization",
@@ -916,7 +934,7 @@ fn bad_specs() -> Vec<(&'static str, Edit, &'static str, ErrorClass)> {
         (
             "password Secret not read",
             |c| {
-                *c = Case::windows();
+                *c = Case::sysprep();
                 c.password = None;
                 c.set(
                     "/guestCustomization",
@@ -1003,6 +1021,7 @@ fn each_bad_spec_gives_one_error_at_its_field() {
 fn the_good_cases_are_good() {
     Case::linux().plan().unwrap();
     Case::windows().plan().unwrap();
+    Case::sysprep().plan().unwrap();
 }
 
 #[test]
@@ -1105,21 +1124,9 @@ fn decode_base64(text: &str) -> Vec<u8> {
 }
 
 #[test]
-fn windows_defaults_to_sysprep_and_can_choose_cloud_init() {
+fn windows_defaults_to_cloud_init_and_opts_into_sysprep() {
+    // The Go provider's Windows MachineSets (cloudbase-init images) join unchanged.
     let plan = Case::windows().plan().unwrap();
-    let GuestPlan::Sysprep(unattend) = &plan.guest else {
-        panic!("{:?}", plan.guest)
-    };
-    assert!(
-        unattend
-            .xml
-            .expose()
-            .contains("<ComputerName>winworker-abcde</ComputerName>")
-    );
-
-    let mut case = Case::windows();
-    case.set("/guestCustomization", json!({"type": "CloudInit"}));
-    let plan = case.plan().unwrap();
     let GuestPlan::CloudInit {
         user_data,
         meta_data: Some(meta_data),
@@ -1137,11 +1144,134 @@ fn windows_defaults_to_sysprep_and_can_choose_cloud_init() {
         meta,
         json!({"hostname": "winworker-abcde", "uuid": "11111111-2222-4333-8444-555555555555"})
     );
+
+    for opt_in in [Case::sysprep(), {
+        let mut case = Case::windows();
+        case.set("/guestCustomization", json!({"type": "Sysprep"}));
+        case.password = Case::sysprep().password;
+        case
+    }] {
+        let plan = opt_in.plan().unwrap();
+        let GuestPlan::Sysprep(unattend) = &plan.guest else {
+            panic!("{:?}", plan.guest)
+        };
+        assert!(
+            unattend
+                .xml
+                .expose()
+                .contains("<ComputerName>winworker-abcde</ComputerName>")
+        );
+    }
+}
+
+#[test]
+fn annotations_carry_the_choices_and_win_over_the_provider_spec() {
+    let mut case = Case::sysprep();
+    case.annotate(IMAGE_KIND_ANNOTATION, "Template")
+        .annotate(SYSPREP_TIME_ZONE_ANNOTATION, "W. Europe Standard Time")
+        .set("/image", json!({"type": "name", "name": "win-template"}))
+        .set("/imageKind", json!("Image"))
+        .set("/guestCustomization", json!({"type": "CloudInit"}));
+    let plan = case.plan().unwrap();
+    assert!(
+        matches!(plan.source, SourcePlan::Template { .. }),
+        "{:?}",
+        plan.source
+    );
+    let GuestPlan::Sysprep(unattend) = &plan.guest else {
+        panic!("{:?}", plan.guest)
+    };
+    assert!(
+        unattend
+            .xml
+            .expose()
+            .contains("<TimeZone>W. Europe Standard Time</TimeZone>")
+    );
+    for field in ["imageKind", "guestCustomization"] {
+        assert!(
+            plan.warnings.iter().any(|w| w.starts_with(&format!(
+                "providerSpec.{field} is overridden by the annotation"
+            ))),
+            "{field}: {:?}",
+            plan.warnings
+        );
+    }
+}
+
+#[test]
+fn choices_written_in_the_provider_spec_still_count_and_say_how_to_survive_the_webhook() {
+    let mut case = Case::windows();
+    case.set("/imageKind", json!("Template"))
+        .set("/image", json!({"type": "name", "name": "win-template"}));
+    let plan = case.plan().unwrap();
+    assert!(matches!(plan.source, SourcePlan::Template { .. }));
+    assert!(
+        plan.warnings.iter().any(
+            |w| w.contains("dropped by the machine-api-operator's webhook")
+                && w.contains(IMAGE_KIND_ANNOTATION)
+        ),
+        "{:?}",
+        plan.warnings
+    );
+}
+
+#[test]
+fn a_bad_annotation_is_reported_at_the_annotation() {
+    let cases: [(&str, Edit, String); 5] = [
+        (
+            "unknown image kind",
+            |c| {
+                c.annotate(IMAGE_KIND_ANNOTATION, "Snapshot");
+            },
+            format!("metadata.annotations[{IMAGE_KIND_ANNOTATION}]"),
+        ),
+        (
+            "empty guest customization",
+            |c| {
+                c.annotate(GUEST_CUSTOMIZATION_ANNOTATION, "");
+            },
+            format!("metadata.annotations[{GUEST_CUSTOMIZATION_ANNOTATION}]"),
+        ),
+        (
+            "malformed time zone",
+            |c| {
+                c.annotate(SYSPREP_TIME_ZONE_ANNOTATION, "Europe/Paris");
+            },
+            format!("metadata.annotations[{SYSPREP_TIME_ZONE_ANNOTATION}]"),
+        ),
+        (
+            "empty password Secret name",
+            |c| {
+                c.annotate(SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, "");
+            },
+            format!("metadata.annotations[{SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION}]"),
+        ),
+        (
+            "Sysprep on Linux",
+            |c| {
+                *c = Case::linux();
+                c.annotate(GUEST_CUSTOMIZATION_ANNOTATION, "Sysprep");
+            },
+            format!("metadata.annotations[{GUEST_CUSTOMIZATION_ANNOTATION}]"),
+        ),
+    ];
+    for (name, edit, path) in cases {
+        let mut case = Case::sysprep();
+        edit(&mut case);
+        let errors = case.plan().unwrap_err().0;
+        let found: Vec<(&str, ErrorClass)> =
+            errors.iter().map(|e| (e.path.as_str(), e.class)).collect();
+        assert_eq!(
+            found,
+            vec![(path.as_str(), ErrorClass::Invalid)],
+            "{name}: {errors:?}"
+        );
+    }
 }
 
 #[test]
 fn a_long_windows_name_is_left_to_wmco_with_a_warning() {
-    let mut case = Case::windows();
+    let mut case = Case::sysprep();
     case.set("!/metadata/name", json!("ocp-7x2kq-windows-abcde"));
     let plan = case.plan().unwrap();
     assert!(
@@ -1302,7 +1432,7 @@ fn data_disks_are_planned_with_addresses_and_storage() {
 
 #[test]
 fn preview_leaves_names_as_names_and_shows_a_password_placeholder() {
-    let mut case = Case::windows();
+    let mut case = Case::sysprep();
     case.mode = ResolutionMode::Preview;
     case.resolved = ResolvedReferences::default();
     case.password = None;
@@ -1328,7 +1458,7 @@ fn preview_leaves_names_as_names_and_shows_a_password_placeholder() {
 
 #[test]
 fn a_placeholder_password_is_refused_for_real_vms() {
-    let case = Case::windows();
+    let case = Case::sysprep();
     let machine: Machine = serde_json::from_value(case.machine.clone()).unwrap();
     let user_data = UserData::new(WINDOWS_USER_DATA.to_vec());
     let context = PlanContext {
@@ -1385,7 +1515,7 @@ fn resolved_entities_are_looked_up_by_uuid_too() {
 
 #[test]
 fn debug_of_a_plan_shows_no_secret() {
-    let plan = Case::windows().plan().unwrap();
+    let plan = Case::sysprep().plan().unwrap();
     let debug = format!("{plan:?}");
     assert!(!debug.contains("Ex4mple-Passw0rd!"));
     assert!(!debug.contains("Write-Host hello"));

@@ -1,0 +1,84 @@
+//! Our choices that cannot live in `providerSpec`: annotations on the Machine.
+//!
+//! The machine-api-operator's defaulting webhook (openshift/machine-api-operator
+//! `pkg/webhooks/machine_webhook.go`, `defaultNutanix`, registered for Machine and MachineSet
+//! CREATE in `pkg/webhooks/config.go`) unmarshals `providerSpec.value` into the upstream Go type
+//! `NutanixMachineProviderConfig` (openshift/api `machine/v1/types_nutanixprovider.go`) and
+//! marshals it back, so `imageKind` and `guestCustomization` are gone before the provider sees a
+//! Machine. Annotations survive: the webhook leaves metadata alone, and the operator's MachineSet
+//! controller copies `spec.template.metadata.annotations` onto every Machine it creates
+//! (`pkg/controller/machineset/controller.go`, `createMachine`). So a MachineSet sets these on
+//! its template's metadata.
+//!
+//! Precedence: an annotation wins over the same choice in `providerSpec` (which still counts
+//! where the webhook does not run, or when written after the Machine's creation).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::LocalObjectReference;
+
+use super::provider::{GuestCustomizationType, ImageKind, NutanixMachineProviderConfig};
+
+/// What `image` names: `Image` (default), `Template` or `VM` (`providerSpec.imageKind`).
+pub const IMAGE_KIND_ANNOTATION: &str = "nutanix.machine.openshift.io/image-kind";
+/// The guest customization: `CloudInit` (default) or `Sysprep`
+/// (`providerSpec.guestCustomization.type`).
+pub const GUEST_CUSTOMIZATION_ANNOTATION: &str = "nutanix.machine.openshift.io/guest-customization";
+/// Windows time zone ID for Sysprep (`providerSpec.guestCustomization.timeZone`).
+pub const SYSPREP_TIME_ZONE_ANNOTATION: &str = "nutanix.machine.openshift.io/sysprep-time-zone";
+/// Secret (key `password`) with the Administrator password for Sysprep
+/// (`providerSpec.guestCustomization.adminPasswordSecret.name`).
+pub const SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION: &str =
+    "nutanix.machine.openshift.io/sysprep-admin-password-secret";
+
+/// Our choices as a Machine's annotations state them. Enum values are kept even when unknown,
+/// so validation can report them at their annotation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AnnotatedChoices {
+    pub image_kind: Option<ImageKind>,
+    pub guest_customization: Option<GuestCustomizationType>,
+    pub time_zone: Option<String>,
+    pub admin_password_secret: Option<String>,
+}
+
+impl AnnotatedChoices {
+    /// Reads the choices from a Machine's (or a MachineSet template's) annotations.
+    pub fn from_annotations(annotations: Option<&BTreeMap<String, String>>) -> Self {
+        let get = |key: &str| annotations.and_then(|a| a.get(key)).cloned();
+        Self {
+            image_kind: get(IMAGE_KIND_ANNOTATION).map(|v| ImageKind::from(v.as_str())),
+            guest_customization: get(GUEST_CUSTOMIZATION_ANNOTATION)
+                .map(|v| GuestCustomizationType::from(v.as_str())),
+            time_zone: get(SYSPREP_TIME_ZONE_ANNOTATION),
+            admin_password_secret: get(SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION),
+        }
+    }
+
+    /// Puts the choices into `config`, over what its providerSpec says. Unknown enum values are
+    /// not applied (validation reports them at their annotation); text values are applied as
+    /// written, empty included, for validation to check.
+    pub fn apply(&self, config: &mut NutanixMachineProviderConfig) {
+        if let Some(kind) = self.image_kind.as_ref().filter(|k| k.is_known()) {
+            config.image_kind = Some(kind.clone());
+        }
+        let customization = self.guest_customization.as_ref().filter(|k| k.is_known());
+        if customization.is_none()
+            && self.time_zone.is_none()
+            && self.admin_password_secret.is_none()
+        {
+            return;
+        }
+        let settings = config
+            .guest_customization
+            .get_or_insert_with(Default::default);
+        if let Some(kind) = customization {
+            settings.type_ = Some(kind.clone());
+        }
+        if let Some(zone) = &self.time_zone {
+            settings.time_zone = Some(zone.clone());
+        }
+        if let Some(name) = &self.admin_password_secret {
+            settings.admin_password_secret = Some(LocalObjectReference { name: name.clone() });
+        }
+    }
+}
