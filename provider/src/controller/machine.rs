@@ -36,6 +36,9 @@ use crate::api::{
     GuardedMachine, INSTANCE_STATE_ANNOTATION, MACHINE_FINALIZER, Machine,
     NutanixMachineProviderStatus, phase,
 };
+use crate::plan::drain::{
+    UNREACHABLE_VOLUME_WAIT, VOLUME_RECHECK, VolumeCheck, check_volumes, drained_at, volume_events,
+};
 use crate::plan::lifecycle::{
     DRAINED_CONDITION, INSTANCE_MISSING_MESSAGE, Intervals, MachineState, Step, VmObservation,
     next_step,
@@ -707,10 +710,13 @@ impl MachineReconcile {
     }
 
     async fn delete_vm(&mut self) -> Result<Action, Error> {
-        let mut status = self.provider_status();
-        let Some(uuid) = status.vm_uuid.clone() else {
+        let Some(uuid) = self.provider_status().vm_uuid else {
             return Ok(Action::requeue(self.shared().settings.poll_interval));
         };
+        if let Some(wait) = self.wait_for_volumes().await? {
+            return Ok(wait);
+        }
+        let mut status = self.provider_status();
         let environment = super::inputs::environment(self.shared(), &self.machine).await?;
         match environment.connection.delete_vm(&uuid).await {
             // Gone already: the next look finds it missing and finishes the deletion.
@@ -742,6 +748,82 @@ impl MachineReconcile {
                 self.count_failure(FailureKind::Delete, "PrismError");
                 // The event is the reconcile wrapper's (publish_failure), with the fix.
                 Err(error.into())
+            }
+        }
+    }
+
+    /// Holds the VM's deletion while the linked Node lists attached volumes
+    /// ([`check_volumes`]); `Some` with the requeue while it waits.
+    async fn wait_for_volumes(&mut self) -> Result<Option<Action>, Error> {
+        let Some(node_name) = MachineState::of(&self.machine).node else {
+            return Ok(None);
+        };
+        let nodes: Api<Node> = Api::all(self.shared().client.clone());
+        let node = nodes.get_opt(&node_name).await.map_err(|e| {
+            Error::kube(format!("read Node {node_name} for its attached volumes"), e)
+        })?;
+        let check = check_volumes(
+            &node_name,
+            node.as_ref(),
+            drained_at(&self.machine),
+            Timestamp::now(),
+        );
+        let machine = self.machine.clone();
+        match check {
+            VolumeCheck::Clear => Ok(None),
+            VolumeCheck::NodeGone { node } => {
+                let note = format!(
+                    "Node {node} is gone: nothing reports its attached volumes any more; deleting the VM"
+                );
+                self.shared()
+                    .event(&machine, false, volume_events::NODE_GONE, note)
+                    .await;
+                Ok(None)
+            }
+            VolumeCheck::Wait {
+                node,
+                volumes,
+                unreachable_until,
+            } => {
+                let volumes = volumes.join(", ");
+                let message = match unreachable_until {
+                    None => format!(
+                        "Node {node} still lists attached volumes ({volumes}): the VM is deleted once they are detached"
+                    ),
+                    Some(until) => format!(
+                        "Node {node} is unreachable and still lists attached volumes ({volumes}): the VM is deleted once they are detached, or at {until}"
+                    ),
+                };
+                let mut status = self.provider_status();
+                status.set_condition(provider_condition(
+                    conditions::MACHINE_DELETION,
+                    false,
+                    volume_events::WAITING,
+                    message.clone(),
+                    &now(),
+                ));
+                self.write_provider_status(status).await?;
+                self.shared()
+                    .event(&machine, false, volume_events::WAITING, message)
+                    .await;
+                tracing::info!(machine = %self.key, node, "waiting for the Node's volumes to be detached");
+                Ok(Some(Action::requeue(VOLUME_RECHECK)))
+            }
+            VolumeCheck::GiveUp {
+                node,
+                volumes,
+                unreachable_since,
+            } => {
+                let note = format!(
+                    "Node {node} has been unreachable since {unreachable_since} and still lists attached volumes ({}): deleting the VM without waiting longer (the attach/detach controller force-detaches the volumes of a Node that is not Ready after {:#})",
+                    volumes.join(", "),
+                    UNREACHABLE_VOLUME_WAIT
+                );
+                tracing::warn!(machine = %self.key, node, "deleting the VM with volumes still listed on its unreachable Node");
+                self.shared()
+                    .event(&machine, true, volume_events::TIMED_OUT, note)
+                    .await;
+                Ok(None)
             }
         }
     }

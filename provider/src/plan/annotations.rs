@@ -8,6 +8,25 @@
 //! quantity on the upstream key (`16Gi`; a bare number would be read as bytes) and MiB on the
 //! deprecated one. The `labels` key carries `kubernetes.io/os` (`windows` for Windows sets:
 //! without it the autoscaler would simulate a Linux node) and `kubernetes.io/arch`.
+//!
+//! What OpenShift's autoscaler reads (openshift/kubernetes-autoscaler
+//! `cluster-autoscaler/cloudprovider/openshift/openshift_utils.go` for the keys,
+//! `openshift_unstructured.go` `InstanceCapacity` and `Taints`):
+//! - `ephemeral-disk` (upstream key only) is a quantity, the template node's ephemeral-storage
+//!   capacity and allocatable. The kubelet's ephemeral storage is the root filesystem, on the
+//!   system disk (Linux `/var/lib/kubelet`, Windows `C:`), and the VM's system disk is exactly
+//!   `systemDiskSize` (an image is resized up to it, never shrunk), so that is the value.
+//! - `maxPods` (upstream key, else `machine.openshift.io/maxPods`; both written, as for CPU) is
+//!   an integer; without it the autoscaler assumes 110 pods. WMCO starts every Windows kubelet
+//!   with `maxPods: 250` (openshift/windows-machine-config-operator `pkg/nodeconfig/nodeconfig.go`
+//!   `generateKubeletConfiguration`), so Windows sets get 250. A Linux node's limit comes from
+//!   the machine-config pool's KubeletConfig, which this provider does not read: Linux sets get
+//!   no maxPods, and the autoscaler's 110 under-counts rather than over-counts.
+//! - `taints` is `key=value:Effect,...`, added to `spec.template.spec.taints`. WMCO's kubelet
+//!   registers every Windows node with `os=Windows:NoSchedule` (same function,
+//!   `RegisterWithTaints`), so a Windows set announces it unless its template already carries
+//!   it: the autoscaler then never grows a Windows set for a pod that does not tolerate it (a
+//!   Linux pod).
 
 use std::collections::BTreeMap;
 
@@ -22,18 +41,33 @@ pub const CAPACITY_MEMORY: &str = "capacity.cluster-autoscaler.kubernetes.io/mem
 pub const CAPACITY_GPU_COUNT: &str = "capacity.cluster-autoscaler.kubernetes.io/gpu-count";
 pub const CAPACITY_GPU_TYPE: &str = "capacity.cluster-autoscaler.kubernetes.io/gpu-type";
 pub const CAPACITY_LABELS: &str = "capacity.cluster-autoscaler.kubernetes.io/labels";
+pub const MAX_PODS: &str = "machine.openshift.io/maxPods";
+pub const CAPACITY_MAX_PODS: &str = "capacity.cluster-autoscaler.kubernetes.io/maxPods";
+pub const CAPACITY_EPHEMERAL_DISK: &str =
+    "capacity.cluster-autoscaler.kubernetes.io/ephemeral-disk";
+pub const CAPACITY_TAINTS: &str = "capacity.cluster-autoscaler.kubernetes.io/taints";
 
 /// Every key this module writes; a controller applying them owns exactly these.
-pub const KEYS: [&str; 8] = [
+pub const KEYS: [&str; 12] = [
     VCPU,
     MEMORY_MB,
     GPU,
+    MAX_PODS,
     CAPACITY_CPU,
     CAPACITY_MEMORY,
     CAPACITY_GPU_COUNT,
     CAPACITY_GPU_TYPE,
     CAPACITY_LABELS,
+    CAPACITY_MAX_PODS,
+    CAPACITY_EPHEMERAL_DISK,
+    CAPACITY_TAINTS,
 ];
+
+/// The pod limit WMCO gives every Windows kubelet.
+pub const WINDOWS_MAX_PODS: u32 = 250;
+
+/// The taint WMCO's kubelet registers every Windows node with: key, value, effect.
+pub const WINDOWS_TAINT: (&str, &str, &str) = ("os", "Windows", "NoSchedule");
 
 /// The architecture of every Nutanix AHV VM this provider creates.
 pub const ARCH: &str = "amd64";
@@ -78,8 +112,17 @@ pub fn machine_set_annotations(
         quantity_bytes(&config.memory_size)
             .map_err(|e| field_error("memorySize", e.to_string()))?,
     );
+    let system_disk_mib = if config.system_disk_size.0.trim().is_empty() {
+        0
+    } else {
+        mib_floor(
+            quantity_bytes(&config.system_disk_size)
+                .map_err(|e| field_error("systemDiskSize", e.to_string()))?,
+        )
+    };
     let gpus = config.gpus.as_ref().map_or(0, Vec::len);
-    let os = if set.is_windows() { "windows" } else { "linux" };
+    let windows = set.is_windows();
+    let os = if windows { "windows" } else { "linux" };
 
     let mut annotations = BTreeMap::from([
         (VCPU, vcpus.to_string()),
@@ -96,10 +139,32 @@ pub fn machine_set_annotations(
     if gpus > 0 {
         annotations.insert(CAPACITY_GPU_TYPE, GPU_RESOURCE.to_owned());
     }
+    // An absent or zero systemDiskSize announces no ephemeral storage, which the autoscaler
+    // reads as none: it then grows the set for no pod that asks for some.
+    if system_disk_mib > 0 {
+        annotations.insert(CAPACITY_EPHEMERAL_DISK, format_mib(system_disk_mib));
+    }
+    if windows {
+        annotations.insert(MAX_PODS, WINDOWS_MAX_PODS.to_string());
+        annotations.insert(CAPACITY_MAX_PODS, WINDOWS_MAX_PODS.to_string());
+        if !template_has_windows_taint(set) {
+            let (key, value, effect) = WINDOWS_TAINT;
+            annotations.insert(CAPACITY_TAINTS, format!("{key}={value}:{effect}"));
+        }
+    }
     Ok(annotations
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect())
+}
+
+/// Whether `spec.template.spec.taints` already has WMCO's Windows taint (the autoscaler adds the
+/// annotation's taints to these, so announcing it again would list it twice).
+fn template_has_windows_taint(set: &MachineSet) -> bool {
+    let (key, value, effect) = WINDOWS_TAINT;
+    set.spec.template.spec.taints.iter().any(|taint| {
+        taint.key == key && taint.value.as_deref() == Some(value) && taint.effect == effect
+    })
 }
 
 #[cfg(test)]
@@ -109,6 +174,14 @@ mod tests {
     use super::*;
 
     fn machine_set(windows: bool, provider_spec: serde_json::Value) -> MachineSet {
+        with_taints(windows, provider_spec, json!([]))
+    }
+
+    fn with_taints(
+        windows: bool,
+        provider_spec: serde_json::Value,
+        taints: serde_json::Value,
+    ) -> MachineSet {
         let mut labels = json!({"machine.openshift.io/cluster-api-cluster": "ocp"});
         if windows {
             labels["machine.openshift.io/os-id"] = json!("Windows");
@@ -116,7 +189,8 @@ mod tests {
         serde_json::from_value(json!({
             "apiVersion": "machine.openshift.io/v1beta1", "kind": "MachineSet",
             "metadata": {"name": "ms", "namespace": "openshift-machine-api"},
-            "spec": {"template": {"metadata": {"labels": labels}, "spec": {"providerSpec": {"value": provider_spec}}}}
+            "spec": {"template": {"metadata": {"labels": labels},
+                                  "spec": {"taints": taints, "providerSpec": {"value": provider_spec}}}}
         }))
         .unwrap()
     }
@@ -179,6 +253,78 @@ mod tests {
             ("2", "2", "nvidia.com/gpu")
         );
         assert!(two.keys().all(|k| KEYS.contains(&k.as_str())));
+    }
+
+    #[test]
+    fn windows_sets_announce_wmcos_taint_and_pod_limit() {
+        let windows = annotations(true, spec(1, 1, "4Gi"));
+        assert_eq!(windows[CAPACITY_TAINTS], "os=Windows:NoSchedule");
+        assert_eq!(
+            (
+                windows[MAX_PODS].as_str(),
+                windows[CAPACITY_MAX_PODS].as_str()
+            ),
+            ("250", "250")
+        );
+        let linux = annotations(false, spec(1, 1, "4Gi"));
+        for key in [CAPACITY_TAINTS, MAX_PODS, CAPACITY_MAX_PODS] {
+            assert!(!linux.contains_key(key), "{key} on a Linux set");
+        }
+        assert!(windows.keys().all(|k| KEYS.contains(&k.as_str())));
+    }
+
+    #[test]
+    fn a_template_carrying_the_taint_is_not_announced_twice() {
+        let carried = |taints| {
+            machine_set_annotations(&with_taints(true, spec(1, 1, "4Gi"), taints)).unwrap()
+        };
+        let same = carried(json!([{"key": "os", "value": "Windows", "effect": "NoSchedule"}]));
+        assert!(!same.contains_key(CAPACITY_TAINTS), "{same:?}");
+        assert_eq!(same[CAPACITY_MAX_PODS], "250");
+        // Another taint, or the same key with another effect, is not WMCO's.
+        for other in [
+            json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]),
+            json!([{"key": "os", "value": "Windows", "effect": "NoExecute"}]),
+            json!([{"key": "os", "value": "windows", "effect": "NoSchedule"}]),
+        ] {
+            assert_eq!(
+                carried(other.clone())[CAPACITY_TAINTS],
+                "os=Windows:NoSchedule",
+                "{other}"
+            );
+        }
+    }
+
+    #[test]
+    fn ephemeral_disk_is_the_system_disk() {
+        for (disk, expected) in [
+            ("120Gi", Some("120Gi")),
+            ("122880Mi", Some("120Gi")),
+            ("100G", Some("95367Mi")),
+            ("0", None),
+            ("", None),
+        ] {
+            let mut with_disk = spec(2, 1, "8Gi");
+            with_disk["systemDiskSize"] = json!(disk);
+            for windows in [false, true] {
+                assert_eq!(
+                    annotations(windows, with_disk.clone())
+                        .get(CAPACITY_EPHEMERAL_DISK)
+                        .map(String::as_str),
+                    expected,
+                    "{disk:?}"
+                );
+            }
+        }
+        let mut bad = spec(1, 1, "4Gi");
+        bad["systemDiskSize"] = json!("lots");
+        assert!(matches!(
+            machine_set_annotations(&machine_set(false, bad)),
+            Err(AnnotationError::Field {
+                field: "systemDiskSize",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -4,17 +4,27 @@
 //! repeats its rules so the Windows join reconciler can explain a CSR that stays pending, in the
 //! approver's words plus what to look at. It never approves anything itself.
 //!
+//! The rules are openshift/cluster-machine-approver's (`pkg/controller/csr_check.go` and
+//! `node_client.go`).
+//!
 //! Client certificates (signer `kubernetes.io/kube-apiserver-client-kubelet`): requested by the
 //! node-bootstrapper service account with exactly its three groups; subject
-//! `O=system:nodes, CN=system:node:<name>`, no SANs; no Node of that name yet; a Machine whose
-//! `InternalDNS` is `<name>` (any case, trailing dot ignored), without a nodeRef, created between
-//! 10 s after and 2 h before the CSR.
+//! `O=system:nodes, CN=system:node:<name>`, no SANs; usages exactly
+//! `digital signature, client auth` or those and `key encipherment` (`hasExactUsages`: as many
+//! as the set, each in it); no Node of that name yet; a Machine whose `InternalDNS` is `<name>`
+//! (any case, trailing dot ignored), without a nodeRef, created between 10 s after and 2 h before
+//! the CSR.
 //!
 //! Serving certificates (signer `kubernetes.io/kubelet-serving`): requested by `system:node:<name>`
-//! in groups `system:nodes` and `system:authenticated`, CN equal to the user, `O=system:nodes`,
-//! server-auth usages; approved as a renewal when its SANs equal the current serving
-//! certificate's, otherwise every DNS SAN must be an `InternalDNS`, `ExternalDNS` or `Hostname`
-//! and every IP SAN an `InternalIP` or `ExternalIP` of the Machine whose nodeRef is the node.
+//! in groups `system:nodes` and `system:authenticated`, CN equal to the user, `O=system:nodes`;
+//! usages that contain `digital signature` and `server auth`, two or three of them
+//! (`validateCSRContents` counts them against its two usage sets, then checks the set holds
+//! either: a third usage of any kind is accepted, a fourth is not); approved as a renewal when
+//! its SANs equal the current serving certificate's, otherwise every DNS SAN must be an
+//! `InternalDNS`, `ExternalDNS` or `Hostname` and every IP SAN an `InternalIP` or `ExternalIP` of
+//! the Machine whose nodeRef is the node. The approver compares an IP SAN as text, Go's
+//! `net.IP.String()` against the Machine's address as written: the same address written another
+//! way (`FD00::5` for `fd00::5`) does not match, and is reported as that.
 //!
 //! The caller parses the PEM request and reads the current serving certificate; this module only
 //! compares.
@@ -122,8 +132,29 @@ fn pending(reason: impl Into<String>) -> CsrVerdict {
     }
 }
 
-fn same_set(a: &[String], b: &[&str]) -> bool {
-    a.iter().map(String::as_str).collect::<BTreeSet<_>>() == b.iter().copied().collect()
+/// The approver's `hasExactUsages`: as many usages as `expected`, each one of them (so a
+/// repeated usage can stand in for a missing one, as there).
+fn has_exact_usages(usages: &[String], expected: &[&str]) -> bool {
+    usages.len() == expected.len() && usages.iter().all(|u| expected.contains(&u.as_str()))
+}
+
+/// The approver's serving usages check: two or three usages (the sizes of its two usage sets)
+/// among which `digital signature` and `server auth` (the legacy set's `key encipherment` is then
+/// one allowed third usage among any).
+fn serving_usages_accepted(usages: &[String]) -> bool {
+    let has = |wanted: &str| usages.iter().any(|u| u == wanted);
+    (usages.len() == 2 || usages.len() == 3) && has("digital signature") && has("server auth")
+}
+
+/// An IP address as Go's `net.IP.String()` writes it, the text the approver compares: RFC 5952
+/// for IPv6 (as Rust writes it) and dotted IPv4 for an IPv4-mapped IPv6 address.
+pub fn approver_ip_text(ip: IpAddr) -> String {
+    ip.to_canonical().to_string()
+}
+
+/// Whether two addresses are the same address (an IPv4-mapped IPv6 one is its IPv4 address).
+pub fn same_address(a: IpAddr, b: IpAddr) -> bool {
+    a.to_canonical() == b.to_canonical()
 }
 
 fn dns_equal(san: &str, address: &str) -> bool {
@@ -164,13 +195,14 @@ fn check_client(csr: &Csr, context: &CsrContext<'_>) -> CsrVerdict {
     }
     let current = ["digital signature", "client auth"];
     let legacy = ["digital signature", "key encipherment", "client auth"];
-    if !same_set(&csr.usages, &current) && !same_set(&csr.usages, &legacy) {
+    if !has_exact_usages(&csr.usages, &current) && !has_exact_usages(&csr.usages, &legacy) {
         return pending(format!(
             "usages {:?} are not a kubelet client's",
             csr.usages
         ));
     }
-    if csr.username != NODE_BOOTSTRAPPER || !same_set(&csr.groups, &NODE_BOOTSTRAPPER_GROUPS) {
+    let groups: BTreeSet<&str> = csr.groups.iter().map(String::as_str).collect();
+    if csr.username != NODE_BOOTSTRAPPER || groups != BTreeSet::from(NODE_BOOTSTRAPPER_GROUPS) {
         return pending(format!(
             "requested by {:?}, not by the node-bootstrapper service account with its groups",
             csr.username
@@ -247,11 +279,9 @@ fn check_serving(csr: &Csr, context: &CsrContext<'_>) -> CsrVerdict {
             csr.groups
         ));
     }
-    let current = ["digital signature", "server auth"];
-    let legacy = ["digital signature", "key encipherment", "server auth"];
-    if !same_set(&csr.usages, &current) && !same_set(&csr.usages, &legacy) {
+    if !serving_usages_accepted(&csr.usages) {
         return pending(format!(
-            "usages {:?} are not a kubelet server's",
+            "usages {:?} are not a kubelet server's (two or three, among them \"digital signature\" and \"server auth\")",
             csr.usages
         ));
     }
@@ -268,8 +298,18 @@ fn check_serving(csr: &Csr, context: &CsrContext<'_>) -> CsrVerdict {
         ));
     }
     if let Some(cert) = context.current_serving_cert {
-        let sorted = |v: &[String]| v.iter().cloned().collect::<BTreeSet<_>>();
-        let ips = |v: &[IpAddr]| v.iter().copied().collect::<BTreeSet<_>>();
+        // The approver's equalStrings / equalIPAddresses: the same values as many times, in any
+        // order, IPs as Go writes them.
+        let sorted = |v: &[String]| {
+            let mut v = v.to_vec();
+            v.sort();
+            v
+        };
+        let ips = |v: &[IpAddr]| {
+            let mut v: Vec<String> = v.iter().copied().map(approver_ip_text).collect();
+            v.sort();
+            v
+        };
         if cert.common_name == csr.common_name
             && sorted(&cert.dns_names) == sorted(&csr.dns_names)
             && ips(&cert.ip_addresses) == ips(&csr.ip_addresses)
@@ -313,13 +353,25 @@ fn check_serving(csr: &Csr, context: &CsrContext<'_>) -> CsrVerdict {
     }
     let ips = of_types(&[address_type::INTERNAL_IP, address_type::EXTERNAL_IP]);
     for san in &csr.ip_addresses {
-        let san = san.to_string();
-        if !ips.contains(&san.as_str()) {
-            return pending(format!(
-                "IP address '{san}' not in machine addresses: {} (an address the node has but the Machine lacks, such as a hybrid-overlay, APIPA or second-NIC address)",
-                ips.join(" ")
-            ));
+        let text = approver_ip_text(*san);
+        if ips.contains(&text.as_str()) {
+            continue;
         }
+        let written_otherwise = ips.iter().find(|written| {
+            written
+                .parse::<IpAddr>()
+                .is_ok_and(|ip| same_address(ip, *san))
+        });
+        return pending(match written_otherwise {
+            Some(written) => format!(
+                "IP address '{text}' not in machine addresses: {}; the Machine has it written as '{written}', and the approver compares the text",
+                ips.join(" ")
+            ),
+            None => format!(
+                "IP address '{text}' not in machine addresses: {} (an address the node has but the Machine lacks, such as a hybrid-overlay, APIPA or second-NIC address)",
+                ips.join(" ")
+            ),
+        });
     }
     CsrVerdict::Approvable {
         kind: CsrKind::Serving,

@@ -10,9 +10,23 @@
 //! - A pod already being deleted is waited for. On an unreachable node (its `Ready` condition is
 //!   `Unknown`: the kubelet cannot confirm anything) evictions use a 1-second grace period, and a
 //!   pod whose deletion started more than 1 second ago counts as gone, as MAO does.
+//!
+//! After the drain, the VM is deleted only once the Node lists no `status.volumesAttached`
+//! ([`check_volumes`]): pods go before their volumes are detached, and a VM deleted with a volume
+//! still attached can take the volume's data with it (openshift/machine-api-provider-nutanix
+//! `pkg/actuators/machine/reconciler.go` `delete` and `machine_scope.go`
+//! `nodeHasVolumesAttached`: requeue after 20 s while the linked Node lists any; a Node that is
+//! gone counts as having none). The Go provider waits for ever; this one stops waiting for a Node
+//! that has been unreachable for [`UNREACHABLE_VOLUME_WAIT`], because nothing detaches a volume
+//! from it any more except the attach/detach controller's own forced detach after that time.
+
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use super::lifecycle::DRAINED_CONDITION;
+use crate::api::Machine;
 
 /// Annotation of a mirror pod.
 pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -121,6 +135,134 @@ pub fn plan_drain(pods: &[Pod], unreachable: bool, now: Timestamp) -> DrainPlan 
     plan
 }
 
+/// How soon a deletion waiting for volumes looks again (the Go provider's requeue; a change of
+/// the Node triggers it sooner).
+pub const VOLUME_RECHECK: Duration = Duration::from_secs(20);
+
+/// How long a deletion waits for the volumes of an unreachable Node: the attach/detach
+/// controller's `maxWaitForUnmountDuration` (kubernetes `pkg/controller/volume/attachdetach`
+/// `DefaultTimerConfig`, 6 minutes), after which it force-detaches the volumes of a Node that is
+/// not Ready (`reconciler/reconciler.go`: `forceDetach := !isHealthy && forceDetachTimeoutExpired`).
+/// A kubelet that stopped reporting never confirms an unmount, and its pods stay in the desired
+/// state while they look running: past this, waiting longer only holds the deletion (a
+/// MachineHealthCheck's remediation among them) for ever.
+pub const UNREACHABLE_VOLUME_WAIT: SignedDuration = SignedDuration::from_mins(6);
+
+/// Event reasons of the volume check.
+pub mod volume_events {
+    /// Normal: the Node still lists attached volumes; the VM waits.
+    pub const WAITING: &str = "WaitingForVolumeDetach";
+    /// Warning: the Node has been unreachable too long; the VM is deleted with volumes listed.
+    pub const TIMED_OUT: &str = "VolumeDetachTimedOut";
+    /// Normal: the linked Node is gone; nothing reports its volumes any more.
+    pub const NODE_GONE: &str = "VolumeCheckSkipped";
+}
+
+/// Whether the Machine's VM may be deleted, as far as the volumes of its Node go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VolumeCheck {
+    /// The Node lists no attached volume (or the Machine has no Node): delete the VM.
+    Clear,
+    /// The linked Node no longer exists: delete the VM (the Go provider treats it as having no
+    /// volumes).
+    NodeGone { node: String },
+    /// The Node still lists these volumes: wait for their detach.
+    Wait {
+        node: String,
+        volumes: Vec<String>,
+        /// The Node is unreachable; the wait ends at this time.
+        unreachable_until: Option<Timestamp>,
+    },
+    /// The Node has been unreachable for [`UNREACHABLE_VOLUME_WAIT`] and still lists these
+    /// volumes: delete the VM anyway.
+    GiveUp {
+        node: String,
+        volumes: Vec<String>,
+        unreachable_since: Timestamp,
+    },
+}
+
+/// Since when the Node has been unreachable: its `Ready=Unknown` condition's
+/// `lastTransitionTime` (the node lifecycle controller sets it when the kubelet stops posting);
+/// `None` when the Node is reachable, or when that time is missing.
+fn unreachable_since(node: &Node) -> Option<Timestamp> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready" && c.status == "Unknown")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0)
+}
+
+/// The volumes the Node lists in `status.volumesAttached`.
+pub fn attached_volumes(node: &Node) -> Vec<String> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.volumes_attached.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|v| v.name.clone())
+        .collect()
+}
+
+/// When the deletion's drain ended: the `Drained=True` condition's `lastTransitionTime`.
+pub fn drained_at(machine: &Machine) -> Option<Timestamp> {
+    machine
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == DRAINED_CONDITION && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0)
+}
+
+/// The volume check for the Machine linked to `node_name`, whose Node read as `node` (`None`: not
+/// found). An unreachable Node's wait counts from its `Ready=Unknown` transition, or, when that
+/// is not recorded, from `waiting_since` (when the drain ended, [`drained_at`]).
+pub fn check_volumes(
+    node_name: &str,
+    node: Option<&Node>,
+    waiting_since: Option<Timestamp>,
+    now: Timestamp,
+) -> VolumeCheck {
+    let Some(node) = node else {
+        return VolumeCheck::NodeGone {
+            node: node_name.to_owned(),
+        };
+    };
+    let volumes = attached_volumes(node);
+    if volumes.is_empty() {
+        return VolumeCheck::Clear;
+    }
+    let node_name = node_name.to_owned();
+    if !is_unreachable(node) {
+        return VolumeCheck::Wait {
+            node: node_name,
+            volumes,
+            unreachable_until: None,
+        };
+    }
+    let since = unreachable_since(node).or(waiting_since).unwrap_or(now);
+    let until = since
+        .checked_add(UNREACHABLE_VOLUME_WAIT)
+        .unwrap_or(Timestamp::MAX);
+    if now >= until {
+        VolumeCheck::GiveUp {
+            node: node_name,
+            volumes,
+            unreachable_since: since,
+        }
+    } else {
+        VolumeCheck::Wait {
+            node: node_name,
+            volumes,
+            unreachable_until: Some(until),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -212,5 +354,123 @@ mod tests {
         assert!(is_unreachable(&node("Unknown")));
         assert!(!is_unreachable(&node("True")));
         assert!(!is_unreachable(&node("False")));
+    }
+
+    fn node_with(ready: &str, since: Option<i64>, volumes: &[&str]) -> Node {
+        let mut condition = json!({"type": "Ready", "status": ready});
+        if let Some(since) = since {
+            condition["lastTransitionTime"] = json!(Time(at(since)));
+        }
+        let attached: Vec<serde_json::Value> = volumes
+            .iter()
+            .map(|v| json!({"name": v, "devicePath": ""}))
+            .collect();
+        serde_json::from_value(json!({"metadata": {"name": "n"},
+            "status": {"conditions": [condition], "volumesAttached": attached}}))
+        .unwrap()
+    }
+
+    const VOLUME: &str = "kubernetes.io/csi/csi.nutanix.com^vg-1";
+    const MINUTE: i64 = 60;
+
+    #[test]
+    fn the_vm_waits_for_the_nodes_volumes() {
+        let now = at(100 * MINUTE);
+        let check = |node: Option<&Node>, drained: Option<i64>| {
+            check_volumes("n", node, drained.map(at), now)
+        };
+        assert_eq!(
+            check(None, Some(0)),
+            VolumeCheck::NodeGone { node: "n".into() }
+        );
+        assert_eq!(
+            check(Some(&node_with("True", Some(0), &[])), Some(0)),
+            VolumeCheck::Clear
+        );
+        // Reachable: waited for however long it takes, as the Go provider does.
+        assert_eq!(
+            check(Some(&node_with("True", Some(0), &[VOLUME])), Some(0)),
+            VolumeCheck::Wait {
+                node: "n".into(),
+                volumes: vec![VOLUME.into()],
+                unreachable_until: None
+            }
+        );
+        assert_eq!(
+            check(Some(&node_with("False", Some(0), &[VOLUME])), Some(0)),
+            VolumeCheck::Wait {
+                node: "n".into(),
+                volumes: vec![VOLUME.into()],
+                unreachable_until: None
+            },
+            "NotReady is not unreachable (MAO: Ready Unknown)"
+        );
+    }
+
+    #[test]
+    fn an_unreachable_node_is_waited_for_six_minutes() {
+        let now = at(100 * MINUTE);
+        let unreachable = |since: Option<i64>, drained: Option<i64>| {
+            check_volumes(
+                "n",
+                Some(&node_with("Unknown", since, &[VOLUME])),
+                drained.map(at),
+                now,
+            )
+        };
+        // Unreachable for 5 minutes: wait until 6 minutes have passed.
+        assert_eq!(
+            unreachable(Some(95 * MINUTE), Some(99 * MINUTE)),
+            VolumeCheck::Wait {
+                node: "n".into(),
+                volumes: vec![VOLUME.into()],
+                unreachable_until: Some(at(101 * MINUTE))
+            }
+        );
+        // Unreachable for 6 minutes, however recent the drain (a MachineHealthCheck's
+        // remediation of a dead node): give up at once.
+        assert_eq!(
+            unreachable(Some(94 * MINUTE), Some(99 * MINUTE)),
+            VolumeCheck::GiveUp {
+                node: "n".into(),
+                volumes: vec![VOLUME.into()],
+                unreachable_since: at(94 * MINUTE)
+            }
+        );
+        // No transition time recorded: counted from the end of the drain.
+        assert!(matches!(
+            unreachable(None, Some(95 * MINUTE)),
+            VolumeCheck::Wait { .. }
+        ));
+        assert!(matches!(
+            unreachable(None, Some(94 * MINUTE)),
+            VolumeCheck::GiveUp { .. }
+        ));
+        // Times at the end of the range do not overflow.
+        assert!(matches!(
+            check_volumes(
+                "n",
+                Some(&node_with("Unknown", None, &[VOLUME])),
+                Some(Timestamp::MAX),
+                now
+            ),
+            VolumeCheck::Wait { .. }
+        ));
+    }
+
+    #[test]
+    fn the_drain_ends_when_drained_turns_true() {
+        let machine: Machine = serde_json::from_value(json!({
+            "metadata": {"name": "m"}, "spec": {},
+            "status": {"conditions": [
+                {"type": "Drainable", "status": "True", "lastTransitionTime": Time(at(1))},
+                {"type": "Drained", "status": "True", "lastTransitionTime": Time(at(7))}]}}))
+        .unwrap();
+        assert_eq!(drained_at(&machine), Some(at(7)));
+        let mut not_yet = machine.clone();
+        if let Some(status) = not_yet.status.as_mut() {
+            status.conditions[1].status = "False".into();
+        }
+        assert_eq!(drained_at(&not_yet), None);
     }
 }

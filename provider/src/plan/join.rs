@@ -3,15 +3,21 @@
 //!
 //! A Windows Machine joins in these stages (reference/03 §1, §2): the VM is created; it reports
 //! an IPv4 address; the Machine is Provisioned (WMCO then configures the VM over SSH and starts
-//! its kubelet, which asks for a client certificate); the Node registers; nodelink links it
-//! (nodeRef) and the Node carries the Machine's providerID; the kubelet gets its serving
-//! certificate; WMCO marks the Node configured (annotation
-//! `windowsmachineconfig.openshift.io/version`). The condition names the stage reached and what
-//! is awaited next, or why the join cannot go on, in the cluster-machine-approver's terms (see
-//! [`super::csr`]): the client CSR's name is not the Machine's `InternalDNS`; a serving CSR asks
-//! for an IP the Machine does not report; the 2-hour window for client CSRs has passed; the Node
-//! registered with an IP the VM does not have in Prism (`NodeIPMismatch`). A Machine without a
-//! linked Node after the join timeout gets `JoinTimedOut`.
+//! its kubelet, which asks for a client certificate); the Node registers; the cloud controller
+//! manager initialises it (removes the taint `node.cloudprovider.kubernetes.io/uninitialized`,
+//! which a kubelet started with `--cloud-provider=external` registers with: k8s.io/cloud-provider
+//! `api/well_known_taints.go`); nodelink links it (nodeRef) and the Node carries the Machine's
+//! providerID; the kubelet gets its serving certificate; WMCO marks the Node configured
+//! (annotation `windowsmachineconfig.openshift.io/version`). The condition names the stage
+//! reached and what is awaited next, or why the join cannot go on, in the
+//! cluster-machine-approver's terms (see [`super::csr`]): the client CSR's name is not the
+//! Machine's `InternalDNS`; a serving CSR asks for an IP the Machine does not report; the 2-hour
+//! window for client CSRs has passed; the Node registered with an IP the VM does not have in
+//! Prism, or one the Machine does not report (`NodeIPMismatch`). A
+//! Machine without a linked Node after the join timeout gets `JoinTimedOut`.
+//!
+//! IPs are compared as addresses (an IPv4-mapped IPv6 address is its IPv4 address, as Go's
+//! `net.IP` treats it), except where the approver compares text ([`super::csr`]).
 //!
 //! Everything here reads; the reconciler approves no CSR and changes nothing WMCO owns.
 
@@ -26,11 +32,13 @@ use kube::ResourceExt;
 use super::addresses::address_type;
 use super::csr::{
     CLIENT_SIGNER, Csr, CsrContext, CsrVerdict, MAX_MACHINE_CLOCK_SKEW, MAX_MACHINE_DELTA,
-    MachineFacts, SERVING_SIGNER, check_csr,
+    MachineFacts, SERVING_SIGNER, check_csr, same_address,
 };
 use super::csr_pem::CsrState;
 use super::machine_status::provider_condition;
-use super::node_link::{machine_ips, machine_node_names, node_ips, node_ref, same_dns_name};
+use super::node_link::{
+    PROVIDED_NODE_IP_ANNOTATION, machine_ips, machine_node_names, node_ips, node_ref, same_dns_name,
+};
 use crate::api::{Machine, phase};
 
 /// providerStatus condition type.
@@ -39,6 +47,8 @@ pub const CONDITION: &str = "WindowsJoin";
 pub const IGNORE_LABEL: &str = "windowsmachineconfig.openshift.io/ignore";
 /// Node annotation WMCO sets once the node is configured: its version.
 pub const WMCO_VERSION_ANNOTATION: &str = "windowsmachineconfig.openshift.io/version";
+/// Taint of a Node the cloud controller manager has not initialised yet.
+pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 /// `--windows-join-timeout` default: reference/03 §5 suggests failing a Machine with no Node
 /// after about 90 minutes (the approver's client CSR window is 2 hours).
 pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(90 * 60);
@@ -56,6 +66,7 @@ pub mod reasons {
     pub const ADDRESS_REPORTED: &str = "AddressReported";
     pub const PROVISIONED: &str = "Provisioned";
     pub const NODE_REGISTERED: &str = "NodeRegistered";
+    pub const NODE_INITIALIZED: &str = "NodeInitialized";
     pub const NODE_LINKED: &str = "NodeLinked";
     pub const SERVING_CERTIFICATE: &str = "ServingCertificate";
     pub const CONFIGURED: &str = "Configured";
@@ -74,7 +85,10 @@ pub enum Stage {
     VmCreated,
     AddressReported,
     Provisioned,
+    /// The Node exists; the cloud controller manager has not initialised it.
     NodeRegistered,
+    /// Initialised (or never tainted); not linked to the Machine yet.
+    NodeInitialized,
     NodeLinked,
     ServingCertificate,
     Configured,
@@ -88,6 +102,7 @@ impl Stage {
             Self::AddressReported => reasons::ADDRESS_REPORTED,
             Self::Provisioned => reasons::PROVISIONED,
             Self::NodeRegistered => reasons::NODE_REGISTERED,
+            Self::NodeInitialized => reasons::NODE_INITIALIZED,
             Self::NodeLinked => reasons::NODE_LINKED,
             Self::ServingCertificate => reasons::SERVING_CERTIFICATE,
             Self::Configured => reasons::CONFIGURED,
@@ -223,14 +238,25 @@ pub fn human_duration(duration: Duration) -> String {
     }
 }
 
+/// The address WMCO connects to: the first `InternalIP` that is IPv4, an IPv4-mapped IPv6 one
+/// included (openshift/windows-machine-config-operator `controllers/windowsmachine_controller.go`
+/// `getInternalIPAddress`: `net.ParseIP(address).To4() != nil`), as written.
 fn first_ipv4(machine: &Machine) -> Option<String> {
     machine
         .status
         .iter()
         .flat_map(|s| &s.addresses)
         .filter(|a| a.type_ == address_type::INTERNAL_IP)
-        .find(|a| a.address.parse::<std::net::Ipv4Addr>().is_ok())
+        .find(|a| {
+            a.address
+                .parse::<IpAddr>()
+                .is_ok_and(|ip| ip.to_canonical().is_ipv4())
+        })
         .map(|a| a.address.clone())
+}
+
+fn among(ips: &[IpAddr], ip: IpAddr) -> bool {
+    ips.iter().any(|other| same_address(*other, ip))
 }
 
 fn list(ips: &[IpAddr]) -> String {
@@ -460,26 +486,85 @@ fn client_side(input: &JoinInput<'_>, name: &str, ip: &str) -> JoinState {
 /// The likely cause and the fix of a Node registered with an IP the VM does not have.
 const NODE_IP_CAUSE: &str = "the kubelet took another interface's address. Likely cause: WMCO older than 10.16 (OpenShift 4.16), which starts the kubelet on Nutanix without --node-ip, or the hybrid-overlay (vEthernet) interface. Fix: upgrade to OpenShift 4.16 / WMCO 10.16 or later, which sets --node-ip from the interface of the default route (a --node-ip added by hand is reverted by WICD), then delete the Machine so that a new one joins";
 
+/// Why the Node's IP is wrong, if it is.
+///
+/// With `alpha.kubernetes.io/provided-node-ip` (a kubelet started with `--node-ip`, as WMCO 10.16
+/// and later start it) that IP is the kubelet's choice, whatever other addresses the Node lists:
+/// it must be one of the VM's addresses in Prism (the cloud controller fails to initialise the
+/// Node otherwise, "failed to get node address from cloud provider that matches ip",
+/// k8s.io/cloud-provider `node/helpers/address.go` `GetNodeAddressesFromNodeIP`) and one the
+/// Machine reports (the serving certificate carries it). Without it (WMCO before 10.16 sets no `--node-ip`), the
+/// Node's `InternalIP`s are either the kubelet's own pick or the cloud controller's copy of
+/// every address Prism lists for the VM (nutanix-cloud-native/cloud-provider-nutanix
+/// `pkg/provider/manager.go` `getNodeAddresses`: each NIC's IPs, link-local and secondary ones
+/// included), which legitimately holds addresses the Machine filters out. So there, only an IP
+/// Prism does not list for the VM, or a Node none of whose IPs the Machine reports, is wrong.
 fn node_ip_mismatch(input: &JoinInput<'_>, node: &Node) -> Option<String> {
     let vm_ips = input.vm_ips?;
     let node_name = node.name_any();
     let registered = node_ips(node);
-    if let Some(foreign) = registered.iter().find(|ip| !vm_ips.contains(ip)) {
+    if let Some(foreign) = registered.iter().find(|ip| !among(vm_ips, **ip)) {
         return Some(format!(
             "Node {node_name} registered with IP {foreign}, which is not among the VM's addresses in Prism ({}): {NODE_IP_CAUSE}",
             list(vm_ips)
         ));
     }
     let reported = machine_ips(input.machine);
-    registered
+    let provided = node
+        .annotations()
+        .get(PROVIDED_NODE_IP_ANNOTATION)
+        .is_some_and(|value| {
+            value
+                .split(',')
+                .any(|ip| ip.trim().parse::<IpAddr>().is_ok())
+        });
+    let dropped = if provided {
+        registered.iter().find(|ip| !among(&reported, **ip))
+    } else if registered.iter().any(|ip| among(&reported, *ip)) {
+        None
+    } else {
+        registered.first()
+    };
+    dropped.map(|dropped| {
+        format!(
+            "Node {node_name} registered with IP {dropped}, which the VM has in Prism but the Machine does not report (link-local, or in --excluded-address-cidrs such as the hybrid-overlay network; the Machine reports {}): {NODE_IP_CAUSE}",
+            list(&reported)
+        )
+    })
+}
+
+/// Whether the Node still has the cloud controller manager's `uninitialized` taint.
+fn is_uninitialized(node: &Node) -> bool {
+    node.spec
         .iter()
-        .find(|ip| !reported.contains(ip))
-        .map(|dropped| {
-            format!(
-                "Node {node_name} registered with IP {dropped}, which the VM has in Prism but the Machine does not report (link-local, or in --excluded-address-cidrs such as the hybrid-overlay network; the Machine reports {}): {NODE_IP_CAUSE}",
-                list(&reported)
-            )
-        })
+        .flat_map(|s| s.taints.iter().flatten())
+        .any(|t| t.key == UNINITIALIZED_TAINT)
+}
+
+/// What a Node the cloud controller manager has not initialised waits for. The Nutanix CCM finds
+/// the Node's VM by `status.nodeInfo.systemUUID` (cloud-provider-nutanix `pkg/provider/manager.go`
+/// `getNutanixInstanceIDForNode`, lower-cased), so a systemUUID that is not the VM's UUID is named.
+fn uninitialized_message(node: &Node, provider_id: &str) -> String {
+    let node_name = node.name_any();
+    let mut message = format!(
+        "Node {node_name} registered; waiting for the cloud controller manager to initialise it (taint {UNINITIALIZED_TAINT}): it finds the VM by the Node's systemUUID and sets its addresses and providerID"
+    );
+    let vm_uuid = provider_id.rsplit('/').next().unwrap_or_default();
+    let system_uuid = node
+        .status
+        .as_ref()
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| i.system_uuid.as_str())
+        .filter(|u| !u.is_empty());
+    if let Some(system_uuid) = system_uuid
+        && !vm_uuid.is_empty()
+        && !system_uuid.eq_ignore_ascii_case(vm_uuid)
+    {
+        message.push_str(&format!(
+            "; the Node reports systemUUID {system_uuid}, not the VM's UUID {vm_uuid}, so the Nutanix CCM cannot find the VM by it"
+        ));
+    }
+    message
 }
 
 /// A Node exists: linking, the serving certificate, WMCO's configuration.
@@ -491,8 +576,10 @@ fn node_side(input: &JoinInput<'_>, node: &Node, provider_id: &str, ip: &str) ->
         .and_then(|s| s.provider_id.as_deref())
         .unwrap_or_default();
     let linked_by_ref = node_ref(input.machine) == Some(node_name.as_str());
-    let stage = if !(linked_by_ref && node_provider_id == provider_id) {
+    let stage = if is_uninitialized(node) {
         Stage::NodeRegistered
+    } else if !(linked_by_ref && node_provider_id == provider_id) {
+        Stage::NodeInitialized
     } else if node.annotations().contains_key(WMCO_VERSION_ANNOTATION) {
         Stage::Configured
     } else {
@@ -502,6 +589,9 @@ fn node_side(input: &JoinInput<'_>, node: &Node, provider_id: &str, ip: &str) ->
         return stuck(stage, reasons::NODE_IP_MISMATCH, message);
     }
     if stage == Stage::NodeRegistered {
+        return waiting(stage, uninitialized_message(node, provider_id));
+    }
+    if stage == Stage::NodeInitialized {
         let message = if linked_by_ref {
             let current = if node_provider_id.is_empty() {
                 "none".to_owned()
@@ -530,7 +620,7 @@ fn node_side(input: &JoinInput<'_>, node: &Node, provider_id: &str, ip: &str) ->
         match approver_reason(check_csr(csr, &context)) {
             Some(reason) => {
                 let reported = machine_ips(input.machine);
-                let unknown_ip = csr.ip_addresses.iter().any(|ip| !reported.contains(ip));
+                let unknown_ip = csr.ip_addresses.iter().any(|ip| !among(&reported, *ip));
                 let reason_code = if unknown_ip {
                     reasons::SERVING_CSR_ADDRESS_MISMATCH
                 } else {

@@ -10,8 +10,10 @@
 //!    (`FailedValidate` event) and retried.
 //! 3. A Machine that is not being deleted gets the finalizer first.
 //! 4. Deleting: phase `Deleting`; wait for pre-drain hooks; drain (skipped without a Node or
-//!    with `exclude-node-draining`); wait for pre-terminate hooks; delete the VM and wait until
-//!    Prism no longer has it; delete the Node; remove the finalizer.
+//!    with `exclude-node-draining`); wait for pre-terminate hooks; delete the VM once the linked
+//!    Node lists no attached volume (the Go provider's check, bounded for an unreachable Node:
+//!    [`super::drain::check_volumes`]) and wait until Prism no longer has it; delete the Node;
+//!    remove the finalizer.
 //! 5. Phase `Failed` is final.
 //! 6. The VM exists: update the Machine from it; phase `Provisioned`, or `Running` once the Node
 //!    is linked.
@@ -188,6 +190,7 @@ pub enum Step {
     WaitForPreTerminateHooks,
     /// Find the VM in Prism, then ask again with the observation.
     LookUpVm,
+    /// Delete the VM (its Node's volumes checked first, see [`super::drain::check_volumes`]).
     DeleteVm,
     /// Prism is deleting the VM: look again after [`Intervals::poll`].
     WaitForVmDeletion,

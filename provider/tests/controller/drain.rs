@@ -1,6 +1,7 @@
 //! Deleting a Machine drains its Node first: cordon, evictions that respect
 //! PodDisruptionBudgets (retried while blocked), DaemonSet pods left alone; lifecycle hooks and
-//! the exclude annotation.
+//! the exclude annotation. The VM then waits for the Node's attached volumes to be detached,
+//! except on a Node that is gone or has been unreachable too long.
 
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -172,5 +173,124 @@ async fn lifecycle_hooks_hold_the_deletion_and_exclusion_skips_the_drain() {
     env.wait_machine("hooked-0", "deletion", Value::is_null)
         .await;
     assert!(env.vms_named("hooked-0").is_empty());
+    env.assert_no_secrets_logged(&[]);
+}
+
+const VOLUME: &str = "kubernetes.io/csi/csi.nutanix.com^NutanixVolumes-vg-1";
+
+/// Sets the Node's status: its `Ready` condition (with a transition time) and attached volumes.
+fn set_node_status(env: &Env, name: &str, ready: &str, since: &str, volumes: &[&str]) {
+    let attached: Vec<Value> = volumes
+        .iter()
+        .map(|v| json!({"name": v, "devicePath": ""}))
+        .collect();
+    let ip = env.machine(name).unwrap()["status"]["addresses"][0]["address"].clone();
+    env.sim
+        .set_status(
+            "",
+            "nodes",
+            "",
+            name,
+            json!({"conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": since}],
+                   "addresses": [{"type": "InternalIP", "address": ip}],
+                   "volumesAttached": attached}),
+        )
+        .unwrap();
+}
+
+fn deletion_condition(machine: &Value) -> Option<&Value> {
+    machine["status"]["providerStatus"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "MachineDeletion")
+}
+
+#[tokio::test]
+async fn the_vm_waits_until_the_nodes_volumes_are_detached() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let _controller = env.controller("controller", &[]);
+    env.create_machine("vol-0", linux_spec(), false).await;
+    env.wait_phase("vol-0", "Running").await;
+    set_node_status(&env, "vol-0", "True", "2026-01-01T00:00:00Z", &[VOLUME]);
+
+    env.machines_api()
+        .delete("vol-0", &Default::default())
+        .await
+        .unwrap();
+    let waiting = env
+        .wait_machine("vol-0", "waiting for volumes", |m| {
+            deletion_condition(m).is_some_and(|c| c["reason"] == "WaitingForVolumeDetach")
+        })
+        .await;
+    let message = deletion_condition(&waiting).unwrap()["message"].to_string();
+    assert!(message.contains(VOLUME), "{message}");
+    env.wait_event("vol-0", "WaitingForVolumeDetach", VOLUME)
+        .await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(
+        env.vms_named("vol-0").len(),
+        1,
+        "no VM deleted while its Node lists a volume"
+    );
+
+    // The attach/detach controller detaches it: the deletion goes on at once (the Node's change
+    // triggers it).
+    set_node_status(&env, "vol-0", "True", "2026-01-01T00:00:00Z", &[]);
+    env.wait_machine("vol-0", "deletion", Value::is_null).await;
+    assert!(env.vms_named("vol-0").is_empty());
+    assert!(env.node("vol-0").is_none());
+    assert_eq!(env.event_count("vol-0", "VolumeDetachTimedOut"), 0);
+    env.assert_no_secrets_logged(&[]);
+    env.assert_permissions("controller");
+}
+
+#[tokio::test]
+async fn a_node_unreachable_for_long_or_gone_does_not_hold_the_vm() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let _controller = env.controller("controller", &[]);
+    for name in ["lost-0", "gone-0"] {
+        env.create_machine(name, linux_spec(), false).await;
+    }
+    for name in ["lost-0", "gone-0"] {
+        env.wait_phase(name, "Running").await;
+    }
+    // Its kubelet stopped posting an hour ago (a MachineHealthCheck's remediation): nothing will
+    // ever detach its volume but the attach/detach controller's forced detach.
+    let an_hour_ago = k8s_openapi::jiff::Timestamp::now()
+        .checked_sub(k8s_openapi::jiff::SignedDuration::from_hours(1))
+        .unwrap()
+        .to_string();
+    set_node_status(&env, "lost-0", "Unknown", &an_hour_ago, &[VOLUME]);
+    // Deleted by someone: nothing reports its volumes any more.
+    set_node_status(&env, "gone-0", "True", "2026-01-01T00:00:00Z", &[VOLUME]);
+    Api::<k8s_openapi::api::core::v1::Node>::all(env.client.clone())
+        .delete("gone-0", &Default::default())
+        .await
+        .unwrap();
+
+    for name in ["lost-0", "gone-0"] {
+        env.machines_api()
+            .delete(name, &Default::default())
+            .await
+            .unwrap();
+    }
+    for name in ["lost-0", "gone-0"] {
+        env.wait_machine(name, "deletion", Value::is_null).await;
+        assert!(env.vms_named(name).is_empty(), "{name}");
+    }
+    let (_, kind, note) = env
+        .wait_event("lost-0", "VolumeDetachTimedOut", VOLUME)
+        .await;
+    assert_eq!(kind, "Warning");
+    assert!(
+        note.contains("unreachable since") && note.contains("not Ready after 6m"),
+        "{note}"
+    );
+    let (_, kind, _) = env
+        .wait_event("gone-0", "VolumeCheckSkipped", "gone-0 is gone")
+        .await;
+    assert_eq!(kind, "Normal");
     env.assert_no_secrets_logged(&[]);
 }

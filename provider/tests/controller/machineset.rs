@@ -1,7 +1,8 @@
 //! The MachineSet controller against the real binary: capacity annotations written on both key
 //! sets, recomputed when the template changes (a key no longer wanted removed), the
 //! MachineAutoscaler's annotations untouched, nothing written in steady state, and a Warning
-//! event (once) for a providerSpec they cannot be computed from.
+//! event (once) for a providerSpec they cannot be computed from. A Windows set announces WMCO's
+//! taint and pod limit, and both sets their system disk as ephemeral storage.
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,10 @@ use crate::harness::{Env, NS, TIMEOUT, linux_spec, windows_template};
 const MIN: &str = "machine.openshift.io/cluster-api-autoscaler-node-group-min-size";
 const MAX: &str = "machine.openshift.io/cluster-api-autoscaler-node-group-max-size";
 const OWNER: &str = "autoscaling.openshift.io/machineautoscaler";
+const TAINTS: &str = "capacity.cluster-autoscaler.kubernetes.io/taints";
+const MAX_PODS: &str = "capacity.cluster-autoscaler.kubernetes.io/maxPods";
+const OLD_MAX_PODS: &str = "machine.openshift.io/maxPods";
+const EPHEMERAL_DISK: &str = "capacity.cluster-autoscaler.kubernetes.io/ephemeral-disk";
 
 /// Creates a MachineSet through the API (so the machine-api-operator's defaulting applies).
 async fn create_machine_set(
@@ -146,6 +151,33 @@ async fn capacity_annotations_follow_the_template_and_leave_other_keys_alone() {
         linux["capacity.cluster-autoscaler.kubernetes.io/labels"],
         "kubernetes.io/arch=amd64,kubernetes.io/os=linux"
     );
+    assert_eq!(linux[EPHEMERAL_DISK], "120Gi");
+    for key in [TAINTS, MAX_PODS, OLD_MAX_PODS] {
+        assert!(linux.get(key).is_none(), "{key} on a Linux set: {linux}");
+    }
+    assert_eq!(written[TAINTS], "os=Windows:NoSchedule");
+    assert_eq!(
+        (&written[MAX_PODS], &written[OLD_MAX_PODS]),
+        (&json!("250"), &json!("250"))
+    );
+    assert_eq!(written[EPHEMERAL_DISK], "120Gi");
+
+    // The template takes WMCO's taint itself: the annotation would list it twice, so it goes,
+    // and the pod limit stays.
+    machine_sets(&env)
+        .patch(
+            "win-set",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"taints": [
+                {"key": "os", "value": "Windows", "effect": "NoSchedule"}]}}}})),
+        )
+        .await
+        .unwrap();
+    let written = wait_annotations(&env, "win-set", "the taints key removed", |a| {
+        a.get(TAINTS).is_none()
+    })
+    .await;
+    assert_eq!(written[MAX_PODS], "250");
 
     // The template changes: more CPUs and a GPU, then the GPU removed again.
     let (mut spec, _) = windows_template();

@@ -1,7 +1,7 @@
 //! The Windows join reconciler against the real binary: the test plays the node side (the
 //! kubelet's CSRs with real PKCS#10 requests, the Node, WMCO's annotation), nodelink and the
-//! approver, and watches the `WindowsJoin` condition walk its stages with an event per
-//! transition; a Node registered with an address the VM lacks; a join that times out.
+//! approver, and watches the `WindowsJoin` condition walk its stages (the cloud controller
+//! manager's initialisation among them) with an event per transition; a Node registered with an address the VM lacks; a join that times out.
 
 use std::time::Duration;
 
@@ -127,12 +127,22 @@ async fn approve(env: &Env, name: &str) {
         .unwrap();
 }
 
-/// Plays the kubelet registering its Node (no providerID: no cloud controller on Windows).
-async fn register_node(env: &Env, name: &str, ip: &str) {
+/// Taint of a kubelet started with `--cloud-provider=external`, until the cloud controller
+/// manager initialises its Node.
+const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+
+/// Plays the kubelet registering its Node (no providerID), `uninitialized` as a kubelet with an
+/// external cloud provider registers it.
+async fn register_node(env: &Env, name: &str, ip: &str, uninitialized: bool) {
+    let taints = if uninitialized {
+        json!([{"key": UNINITIALIZED, "value": "true", "effect": "NoSchedule"}])
+    } else {
+        json!([])
+    };
     let node: Node = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/os": "windows"}},
-        "spec": {},
+        "spec": {"taints": taints},
         "status": {"conditions": [{"type": "Ready", "status": "True"}],
                    "addresses": [{"type": "InternalIP", "address": ip},
                                  {"type": "Hostname", "address": name}]},
@@ -199,15 +209,35 @@ async fn a_windows_join_walks_its_stages_with_an_event_per_transition() {
     .await;
     approve(&env, "csr-client-0").await;
 
-    // The Node registers: the controller sets its providerID (its name and address are the
-    // Machine's) before nodelink links it, so that nodelink can match it by providerID.
-    register_node(&env, name, &ip).await;
+    // The Node registers, tainted until the cloud controller manager initialises it; the
+    // controller sets its providerID (its name and address are the Machine's) before nodelink
+    // links it, so that nodelink can match it by providerID.
+    register_node(&env, name, &ip, true).await;
     let machine = wait_join(&env, name, "NodeRegistered").await;
+    let message = join_condition(&machine).unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("cloud controller manager") && message.contains(UNINITIALIZED),
+        "{message}"
+    );
     let provider_id = machine["spec"]["providerID"].as_str().unwrap().to_owned();
     let node = env
         .wait_node(name, |n| n["spec"]["providerID"].is_string())
         .await;
     assert_eq!(node["spec"]["providerID"], provider_id.as_str());
+
+    // The cloud controller manager initialises it (drops the taint).
+    Api::<Node>::all(env.client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": null}})),
+        )
+        .await
+        .unwrap();
+    wait_join(&env, name, "NodeInitialized").await;
 
     link(&env, name).await;
     let machine = wait_join(&env, name, "NodeLinked").await;
@@ -255,6 +285,7 @@ async fn a_windows_join_walks_its_stages_with_an_event_per_transition() {
     for reason in [
         "Provisioned",
         "NodeRegistered",
+        "NodeInitialized",
         "NodeLinked",
         "ServingCertificate",
         "Configured",
@@ -346,7 +377,7 @@ async fn a_host_name_or_a_node_ip_the_vm_lacks_is_explained() {
     assert_eq!(kind, "Warning");
 
     // Renamed, it registers with the hybrid-overlay interface's address.
-    register_node(&env, name, "10.132.0.9").await;
+    register_node(&env, name, "10.132.0.9", false).await;
     let machine = wait_join(&env, name, "NodeIPMismatch").await;
     let message = join_condition(&machine).unwrap()["message"]
         .as_str()

@@ -360,6 +360,132 @@ fn serving_csr_table() {
 }
 
 #[test]
+fn serving_usages_as_the_approver_counts_them() {
+    // csr_check.go validateCSRContents: two or three usages holding digital signature and
+    // server auth.
+    let approvable = CsrVerdict::Approvable {
+        kind: CsrKind::Serving,
+        machine: Some("winworker-abcde".into()),
+    };
+    for usages in [
+        &["server auth", "digital signature"][..],
+        &["digital signature", "server auth", "client auth"],
+        &["digital signature", "server auth", "data encipherment"],
+        &["digital signature", "server auth", "server auth"],
+    ] {
+        let csr = Csr {
+            usages: strings(usages),
+            ..serving_csr()
+        };
+        assert_eq!(
+            verdict(&csr, &[linked()], &[]),
+            approvable,
+            "{usages:?}: a superset of the required usages"
+        );
+    }
+    for usages in [
+        &["digital signature"][..],
+        &["server auth", "server auth"],
+        &["digital signature", "key encipherment", "client auth"],
+        &[
+            "digital signature",
+            "key encipherment",
+            "server auth",
+            "client auth",
+        ],
+    ] {
+        let csr = Csr {
+            usages: strings(usages),
+            ..serving_csr()
+        };
+        assert!(
+            reason(verdict(&csr, &[linked()], &[])).contains("not a kubelet server's"),
+            "{usages:?}"
+        );
+    }
+}
+
+#[test]
+fn client_usages_are_counted_exactly() {
+    // node_client.go hasExactUsages: as many as the set, each in it.
+    let approvable = CsrVerdict::Approvable {
+        kind: CsrKind::Client,
+        machine: Some("winworker-abcde".into()),
+    };
+    for usages in [
+        &["client auth", "digital signature"][..],
+        &["client auth", "client auth"],
+        &["digital signature", "client auth", "client auth"],
+    ] {
+        let csr = Csr {
+            usages: strings(usages),
+            ..client_csr()
+        };
+        assert_eq!(verdict(&csr, &[machine()], &[]), approvable, "{usages:?}");
+    }
+    for usages in [
+        &["digital signature", "client auth", "server auth"][..],
+        &["client auth"],
+        &[
+            "digital signature",
+            "key encipherment",
+            "client auth",
+            "client auth",
+        ],
+    ] {
+        let csr = Csr {
+            usages: strings(usages),
+            ..client_csr()
+        };
+        assert!(
+            reason(verdict(&csr, &[machine()], &[])).contains("not a kubelet client's"),
+            "{usages:?}"
+        );
+    }
+}
+
+#[test]
+fn ip_sans_are_compared_as_the_approver_writes_them() {
+    let approvable = CsrVerdict::Approvable {
+        kind: CsrKind::Serving,
+        machine: Some("winworker-abcde".into()),
+    };
+    // An IPv4-mapped IPv6 SAN is the IPv4 address in Go's text.
+    let mapped = Csr {
+        ip_addresses: vec!["::ffff:10.0.0.5".parse().unwrap()],
+        ..serving_csr()
+    };
+    assert_eq!(verdict(&mapped, &[linked()], &[]), approvable);
+    let v6 = |written: &str| MachineFacts {
+        addresses: vec![
+            address("InternalIP", written),
+            address("InternalDNS", "winworker-abcde"),
+        ],
+        ..linked()
+    };
+    let csr = Csr {
+        ip_addresses: vec!["fd00:0:0::5".parse().unwrap()],
+        ..serving_csr()
+    };
+    assert_eq!(verdict(&csr, &[v6("fd00::5")], &[]), approvable);
+    // The same address written otherwise: the approver's text comparison fails, and says so.
+    let why = reason(verdict(&csr, &[v6("FD00:0::5")], &[]));
+    assert!(
+        why.contains("IP address 'fd00::5' not in machine addresses: FD00:0::5")
+            && why.contains("written as 'FD00:0::5'"),
+        "{why}"
+    );
+    assert_eq!(
+        approver_ip_text("::ffff:10.1.2.3".parse().unwrap()),
+        "10.1.2.3"
+    );
+    assert_eq!(
+        approver_ip_text("FD00:0:0:0::1".parse().unwrap()),
+        "fd00::1"
+    );
+}
+
+#[test]
 fn serving_renewal_compares_with_the_current_certificate() {
     let csr = Csr {
         ip_addresses: vec!["10.132.1.2".parse().unwrap()],

@@ -75,6 +75,37 @@ fn node(ip: &str, provider_id: Option<&str>, annotations: Value) -> Node {
     .unwrap()
 }
 
+/// The VM's UUID in [`PROVIDER_ID`].
+const PROVIDER_UUID: &str = "0f4c2a1e-0000-4000-8000-000000000001";
+
+/// `node` as the kubelet registers it with `--cloud-provider=external`, before the cloud
+/// controller manager initialised it, reporting `system_uuid`.
+fn uninitialized(node: Node, system_uuid: &str) -> Node {
+    let mut value = serde_json::to_value(&node).unwrap();
+    value["spec"]["taints"] =
+        json!([{"key": UNINITIALIZED_TAINT, "value": "true", "effect": "NoSchedule"}]);
+    value["status"]["nodeInfo"] = json!({"systemUUID": system_uuid,
+        "machineID": "", "kernelVersion": "", "osImage": "", "containerRuntimeVersion": "",
+        "kubeletVersion": "", "kubeProxyVersion": "", "operatingSystem": "windows",
+        "architecture": "amd64", "bootID": ""});
+    serde_json::from_value(value).unwrap()
+}
+
+/// A Node with these `InternalIP`s, in this order.
+fn node_with_ips(ips: &[&str], annotations: Value) -> Node {
+    let mut addresses: Vec<Value> = ips
+        .iter()
+        .map(|ip| json!({"type": "InternalIP", "address": ip}))
+        .collect();
+    addresses.push(json!({"type": "Hostname", "address": NAME}));
+    serde_json::from_value(json!({
+        "metadata": {"name": NAME, "annotations": annotations},
+        "spec": {},
+        "status": {"addresses": addresses},
+    }))
+    .unwrap()
+}
+
 fn linked_node(annotations: Value) -> Node {
     node("10.0.0.5", Some(PROVIDER_ID), annotations)
 }
@@ -281,12 +312,27 @@ fn the_stages_in_order() {
             )
         },
         Case {
+            node: Some(uninitialized(
+                node("10.0.0.5", None, json!({})),
+                PROVIDER_UUID,
+            )),
+            contains: &[
+                "cloud controller manager to initialise it",
+                UNINITIALIZED_TAINT,
+            ],
+            ..Case::new(
+                "Node registered, not initialised",
+                MachineAt::provisioned(),
+                reasons::NODE_REGISTERED,
+            )
+        },
+        Case {
             node: Some(node("10.0.0.5", None, json!({}))),
             contains: &["nodelink", "first InternalIP 10.0.0.5"],
             ..Case::new(
-                "Node registered",
+                "Node initialised",
                 MachineAt::provisioned(),
-                reasons::NODE_REGISTERED,
+                reasons::NODE_INITIALIZED,
             )
         },
         Case {
@@ -295,7 +341,7 @@ fn the_stages_in_order() {
             ..Case::new(
                 "Node with another providerID",
                 MachineAt::provisioned(),
-                reasons::NODE_REGISTERED,
+                reasons::NODE_INITIALIZED,
             )
         },
         Case {
@@ -304,7 +350,7 @@ fn the_stages_in_order() {
             ..Case::new(
                 "nodeRef set, providerID not yet",
                 MachineAt::running(),
-                reasons::NODE_REGISTERED,
+                reasons::NODE_INITIALIZED,
             )
         },
         Case {
@@ -527,6 +573,155 @@ fn stuck_reasons_in_the_approvers_terms() {
 }
 
 #[test]
+fn the_cloud_controller_stage() {
+    // Linked and even configured: a Node still tainted waits for the cloud controller manager.
+    let tainted_linked = uninitialized(
+        linked_node(json!({WMCO_VERSION_ANNOTATION: "10.18.1"})),
+        &PROVIDER_UUID.to_uppercase(),
+    );
+    let state = Case {
+        node: Some(tainted_linked),
+        ..Case::new(
+            "linked but not initialised",
+            MachineAt::running(),
+            reasons::NODE_REGISTERED,
+        )
+    }
+    .check();
+    assert!(
+        !state.stuck && !state.message.contains("systemUUID 0F4C"),
+        "{}",
+        state.message
+    );
+    // The CCM looks the VM up by systemUUID: another one is named.
+    Case {
+        node: Some(uninitialized(
+            node("10.0.0.5", None, json!({})),
+            "1e2a4c0f-0000-4000-8000-000000000001",
+        )),
+        contains: &[
+            "systemUUID 1e2a4c0f-0000-4000-8000-000000000001, not the VM's UUID 0f4c2a1e-",
+            "cannot find the VM",
+        ],
+        ..Case::new(
+            "another systemUUID",
+            MachineAt::provisioned(),
+            reasons::NODE_REGISTERED,
+        )
+    }
+    .check();
+    // A Node IP that is wrong is wrong before the CCM runs too.
+    Case {
+        node: Some(uninitialized(
+            node(
+                "10.0.0.5",
+                None,
+                json!({"alpha.kubernetes.io/provided-node-ip": "10.132.0.2"}),
+            ),
+            PROVIDER_UUID,
+        )),
+        ..Case::new(
+            "provided IP unknown to Prism",
+            MachineAt::provisioned(),
+            reasons::NODE_IP_MISMATCH,
+        )
+    }
+    .check();
+}
+
+#[test]
+fn the_addresses_a_cloud_controller_copies_are_no_mismatch() {
+    // Without --node-ip (WMCO before 10.16) the Nutanix CCM copies every address Prism lists for
+    // the VM, link-local and secondary ones among them, which the Machine does not all report.
+    let copied = Case {
+        node: Some(node_with_ips(
+            &["10.0.0.5", "10.0.0.77", "169.254.3.7"],
+            json!({}),
+        )),
+        vm_ips: Some(vec!["10.0.0.5", "10.0.0.77", "169.254.3.7"]),
+        ..Case::new(
+            "the CCM's copy",
+            MachineAt::provisioned(),
+            reasons::NODE_INITIALIZED,
+        )
+    };
+    copied.check();
+    // An address Prism does not list is no copy of Prism's.
+    Case {
+        node: Some(node_with_ips(&["10.0.0.5", "10.132.0.2"], json!({}))),
+        vm_ips: Some(vec!["10.0.0.5"]),
+        contains: &["IP 10.132.0.2", "not among the VM's addresses"],
+        ..Case::new(
+            "a foreign address",
+            MachineAt::provisioned(),
+            reasons::NODE_IP_MISMATCH,
+        )
+    }
+    .check();
+    // With --node-ip the kubelet chose it: a filtered-out one is wrong.
+    Case {
+        node: Some(node_with_ips(
+            &["169.254.3.7"],
+            json!({"alpha.kubernetes.io/provided-node-ip": "169.254.3.7"}),
+        )),
+        vm_ips: Some(vec!["10.0.0.5", "169.254.3.7"]),
+        contains: &["IP 169.254.3.7", "the Machine does not report"],
+        ..Case::new(
+            "the kubelet's --node-ip filtered out",
+            MachineAt::provisioned(),
+            reasons::NODE_IP_MISMATCH,
+        )
+    }
+    .check();
+}
+
+#[test]
+fn ips_are_compared_as_addresses() {
+    // An IPv4-mapped IPv6 address is its IPv4 address: for the Node's IP, and for WMCO's pick of
+    // the Machine's first IPv4 address (Go's `To4`).
+    Case {
+        node: Some(node_with_ips(
+            &["::ffff:10.0.0.5"],
+            json!({"alpha.kubernetes.io/provided-node-ip": "::ffff:10.0.0.5"}),
+        )),
+        ..Case::new(
+            "mapped Node IP",
+            MachineAt::provisioned(),
+            reasons::NODE_INITIALIZED,
+        )
+    }
+    .check();
+    Case {
+        contains: &["::ffff:10.0.0.5", "Provisioned"],
+        ..Case::new(
+            "mapped Machine IP",
+            MachineAt {
+                ip: Some("::ffff:10.0.0.5"),
+                phase: "Provisioning",
+                ..MachineAt::provisioned()
+            },
+            reasons::ADDRESS_REPORTED,
+        )
+    }
+    .check();
+    Case {
+        node: Some(linked_node(json!({}))),
+        csrs: vec![serving_csr(
+            "csr-m",
+            &["::ffff:10.0.0.5"],
+            CsrState::Pending,
+        )],
+        contains: &["serving CSR csr-m meets"],
+        ..Case::new(
+            "mapped serving CSR IP",
+            MachineAt::running(),
+            reasons::NODE_LINKED,
+        )
+    }
+    .check();
+}
+
+#[test]
 fn prism_addresses_unknown_skip_the_node_ip_check() {
     let case = Case {
         node: Some(node("10.132.0.2", None, json!({}))),
@@ -534,10 +729,10 @@ fn prism_addresses_unknown_skip_the_node_ip_check() {
         ..Case::new(
             "no Prism reading",
             MachineAt::provisioned(),
-            reasons::NODE_REGISTERED,
+            reasons::NODE_INITIALIZED,
         )
     };
-    assert_eq!(case.state().reason, reasons::NODE_REGISTERED);
+    assert_eq!(case.state().reason, reasons::NODE_INITIALIZED);
 }
 
 #[test]
