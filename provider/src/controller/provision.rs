@@ -21,6 +21,7 @@ use super::error::Error;
 use super::inputs::{Environment, environment, secret_value};
 use super::machine::{MachineReconcile, intervals};
 use super::nodes::ensure_node_provider_id;
+use crate::actuator::inventory::InventorySnapshot;
 use crate::actuator::{Connection, FollowUpFailure, FollowUpOutcome};
 use crate::api::{
     CLUSTER_ID_LABEL, Machine, NutanixMachineProviderConfig, NutanixMachineProviderStatus,
@@ -438,6 +439,26 @@ impl MachineReconcile {
                 Some(Observed::Vm(VmObservation::Creating, None))
             }
             ListingSays::Running => Some(Observed::Done(Action::requeue(poll))),
+            // A deploy whose VM the listing shows by name (created since the Machine, no other
+            // Machine's marker) is recorded without reading the task and its subtask, which is
+            // where a real deploy task names its VM. Should the deploy fail after all, the VM's
+            // absence later sends the deploy again with the recorded request id.
+            ListingSays::ReadTask
+                if task.operation == TaskOperation::Deploy && status.vm_uuid.is_none() =>
+            {
+                match self.deployed_in(&listing) {
+                    DeployedByName::One(uuid) => {
+                        tracing::debug!(machine = %self.key, task = %task.id, vm = %uuid, "deploy ended: its VM is listed by name");
+                        self.task_ended(connection, task, true);
+                        let mut next = status.clone();
+                        next.pending_task = None;
+                        next.vm_uuid = Some(uuid);
+                        self.write_provider_status(next).await?;
+                        Some(Observed::Done(Action::await_change()))
+                    }
+                    DeployedByName::NotFound | DeployedByName::Several(_) => None,
+                }
+            }
             ListingSays::ReadTask => None,
         })
     }
@@ -505,17 +526,22 @@ impl MachineReconcile {
         &self,
         connection: &Connection,
     ) -> Result<DeployedByName, Error> {
+        let poll = self.shared().settings.poll_interval;
+        let listing = connection
+            .inventory
+            .snapshot_within(connection.client(), poll)
+            .await?;
+        Ok(self.deployed_in(&listing))
+    }
+
+    /// The VM the Machine's template deploy made, in `listing` ([`deployed_vm_by_name`]).
+    fn deployed_in(&self, listing: &InventorySnapshot) -> DeployedByName {
         let machine_created = self
             .machine
             .metadata
             .creation_timestamp
             .as_ref()
             .map(|time| time.0);
-        let poll = self.shared().settings.poll_interval;
-        let listing = connection
-            .inventory
-            .snapshot_within(connection.client(), poll)
-            .await?;
         let name = self.name();
         let candidates: Vec<DeployCandidate> = listing
             .vms()
@@ -536,11 +562,7 @@ impl MachineReconcile {
                 })
             })
             .collect();
-        Ok(deployed_vm_by_name(
-            &candidates,
-            &self.identity(),
-            machine_created,
-        ))
+        deployed_vm_by_name(&candidates, &self.identity(), machine_created)
     }
 
     /// Counts the task in the metrics and, when it succeeded, remembers how long it took (how
