@@ -396,7 +396,18 @@ impl MachineReconcile {
         let age = started.map_or(Duration::MAX, |started| {
             Duration::try_from(Timestamp::now().duration_since(started)).unwrap_or_default()
         });
+        let unnamed_deploy = task.operation == TaskOperation::Deploy && status.vm_uuid.is_none();
         if task_read_directly(age, requeue) {
+            // An old deploy is read directly, unless the listing shows its VM by name already.
+            if unnamed_deploy
+                && let Some(listing) = connection
+                    .listing_for_waiter(&self.name(), requeue * 2, poll)
+                    .await?
+            {
+                return self
+                    .deployed_by_name(connection, status, task, &listing)
+                    .await;
+            }
             return Ok(None);
         }
         let waiter = match (&status.vm_uuid, &task.operation) {
@@ -443,24 +454,37 @@ impl MachineReconcile {
             // Machine's marker) is recorded without reading the task and its subtask, which is
             // where a real deploy task names its VM. Should the deploy fail after all, the VM's
             // absence later sends the deploy again with the recorded request id.
-            ListingSays::ReadTask
-                if task.operation == TaskOperation::Deploy && status.vm_uuid.is_none() =>
-            {
-                match self.deployed_in(&listing) {
-                    DeployedByName::One(uuid) => {
-                        tracing::debug!(machine = %self.key, task = %task.id, vm = %uuid, "deploy ended: its VM is listed by name");
-                        self.task_ended(connection, task, true);
-                        let mut next = status.clone();
-                        next.pending_task = None;
-                        next.vm_uuid = Some(uuid);
-                        self.write_provider_status(next).await?;
-                        Some(Observed::Done(Action::await_change()))
-                    }
-                    DeployedByName::NotFound | DeployedByName::Several(_) => None,
-                }
+            ListingSays::ReadTask if unnamed_deploy => {
+                return self
+                    .deployed_by_name(connection, status, task, &listing)
+                    .await;
             }
             ListingSays::ReadTask => None,
         })
+    }
+
+    /// Records the VM of a template deploy that `listing` shows by name (created since the
+    /// Machine, no other Machine's marker), without reading the deploy task and its subtask,
+    /// where a real deploy task names its VM; `None` (read the task) otherwise. Should the
+    /// deploy fail after all, the VM's absence later sends the deploy again with the recorded
+    /// request id.
+    async fn deployed_by_name(
+        &mut self,
+        connection: &Connection,
+        status: &NutanixMachineProviderStatus,
+        task: &PendingTask,
+        listing: &InventorySnapshot,
+    ) -> Result<Option<Observed>, Error> {
+        let DeployedByName::One(uuid) = self.deployed_in(listing) else {
+            return Ok(None);
+        };
+        tracing::debug!(machine = %self.key, task = %task.id, vm = %uuid, "deploy ended: its VM is listed by name");
+        self.task_ended(connection, task, true);
+        let mut next = status.clone();
+        next.pending_task = None;
+        next.vm_uuid = Some(uuid);
+        self.write_provider_status(next).await?;
+        Ok(Some(Observed::Done(Action::await_change())))
     }
 
     /// A template deploy succeeded without naming its VM: looks for it by name in a listing
