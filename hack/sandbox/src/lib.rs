@@ -11,6 +11,9 @@
 //! - [`autoscaler`]: the OpenShift cluster autoscaler's API actions (commands, not a loop);
 //! - [`machine_autoscaler`]: the cluster-autoscaler-operator's part for MachineAutoscalers.
 //!
+//! The actors read Machines and MachineSets through [`machine_api`], openshift/api's Go types,
+//! and decide from their own component's rules.
+//!
 //! On top of them, the one-command sandbox:
 //! - [`world`]: prism-mock and kube-sim in-process, the CRDs and [`manifests`] applied, the actors
 //!   running, and the controller as a separate process (killable, restartable);
@@ -26,6 +29,7 @@ pub mod autoscaler;
 pub mod bench;
 pub mod chaos;
 pub mod csr;
+pub mod machine_api;
 pub mod machine_autoscaler;
 pub mod machineset;
 pub mod manifests;
