@@ -42,9 +42,11 @@ pub const NODES_GROUP: &str = "system:nodes";
 /// `pkg/kubelet/certificate/bootstrap/bootstrap.go`, `requestNodeCertificate`: key encipherment is
 /// added only for an RSA key).
 pub const CLIENT_USAGES: [&str; 2] = ["digital signature", "client auth"];
-/// The usages of the kubelet's serving request (kubernetes `pkg/kubelet/certificate/kubelet.go`,
-/// the server certificate manager's `Usages`: key encipherment included, which is why the
-/// approver accepts three usages as well as two).
+/// The usages of the kubelet's serving request, as the kubelet source read here has them
+/// (kubernetes `pkg/kubelet/certificate/kubelet.go`, the server certificate manager's `Usages`:
+/// key encipherment included). Whether current kubelets drop key encipherment for an ECDSA key, as
+/// their bootstrap request does, could not be established; the approver accepts both forms
+/// (`serving_rules_are_the_approvers` pins that).
 pub const SERVING_USAGES: [&str; 3] = ["digital signature", "key encipherment", "server auth"];
 
 /// Why a request could not be generated or read.

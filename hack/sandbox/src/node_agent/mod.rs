@@ -587,8 +587,9 @@ async fn wait_for_approval(
 /// `templates/worker/01-worker-kubelet/_base/files/kubelet.yaml`). Its `systemReserved` varies by
 /// release and node size and is not simulated: a Linux Node's allocatable is its capacity.
 const LINUX_MAX_PODS: u64 = 250;
-/// `node.kubernetes.io/windows-build`, which the kubelet sets on Windows (kubernetes
-/// `pkg/kubelet/kubelet_node_status.go`): Windows Server 2022's build.
+/// `node.kubernetes.io/windows-build`, which the kubelet sets on Windows to the Windows Server
+/// build (kubernetes.io documentation, "Well-Known Labels, Annotations and Taints"): Windows
+/// Server 2022's.
 const WINDOWS_BUILD: &str = "10.0.20348";
 
 const MIB: u64 = 1 << 20;
