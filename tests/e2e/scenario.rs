@@ -81,7 +81,12 @@ fn check_capacity(snapshot: &Snapshot, set: &str, node: &Node) {
         "{set}: memory"
     );
     let labels = node.labels();
-    for (key, value) in &template.labels {
+    // The template node's host name is its own (`buildGenericLabels`), never a real Node's.
+    for (key, value) in template
+        .labels
+        .iter()
+        .filter(|(key, _)| key.as_str() != "kubernetes.io/hostname")
+    {
         assert_eq!(
             labels.get(key),
             Some(value),
@@ -112,6 +117,45 @@ async fn the_scenario_holds_step_by_step() {
     assert_eq!(
         annotations[OWNER_ANNOTATION],
         format!("{}/{WINDOWS_IMAGE_SET}", world.namespace())
+    );
+    // The autoscaler would grow the Windows set for a Windows pod, from the provider's
+    // annotations alone, and for no pod that selects Linux nodes.
+    let pod = |name: &str, spec: serde_json::Value| -> Pod {
+        let mut spec = spec;
+        spec["containers"] =
+            json!([{"name": "app", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]);
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+    };
+    let pending = [
+        pod(
+            "windows-app",
+            json!({"nodeSelector": {"kubernetes.io/os": "windows"},
+                "tolerations": [{"key": "os", "value": "Windows", "effect": "NoSchedule"}]}),
+        ),
+        pod(
+            "linux-app",
+            json!({"nodeSelector": {"kubernetes.io/os": "linux"}}),
+        ),
+    ];
+    let (options, chosen) = world.autoscaler().plan_for_pods(&pending).await.unwrap();
+    let chosen = chosen.expect("a group for the Windows pod");
+    assert_eq!(
+        (chosen.group.as_str(), chosen.nodes, chosen.pods.as_slice()),
+        (WINDOWS_IMAGE_SET, 1, ["windows-app".to_owned()].as_slice()),
+        "{options:?}"
+    );
+    // A plain pod (no node selector, no toleration) never grows the Windows set: the provider
+    // announces WMCO's taint os=Windows:NoSchedule in the set's capacity annotations.
+    let (options, _) = world
+        .autoscaler()
+        .plan_for_pods(&[pod("plain-app", json!({}))])
+        .await
+        .unwrap();
+    assert!(
+        options
+            .iter()
+            .all(|option| option.group != WINDOWS_IMAGE_SET),
+        "a Linux pod would grow the Windows set: {options:?}"
     );
     let windows = node_template(windows_set).unwrap();
     assert_eq!((windows.cpu_millis, windows.memory_bytes), (4000, 16 << 30));

@@ -10,13 +10,15 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use kube::api::{Api, Patch, PatchParams};
 use kube_sim::{Config, KubeSim, RunningKubeSim};
 use nutanix_machine_controller::api::Machine;
 use prism_client::v3::{Image, Subnet, VmIntentInput};
 use prism_mock::{MockConfig, MockPrism};
 use sandbox::approver::{self, ApproverConfig};
-use sandbox::node_agent::{self, JoinStage, NodeAgentConfig};
+use sandbox::node_agent::{self, JoinStage, NodeAgentConfig, wmco};
 use sandbox::nodelink::{self, NodeLinkConfig};
 use serde_json::json;
 
@@ -99,15 +101,20 @@ async fn main() {
                 )
                 .await
                 .unwrap();
-            let input: VmIntentInput = serde_json::from_value(json!({
+            let mut input = json!({
                 "metadata": {"kind": "vm"},
                 "spec": {"name": name,
                     "cluster_reference": {"kind": "cluster", "uuid": cluster.uuid().unwrap()},
                     "resources": {"num_sockets": 2, "num_vcpus_per_socket": 1, "memory_size_mib": 8192, "power_state": "ON",
                         "disk_list": [{"data_source_reference": {"kind": "image", "uuid": image.uuid().unwrap()}}],
                         "nic_list": [{"subnet_reference": {"kind": "subnet", "uuid": subnet.uuid().unwrap()}}]}}
-            }))
-            .unwrap();
+            });
+            if os == "win" {
+                // WMCO's user data, which the guest's cloudbase-init must run for WMCO to act.
+                input["spec"]["resources"]["guest_customization"] = json!({"cloud_init": {
+                    "user_data": STANDARD.encode(wmco::user_data(wmco::SANDBOX_PUBLIC_KEY))}});
+            }
+            let input: VmIntentInput = serde_json::from_value(input).unwrap();
             let uuid = prism
                 .create_vm(&input)
                 .await

@@ -1,6 +1,6 @@
-//! Kubelet certificate signing requests: the PKCS#10 requests the node agent generates (as the
-//! kubelet does) and the reading of a `CertificateSigningRequest` object into the plan layer's
-//! [`Csr`], which the approver checks.
+//! Kubelet certificate signing requests: the PKCS#10 requests the node agent generates as the
+//! kubelet does, and the reading of a `CertificateSigningRequest`'s request into what Go's
+//! `x509.ParseCertificateRequest` exposes, which the approver's rules look at.
 
 use std::net::IpAddr;
 
@@ -8,19 +8,29 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,
 };
+use k8s_openapi::api::core::v1::NodeAddress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
-use nutanix_machine_controller::plan::csr::{
-    CLIENT_SIGNER, Csr, NODE_BOOTSTRAPPER, SERVING_SIGNER,
-};
 use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair};
 use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::extensions::{GeneralName, ParsedExtension};
 use x509_parser::prelude::FromDer;
 
-/// Groups of the node-bootstrapper service account, the identity of a kubelet's first (client)
-/// CSR. A real API server fills `spec.username` and `spec.groups` from the requester's
-/// credentials; kube-sim keeps what the client writes, so the agent writes them.
+/// The kubelet's client certificate signer (k8s.io/api `certificates/v1/types.go`,
+/// `KubeAPIServerClientKubeletSignerName`).
+pub const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+/// The kubelet's serving certificate signer (`KubeletServingSignerName`).
+pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
+/// Who asks for a new node's client certificate: the kubelet's bootstrap kubeconfig holds the
+/// token of the machine-config-operator's `node-bootstrapper` service account (WMCO
+/// `pkg/nodeconfig/nodeconfig.go`, `generateBootstrapKubeconfig`, reads
+/// `node-bootstrapper-token`), whose user name is `system:serviceaccount:<namespace>:<name>`.
+pub const NODE_BOOTSTRAPPER: &str =
+    "system:serviceaccount:openshift-machine-config-operator:node-bootstrapper";
+/// The groups the API server gives a service account token: `system:serviceaccounts:<namespace>`,
+/// `system:serviceaccounts`, and `system:authenticated` for any authenticated user. A real API
+/// server fills `spec.username` and `spec.groups` from the requester's credentials; kube-sim
+/// keeps what the client writes, so the agent writes them.
 pub const NODE_BOOTSTRAPPER_GROUPS: [&str; 3] = [
     "system:serviceaccounts:openshift-machine-config-operator",
     "system:serviceaccounts",
@@ -28,10 +38,16 @@ pub const NODE_BOOTSTRAPPER_GROUPS: [&str; 3] = [
 ];
 /// The group of every node identity.
 pub const NODES_GROUP: &str = "system:nodes";
-/// Usages a kubelet asks for on its client certificate (ECDSA key: no key encipherment).
+/// The usages of the kubelet's bootstrap request for an ECDSA key (kubernetes
+/// `pkg/kubelet/certificate/bootstrap/bootstrap.go`, `requestNodeCertificate`: key encipherment is
+/// added only for an RSA key).
 pub const CLIENT_USAGES: [&str; 2] = ["digital signature", "client auth"];
-/// Usages a kubelet asks for on its serving certificate.
-pub const SERVING_USAGES: [&str; 2] = ["digital signature", "server auth"];
+/// The usages of the kubelet's serving request, as the kubelet source read here has them
+/// (kubernetes `pkg/kubelet/certificate/kubelet.go`, the server certificate manager's `Usages`:
+/// key encipherment included). Whether current kubelets drop key encipherment for an ECDSA key, as
+/// their bootstrap request does, could not be established; the approver accepts both forms
+/// (`serving_rules_are_the_approvers` pins that).
+pub const SERVING_USAGES: [&str; 3] = ["digital signature", "key encipherment", "server auth"];
 
 /// Why a request could not be generated or read.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +62,19 @@ pub enum CsrError {
     NotPkcs10 { csr: String, message: String },
     #[error("CSR {csr}: a subject alternative name IP address has {len} bytes")]
     BadIpAddress { csr: String, len: usize },
+}
+
+/// A PKCS#10 request as Go's `x509.CertificateRequest` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ParsedRequest {
+    /// `Subject.CommonName`: the last CN of the subject (`pkix.Name.FillFromRDNSequence`).
+    pub common_name: String,
+    /// `Subject.Organization`, in order.
+    pub organizations: Vec<String>,
+    pub dns_names: Vec<String>,
+    pub email_addresses: Vec<String>,
+    pub ip_addresses: Vec<IpAddr>,
+    pub uris: Vec<String>,
 }
 
 /// The node name a kubelet's identity carries: `system:node:<name>`.
@@ -96,8 +125,8 @@ fn csr_object(
     }
 }
 
-/// The kubelet's bootstrap request: a client certificate for `system:node:<node>` in
-/// `system:nodes`, asked by the node-bootstrapper service account.
+/// The kubelet's bootstrap request (`requestNodeCertificate`): `O=system:nodes,
+/// CN=system:node:<node>`, no SANs, asked by the node-bootstrapper service account.
 pub fn client_csr(node: &str) -> Result<CertificateSigningRequest, CsrError> {
     let pem = request_pem(node, Vec::new())?;
     Ok(csr_object(
@@ -112,9 +141,41 @@ pub fn client_csr(node: &str) -> Result<CertificateSigningRequest, CsrError> {
     ))
 }
 
-/// The kubelet's serving request, asked by the node itself, for its name and address.
-pub fn serving_csr(node: &str, ip: IpAddr) -> Result<CertificateSigningRequest, CsrError> {
-    let pem = request_pem(node, vec![node.to_owned(), ip.to_string()])?;
+/// The serving certificate's SANs from the Node's addresses (kubernetes
+/// `pkg/kubelet/certificate/kubelet.go`, `addressesToHostnamesAndIPs`): DNS names from `Hostname`
+/// (unless it is an IP) and `InternalDNS`/`ExternalDNS`; IPs from `InternalIP`/`ExternalIP` (and
+/// a `Hostname` that is an IP); each set de-duplicated and sorted (IPs by their text).
+pub fn serving_sans(addresses: &[NodeAddress]) -> (Vec<String>, Vec<IpAddr>) {
+    let mut dns_names: Vec<String> = Vec::new();
+    let mut ips: Vec<IpAddr> = Vec::new();
+    for address in addresses.iter().filter(|a| !a.address.is_empty()) {
+        let ip = address.address.parse::<IpAddr>().ok();
+        match (address.type_.as_str(), ip) {
+            ("Hostname" | "InternalIP" | "ExternalIP", Some(ip)) => ips.push(ip),
+            ("Hostname" | "InternalDNS" | "ExternalDNS", None) => {
+                dns_names.push(address.address.clone());
+            }
+            _ => {}
+        }
+    }
+    dns_names.sort();
+    dns_names.dedup();
+    ips.sort_by_key(ToString::to_string);
+    ips.dedup();
+    (dns_names, ips)
+}
+
+/// The kubelet's serving request, asked by the node itself, for the SANs of its addresses.
+pub fn serving_csr(
+    node: &str,
+    addresses: &[NodeAddress],
+) -> Result<CertificateSigningRequest, CsrError> {
+    let (dns_names, ips) = serving_sans(addresses);
+    let sans = dns_names
+        .into_iter()
+        .chain(ips.iter().map(ToString::to_string))
+        .collect();
+    let pem = request_pem(node, sans)?;
     Ok(csr_object(
         SERVING_SIGNER,
         &SERVING_USAGES,
@@ -124,8 +185,9 @@ pub fn serving_csr(node: &str, ip: IpAddr) -> Result<CertificateSigningRequest, 
     ))
 }
 
-/// Reads a CSR object and its PEM request into what the approver's rules look at.
-pub fn parse(object: &CertificateSigningRequest) -> Result<Csr, CsrError> {
+/// Reads a CSR object's PEM request (the first PEM block, which must be a `CERTIFICATE REQUEST`,
+/// as the cluster-machine-approver's `parseCSR` requires).
+pub fn parse(object: &CertificateSigningRequest) -> Result<ParsedRequest, CsrError> {
     let name = object.name_any();
     let (_, pem) =
         x509_parser::pem::parse_x509_pem(&object.spec.request.0).map_err(|e| CsrError::NotPem {
@@ -147,20 +209,14 @@ pub fn parse(object: &CertificateSigningRequest) -> Result<Csr, CsrError> {
     let text = |attribute: &x509_parser::x509::AttributeTypeAndValue<'_>| {
         attribute.as_str().unwrap_or_default().to_owned()
     };
-    let mut csr = Csr {
-        name: name.clone(),
-        signer_name: object.spec.signer_name.clone(),
-        username: object.spec.username.clone().unwrap_or_default(),
-        groups: object.spec.groups.clone().unwrap_or_default(),
-        usages: object.spec.usages.clone().unwrap_or_default(),
-        created: object.metadata.creation_timestamp.as_ref().map(|t| t.0),
+    let mut parsed = ParsedRequest {
         common_name: subject
             .iter_common_name()
-            .next()
+            .last()
             .map(text)
             .unwrap_or_default(),
         organizations: subject.iter_organization().map(text).collect(),
-        ..Csr::default()
+        ..ParsedRequest::default()
     };
     for extension in request.requested_extensions().into_iter().flatten() {
         let ParsedExtension::SubjectAlternativeName(sans) = extension else {
@@ -168,13 +224,16 @@ pub fn parse(object: &CertificateSigningRequest) -> Result<Csr, CsrError> {
         };
         for san in &sans.general_names {
             match san {
-                GeneralName::DNSName(dns) => csr.dns_names.push((*dns).to_owned()),
-                GeneralName::IPAddress(bytes) => csr.ip_addresses.push(ip_of(&name, bytes)?),
-                other => csr.other_sans.push(other.to_string()),
+                GeneralName::DNSName(dns) => parsed.dns_names.push((*dns).to_owned()),
+                GeneralName::RFC822Name(email) => parsed.email_addresses.push((*email).to_owned()),
+                GeneralName::URI(uri) => parsed.uris.push((*uri).to_owned()),
+                GeneralName::IPAddress(bytes) => parsed.ip_addresses.push(ip_of(&name, bytes)?),
+                // Go's parser keeps no other kind of name.
+                _ => {}
             }
         }
     }
-    Ok(csr)
+    Ok(parsed)
 }
 
 fn ip_of(csr: &str, bytes: &[u8]) -> Result<IpAddr, CsrError> {
@@ -191,6 +250,8 @@ fn ip_of(csr: &str, bytes: &[u8]) -> Result<IpAddr, CsrError> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn named(mut csr: CertificateSigningRequest) -> CertificateSigningRequest {
@@ -200,30 +261,44 @@ mod tests {
 
     #[test]
     fn client_request_round_trips_with_the_kubelet_identity() {
-        let parsed = parse(&named(client_csr("win-a1b2c").unwrap())).unwrap();
-        assert_eq!(parsed.signer_name, CLIENT_SIGNER);
+        let object = named(client_csr("win-a1b2c").unwrap());
+        assert_eq!(object.spec.signer_name, CLIENT_SIGNER);
+        assert_eq!(object.spec.username.as_deref(), Some(NODE_BOOTSTRAPPER));
+        assert_eq!(
+            object.spec.groups.clone().unwrap(),
+            NODE_BOOTSTRAPPER_GROUPS
+        );
+        assert_eq!(object.spec.usages.clone().unwrap(), CLIENT_USAGES);
+        let parsed = parse(&object).unwrap();
         assert_eq!(parsed.common_name, "system:node:win-a1b2c");
         assert_eq!(parsed.organizations, ["system:nodes"]);
-        assert_eq!(parsed.username, NODE_BOOTSTRAPPER);
-        assert_eq!(parsed.groups, NODE_BOOTSTRAPPER_GROUPS);
-        assert_eq!(parsed.usages, CLIENT_USAGES);
-        assert!(parsed.dns_names.is_empty() && parsed.ip_addresses.is_empty());
-        assert!(parsed.other_sans.is_empty());
+        assert_eq!(parsed.dns_names.len() + parsed.ip_addresses.len(), 0);
     }
 
     #[test]
-    fn serving_request_carries_name_and_address() {
-        let ip: IpAddr = "10.40.1.7".parse().unwrap();
-        let parsed = parse(&named(serving_csr("win-a1b2c", ip).unwrap())).unwrap();
-        assert_eq!(parsed.signer_name, SERVING_SIGNER);
-        assert_eq!(parsed.username, "system:node:win-a1b2c");
-        assert_eq!(parsed.common_name, parsed.username);
-        assert_eq!(parsed.groups, ["system:nodes", "system:authenticated"]);
+    fn serving_request_carries_the_nodes_addresses() {
+        let addresses: Vec<NodeAddress> = serde_json::from_value(json!([
+            {"type": "InternalIP", "address": "10.40.1.7"},
+            {"type": "Hostname", "address": "win-a1b2c"},
+            {"type": "InternalDNS", "address": "win-a1b2c"},
+            {"type": "ExternalIP", "address": "fd00::7"},
+            {"type": "InternalIP", "address": ""}
+        ]))
+        .unwrap();
+        let object = named(serving_csr("win-a1b2c", &addresses).unwrap());
+        assert_eq!(object.spec.signer_name, SERVING_SIGNER);
+        assert_eq!(
+            object.spec.username.as_deref(),
+            Some("system:node:win-a1b2c")
+        );
+        let parsed = parse(&object).unwrap();
+        assert_eq!(parsed.common_name, "system:node:win-a1b2c");
         assert_eq!(parsed.dns_names, ["win-a1b2c"]);
-        assert_eq!(parsed.ip_addresses, [ip]);
-        let v6: IpAddr = "fd00::7".parse().unwrap();
-        let parsed = parse(&named(serving_csr("n", v6).unwrap())).unwrap();
-        assert_eq!(parsed.ip_addresses, [v6]);
+        let ips: Vec<IpAddr> = ["10.40.1.7", "fd00::7"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        assert_eq!(parsed.ip_addresses, ips);
     }
 
     #[test]

@@ -8,8 +8,13 @@
 //! - [`node_agent`]: the kubelet of each VM (and WMCO for Windows VMs), registering Nodes through
 //!   the kubelet's CSR flow for the VMs running in prism-mock;
 //! - [`approver`]: the cluster-machine-approver;
-//! - [`autoscaler`]: the OpenShift cluster autoscaler's API actions (commands, not a loop);
+//! - [`autoscaler`]: the OpenShift cluster autoscaler's node groups, templates, scale-up decision and
+//!   API actions (commands, not a loop);
 //! - [`machine_autoscaler`]: the cluster-autoscaler-operator's part for MachineAutoscalers.
+//!
+//! The actors read Machines and MachineSets through [`machine_api`], openshift/api's Go types,
+//! and decide from their own component's rules, cited at the code: none calls the provider's code
+//! (the sandbox only runs the controller's binary).
 //!
 //! On top of them, the one-command sandbox:
 //! - [`world`]: prism-mock and kube-sim in-process, the CRDs and [`manifests`] applied, the actors
@@ -26,6 +31,7 @@ pub mod autoscaler;
 pub mod bench;
 pub mod chaos;
 pub mod csr;
+pub mod machine_api;
 pub mod machine_autoscaler;
 pub mod machineset;
 pub mod manifests;

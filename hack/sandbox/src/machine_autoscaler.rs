@@ -8,11 +8,11 @@
 
 use std::collections::BTreeMap;
 
+use crate::machine_api::MachineSet;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::{Client, ResourceExt};
-use nutanix_machine_controller::api::MachineSet;
 use serde_json::{Value, json};
 
 use crate::autoscaler::{MAX_SIZE_ANNOTATION, MIN_SIZE_ANNOTATION};

@@ -1,18 +1,20 @@
-//! The machine-api-operator's nodelink controller: links each Node to its Machine.
+//! The machine-api-operator's nodelink controller: links each Node to its Machine
+//! (openshift/machine-api-operator `pkg/controller/nodelink/nodelink_controller.go`; each rule is
+//! cited at the code that simulates it).
 //!
-//! For each Node it finds the Machine whose `spec.providerID` equals the Node's (exact string), or
-//! else the Machine that has the Node's first `InternalIP` among its `InternalIP`s; then it sets
-//! the Machine's `status.nodeRef` (status patch), annotates the Node
-//! `machine.openshift.io/machine=<namespace>/<name>`, copies the Machine's `spec.metadata.labels`
-//! to the Node and adds the Machine's `spec.taints` the Node lacks (same key and effect). A
-//! Machine event is mapped to its Node the other way round: by providerID, else by the Machine's
-//! first `InternalIP` against the Nodes' `InternalIP`s.
+//! For each Node it finds its Machine (`findMachineFromNode`: the Machine whose `spec.providerID`
+//! equals the Node's, else the Machine that has the Node's first `InternalIP` among its
+//! `InternalIP`s), sets the Machine's `status.nodeRef` when the Node's readiness changed since it
+//! last did (`updateNodeRef`), and updates the Node (`Reconcile`): the annotation
+//! `machine.openshift.io/machine=<namespace>/<name>`, the Machine's `spec.metadata.annotations`
+//! and `spec.metadata.labels`, and the Machine's `spec.taints` whose key and effect the Node lacks
+//! (`addTaintsToNode`). A Machine event is mapped to its Node the other way round
+//! (`nodeRequestFromMachine`). Two candidates are an error: nothing is linked.
 //!
-//! As in the operator, annotations of `spec.metadata` are not copied, two candidates are an error
-//! (nothing is linked), and `nodeRef` is written again only when the Node's readiness changed
-//! since the last write. One deliberate difference: the readiness memory is keyed by the Node's
-//! uid (not its name) and a Machine whose nodeRef does not name the Node is always written, so a
-//! Node re-created under the same name is linked again.
+//! One difference, forced by kube-rs: the operator's reconcile and its Machine watch read one
+//! informer cache, so a Node without a Machine yet is simply dropped until the Machine's own event
+//! maps to it; here the Machine cache and the Machine watch are two streams, so such a Node is
+//! looked at again after `retry_after` instead.
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -28,12 +30,12 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use nutanix_machine_controller::api::Machine;
 use serde_json::json;
 
 use crate::actor::{ActorHandle, cache};
+use crate::machine_api::Machine;
 
-/// Node annotation naming the Node's Machine as `<namespace>/<name>`.
+/// Node annotation naming the Node's Machine as `<namespace>/<name>` (`machineAnnotationKey`).
 pub const MACHINE_ANNOTATION: &str = "machine.openshift.io/machine";
 
 const INTERNAL_IP: &str = "InternalIP";
@@ -66,6 +68,13 @@ pub enum NodeLinkError {
         value: String,
         count: usize,
     },
+    #[error("Machine {machine}: {count} Nodes match its {by} {value:?}; expected one")]
+    AmbiguousNode {
+        machine: String,
+        by: &'static str,
+        value: String,
+        count: usize,
+    },
     #[error("node {node}: {action}: {source}")]
     Api {
         node: String,
@@ -74,22 +83,22 @@ pub enum NodeLinkError {
     },
 }
 
-fn internal_ips(addresses: Option<&[NodeAddress]>) -> impl Iterator<Item = &str> {
+/// Every `InternalIP` in list order (`indexNodeByInternalIP`, `indexMachineByInternalIP`).
+fn internal_ips(addresses: &[NodeAddress]) -> impl Iterator<Item = &str> {
     addresses
-        .unwrap_or_default()
         .iter()
         .filter(|a| a.type_ == INTERNAL_IP)
         .map(|a| a.address.as_str())
 }
 
-fn node_addresses(node: &Node) -> Option<&[NodeAddress]> {
-    node.status.as_ref().and_then(|s| s.addresses.as_deref())
+fn node_addresses(node: &Node) -> &[NodeAddress] {
+    node.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_deref())
+        .unwrap_or_default()
 }
 
-fn machine_addresses(machine: &Machine) -> Option<&[NodeAddress]> {
-    machine.status.as_ref().map(|s| s.addresses.as_slice())
-}
-
+/// `indexNodeByProviderID`: an empty providerID is not indexed.
 fn node_provider_id(node: &Node) -> Option<&str> {
     node.spec
         .as_ref()
@@ -97,6 +106,7 @@ fn node_provider_id(node: &Node) -> Option<&str> {
         .filter(|p| !p.is_empty())
 }
 
+/// `indexMachineByProvider`: an absent or empty providerID is not indexed.
 fn machine_provider_id(machine: &Machine) -> Option<&str> {
     machine
         .spec
@@ -105,81 +115,96 @@ fn machine_provider_id(machine: &Machine) -> Option<&str> {
         .filter(|p| !p.is_empty())
 }
 
-fn one<'a, T>(
-    node: &Node,
-    by: &'static str,
-    value: &str,
-    found: Vec<&'a T>,
-) -> Result<Option<&'a T>, NodeLinkError> {
-    match found.as_slice() {
-        [] => Ok(None),
-        [single] => Ok(Some(single)),
-        _ => Err(NodeLinkError::Ambiguous {
-            node: node.name_any(),
-            by,
-            value: value.to_owned(),
-            count: found.len(),
-        }),
-    }
-}
-
-/// The Machine of `node`: by exact providerID, else by the Node's first InternalIP.
+/// The Machine of `node` (`findMachineFromNode`): by exact providerID
+/// (`findMachineFromNodeByProviderID`), else by the Node's first InternalIP among the Machines'
+/// InternalIPs (`findMachineFromNodeByIP`). More than one candidate either way is an error.
 pub fn machine_for_node<'a, M: Borrow<Machine>>(
     node: &Node,
     machines: &'a [M],
 ) -> Result<Option<&'a Machine>, NodeLinkError> {
+    let ambiguous = |by: &'static str, value: &str, count: usize| NodeLinkError::Ambiguous {
+        node: node.name_any(),
+        by,
+        value: value.to_owned(),
+        count,
+    };
     if let Some(id) = node_provider_id(node) {
-        let found = machines
+        let found: Vec<&Machine> = machines
             .iter()
             .map(Borrow::borrow)
             .filter(|m| machine_provider_id(m) == Some(id))
             .collect();
-        if let Some(machine) = one(node, "providerID", id, found)? {
-            return Ok(Some(machine));
+        match found.as_slice() {
+            [] => {}
+            [single] => return Ok(Some(single)),
+            _ => return Err(ambiguous("providerID", id, found.len())),
         }
     }
     let Some(ip) = internal_ips(node_addresses(node)).next() else {
         return Ok(None);
     };
-    let found = machines
+    let found: Vec<&Machine> = machines
         .iter()
         .map(Borrow::borrow)
-        .filter(|m| internal_ips(machine_addresses(m)).any(|a| a == ip))
+        .filter(|m| internal_ips(m.addresses()).any(|a| a == ip))
         .collect();
-    one(node, "InternalIP", ip, found)
+    match found.as_slice() {
+        [] => Ok(None),
+        [single] => Ok(Some(single)),
+        _ => Err(ambiguous("InternalIP", ip, found.len())),
+    }
 }
 
-/// The Nodes a Machine event concerns: by exact providerID, else by the Machine's first
-/// InternalIP (empty for a deleting Machine, as in the operator).
-pub fn nodes_for_machine<'a>(machine: &Machine, nodes: &'a [Arc<Node>]) -> Vec<&'a Node> {
+/// The Node a Machine event concerns (`nodeRequestFromMachine`, `findNodeFromMachine`): none for
+/// a deleting Machine; by exact providerID (an absent one skips to the IP), else by the Machine's
+/// first InternalIP among the Nodes' InternalIPs. More than one candidate is an error (no-op).
+pub fn node_for_machine<'a>(
+    machine: &Machine,
+    nodes: &'a [Arc<Node>],
+) -> Result<Option<&'a Node>, NodeLinkError> {
     if machine.metadata.deletion_timestamp.is_some() {
-        return Vec::new();
+        return Ok(None);
     }
-    if let Some(id) = machine_provider_id(machine) {
+    let ambiguous = |by: &'static str, value: &str, count: usize| NodeLinkError::AmbiguousNode {
+        machine: machine.name_any(),
+        by,
+        value: value.to_owned(),
+        count,
+    };
+    if let Some(id) = machine.spec.provider_id.as_deref() {
         let found: Vec<&Node> = nodes
             .iter()
             .map(AsRef::as_ref)
             .filter(|n| node_provider_id(n) == Some(id))
             .collect();
-        if !found.is_empty() {
-            return found;
+        match found.as_slice() {
+            [] => {}
+            [single] => return Ok(Some(single)),
+            _ => return Err(ambiguous("providerID", id, found.len())),
         }
     }
-    let Some(ip) = internal_ips(machine_addresses(machine)).next() else {
-        return Vec::new();
+    let Some(ip) = internal_ips(machine.addresses()).next() else {
+        return Ok(None);
     };
-    nodes
+    let found: Vec<&Node> = nodes
         .iter()
         .map(AsRef::as_ref)
         .filter(|n| internal_ips(node_addresses(n)).any(|a| a == ip))
-        .collect()
+        .collect();
+    match found.as_slice() {
+        [] => Ok(None),
+        [single] => Ok(Some(single)),
+        _ => Err(ambiguous("InternalIP", ip, found.len())),
+    }
 }
 
-/// `node` as nodelink leaves it: the Machine annotation, the Machine's `spec.metadata` labels,
-/// and the Machine's taints whose key and effect the Node does not have yet.
+/// `node` as nodelink's `Reconcile` leaves it: the Machine annotation, then the Machine's
+/// `spec.metadata` annotations and labels (overwriting), then `addTaintsToNode`: each Machine
+/// taint whose key and effect the Node does not have yet, appended.
 pub fn linked_node(node: &Node, machine: &Machine) -> Node {
     let mut linked = node.clone();
-    linked.annotations_mut().insert(
+    let annotations = linked.annotations_mut();
+    annotations.insert(
         MACHINE_ANNOTATION.to_owned(),
         format!(
             "{}/{}",
@@ -187,16 +212,22 @@ pub fn linked_node(node: &Node, machine: &Machine) -> Node {
             machine.name_any()
         ),
     );
-    if let Some(labels) = machine
-        .spec
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.as_ref())
-    {
-        linked
-            .labels_mut()
-            .extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-    }
+    annotations.extend(
+        machine
+            .spec
+            .metadata
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+    linked.labels_mut().extend(
+        machine
+            .spec
+            .metadata
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
     if !machine.spec.taints.is_empty() {
         let taints = linked
             .spec
@@ -215,6 +246,7 @@ pub fn linked_node(node: &Node, machine: &Machine) -> Node {
     linked
 }
 
+/// `isNodeReady`: the `Ready` condition is True.
 fn is_ready(node: &Node) -> bool {
     node.status
         .as_ref()
@@ -230,7 +262,7 @@ struct Context {
     /// Every Machine, as the operator's informer keeps them (a reconcile lists nothing).
     machine_cache: Store<Machine>,
     nodes: Api<Node>,
-    /// Readiness last written per Node uid.
+    /// Readiness last written per Node name (`nodeReadinessCache`).
     readiness: Mutex<HashMap<String, bool>>,
     retry_after: Duration,
 }
@@ -251,10 +283,14 @@ pub fn start(client: Client, config: NodeLinkConfig) -> ActorHandle {
         let store = controller.store();
         controller
             .watches(machines, watcher::Config::default(), move |machine| {
-                nodes_for_machine(&machine, &store.state())
-                    .into_iter()
-                    .map(ObjectRef::from_obj)
-                    .collect::<Vec<_>>()
+                let nodes = store.state();
+                match node_for_machine(&machine, &nodes) {
+                    Ok(node) => node.map(ObjectRef::from_obj),
+                    Err(error) => {
+                        tracing::debug!(%error, "nodelink: no-op for a Machine event");
+                        None
+                    }
+                }
             })
             .graceful_shutdown_on(async move { cancel.cancelled().await })
             .run(reconcile, error_policy, context)
@@ -297,17 +333,16 @@ fn api_error(node: &Node, action: impl Into<String>) -> impl FnOnce(kube::Error)
 async fn reconcile(node: Arc<Node>, context: Arc<Context>) -> Result<Action, NodeLinkError> {
     let machines = context.machine_cache.state();
     let Some(machine) = machine_for_node(&node, &machines)? else {
-        // The cache may not have the Machine's latest change yet: look again soon.
+        // See the module's note: the Machine's event may already have gone by.
         tracing::debug!(node = %node.name_any(), "no Machine for node yet");
         return Ok(Action::requeue(context.retry_after));
     };
-    let uid = node.uid().unwrap_or_default();
+    update_node_ref(&context, &node, machine).await?;
     if node.metadata.deletion_timestamp.is_some() {
-        lock(&context.readiness).remove(&uid);
         return Ok(Action::await_change());
     }
-    update_node_ref(&context, &node, machine, &uid).await?;
     let linked = linked_node(&node, machine);
+    // `Reconcile`: an Update (PUT) only when the Node changed; a conflict is retried.
     if linked != *node {
         context
             .nodes
@@ -325,23 +360,47 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// What `updateNodeRef` does for this Node, given the readiness it last wrote for the Node's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeRefAction {
+    /// The Node is being deleted: forget its readiness, write nothing.
+    Forget,
+    /// The readiness is what was last written: write nothing, whatever the Machine's nodeRef says.
+    Skip,
+    /// Write `nodeRef` (kind, name, uid) and `lastUpdated`, and remember this readiness.
+    Write { ready: bool },
+}
+
+/// `updateNodeRef`'s decision.
+pub fn node_ref_action(node: &Node, last_written: Option<bool>) -> NodeRefAction {
+    if node.metadata.deletion_timestamp.is_some() {
+        return NodeRefAction::Forget;
+    }
+    let ready = is_ready(node);
+    if last_written == Some(ready) {
+        return NodeRefAction::Skip;
+    }
+    NodeRefAction::Write { ready }
+}
+
 async fn update_node_ref(
     context: &Context,
     node: &Node,
     machine: &Machine,
-    uid: &str,
 ) -> Result<(), NodeLinkError> {
-    let ready = is_ready(node);
-    let names_node = machine
-        .status
-        .as_ref()
-        .and_then(|s| s.node_ref.as_ref())
-        .is_some_and(|r| r.name.as_deref() == Some(&node.name_any()));
-    if names_node && lock(&context.readiness).get(uid) == Some(&ready) {
-        return Ok(());
-    }
+    let name = node.name_any();
+    let last_written = lock(&context.readiness).get(&name).copied();
+    let ready = match node_ref_action(node, last_written) {
+        NodeRefAction::Forget => {
+            lock(&context.readiness).remove(&name);
+            return Ok(());
+        }
+        NodeRefAction::Skip => return Ok(()),
+        NodeRefAction::Write { ready } => ready,
+    };
+    // A status merge patch (`client.MergeFrom`) of nodeRef and lastUpdated.
     let patch = json!({"status": {
-        "nodeRef": {"kind": "Node", "name": node.name_any(), "uid": uid},
+        "nodeRef": {"kind": "Node", "name": name, "uid": node.uid().unwrap_or_default()},
         "lastUpdated": Time(Timestamp::now()),
     }});
     context
@@ -356,8 +415,8 @@ async fn update_node_ref(
             node,
             format!("set nodeRef of Machine {}", machine.name_any()),
         ))?;
-    lock(&context.readiness).insert(uid.to_owned(), ready);
-    tracing::info!(node = %node.name_any(), machine = %machine.name_any(), ready, "set nodeRef");
+    lock(&context.readiness).insert(name.clone(), ready);
+    tracing::info!(node = %name, machine = %machine.name_any(), ready, "set nodeRef");
     Ok(())
 }
 
@@ -423,52 +482,65 @@ mod tests {
         found.unwrap().map(ResourceExt::name_any)
     }
 
+    /// nodelink's rules, each with its place in openshift/machine-api-operator
+    /// `pkg/controller/nodelink/nodelink_controller.go` (HEAD 9511961): the Machine a Node links
+    /// to. A provider that wrote providerIDs or addresses nodelink does not match on fails here
+    /// only if the rule itself changed; it fails the e2e suite through the missing nodeRef.
     #[test]
-    fn provider_id_first_then_the_nodes_first_internal_ip() {
+    fn node_to_machine_rules_are_the_operators() {
         let machines = vec![
             machine("by-id", Some("nutanix://a"), &["10.0.0.1"]),
             machine("by-ip", None, &["10.0.0.9", "10.0.0.2"]),
+            machine("empty-id", Some(""), &["10.0.0.5"]),
         ];
-        // The providerID wins over an IP that points at another Machine.
-        assert_eq!(
-            name(machine_for_node(
-                &node("n", Some("nutanix://a"), &["10.0.0.2"]),
-                &machines
-            )),
-            Some("by-id".into())
-        );
-        // An unknown providerID falls back to the IP; any of the Machine's InternalIPs matches.
-        assert_eq!(
-            name(machine_for_node(
-                &node("n", Some("nutanix://zz"), &["10.0.0.2"]),
-                &machines
-            )),
-            Some("by-ip".into())
-        );
-        // Only the Node's first InternalIP is used.
-        assert_eq!(
-            name(machine_for_node(
-                &node("n", None, &["10.9.9.9", "10.0.0.2"]),
-                &machines
-            )),
-            None
-        );
-        assert_eq!(
-            name(machine_for_node(&node("n", None, &[]), &machines)),
-            None
-        );
-    }
-
-    #[test]
-    fn two_candidates_are_an_error() {
-        let machines = vec![
+        let table: [(&str, Node, Option<&str>); 6] = [
+            (
+                "findMachineFromNodeByProviderID: exact providerID wins over the IP",
+                node("n", Some("nutanix://a"), &["10.0.0.2"]),
+                Some("by-id"),
+            ),
+            (
+                "findMachineFromNodeByProviderID: compared as strings, not normalized",
+                node("n", Some("nutanix:///a"), &["10.9.9.9"]),
+                None,
+            ),
+            (
+                "findMachineFromNodeByIP: unknown providerID falls back to the IP; any Machine InternalIP",
+                node("n", Some("nutanix://zz"), &["10.0.0.2"]),
+                Some("by-ip"),
+            ),
+            (
+                "findMachineFromNodeByIP: only the Node's first InternalIP",
+                node("n", None, &["10.9.9.9", "10.0.0.2"]),
+                None,
+            ),
+            (
+                "indexMachineByProvider: an empty providerID is not indexed; the IP still links",
+                node("n", None, &["10.0.0.5"]),
+                Some("empty-id"),
+            ),
+            (
+                "findMachineFromNodeByIP: no InternalIP, no Machine",
+                node("n", None, &[]),
+                None,
+            ),
+        ];
+        for (rule, n, expected) in table {
+            assert_eq!(
+                name(machine_for_node(&n, &machines)),
+                expected.map(str::to_owned),
+                "{rule}"
+            );
+        }
+        let twins = vec![
             machine("a", None, &["10.0.0.1"]),
             machine("b", None, &["10.0.0.1"]),
         ];
-        let error = machine_for_node(&node("n", None, &["10.0.0.1"]), &machines).unwrap_err();
+        let error = machine_for_node(&node("n", None, &["10.0.0.1"]), &twins).unwrap_err();
         assert_eq!(
             error.to_string(),
-            "node n: 2 Machines match its InternalIP \"10.0.0.1\"; expected one"
+            "node n: 2 Machines match its InternalIP \"10.0.0.1\"; expected one",
+            "findMachineFromNodeByIP: len(machines) > 1 is an error"
         );
     }
 
@@ -477,23 +549,65 @@ mod tests {
         let nodes = vec![
             Arc::new(node("with-id", Some("nutanix://a"), &["10.0.0.1"])),
             Arc::new(node("second-ip", None, &["10.0.0.7", "10.0.0.2"])),
+            Arc::new(node("twin-1", None, &["10.0.0.8"])),
+            Arc::new(node("twin-2", None, &["10.0.0.8"])),
         ];
-        let names = |m: &Machine| {
-            nodes_for_machine(m, &nodes)
-                .into_iter()
+        let found = |m: &Machine| {
+            node_for_machine(m, &nodes)
+                .unwrap()
                 .map(ResourceExt::name_any)
-                .collect::<Vec<_>>()
         };
-        assert_eq!(names(&machine("m", Some("nutanix://a"), &[])), ["with-id"]);
-        assert_eq!(names(&machine("m", None, &["10.0.0.2"])), ["second-ip"]);
-        assert!(names(&machine("m", None, &["10.0.0.3", "10.0.0.2"])).is_empty());
+        assert_eq!(
+            found(&machine("m", Some("nutanix://a"), &[])).as_deref(),
+            Some("with-id")
+        );
+        assert_eq!(
+            found(&machine("m", None, &["10.0.0.2"])).as_deref(),
+            Some("second-ip"),
+            "findNodeFromMachineByIP: the Machine's first InternalIP among any Node InternalIP"
+        );
+        assert_eq!(found(&machine("m", None, &["10.0.0.3", "10.0.0.2"])), None);
+        assert!(node_for_machine(&machine("m", None, &["10.0.0.8"]), &nodes).is_err());
         let mut deleting = machine("m", Some("nutanix://a"), &[]);
         deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
-        assert!(names(&deleting).is_empty());
+        assert_eq!(
+            found(&deleting),
+            None,
+            "nodeRequestFromMachine: no-op for a deleting Machine"
+        );
     }
 
     #[test]
-    fn linking_annotates_copies_labels_and_merges_taints() {
+    fn node_ref_is_rewritten_only_when_readiness_changed() {
+        let ready: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        let mut deleting = ready.clone();
+        deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+        assert_eq!(
+            node_ref_action(&ready, None),
+            NodeRefAction::Write { ready: true }
+        );
+        assert_eq!(node_ref_action(&ready, Some(true)), NodeRefAction::Skip);
+        assert_eq!(
+            node_ref_action(&ready, Some(false)),
+            NodeRefAction::Write { ready: true }
+        );
+        assert_eq!(
+            node_ref_action(&deleting, Some(true)),
+            NodeRefAction::Forget
+        );
+        let no_condition = node("n", None, &[]);
+        assert_eq!(
+            node_ref_action(&no_condition, None),
+            NodeRefAction::Write { ready: false }
+        );
+    }
+
+    #[test]
+    fn linking_annotates_copies_annotations_and_labels_and_merges_taints() {
         let mut n = node("n", None, &["10.0.0.1"]);
         n.labels_mut().insert("keep".into(), "me".into());
         n.spec.get_or_insert_with(Default::default).taints = Some(vec![
@@ -503,13 +617,11 @@ mod tests {
             .unwrap(),
         ]);
         let mut m = machine("m", None, &["10.0.0.1"]);
-        m.spec.metadata = Some(
-            serde_json::from_value(json!({
-                "labels": {"node-role.kubernetes.io/windows": "", "keep": "overridden"},
-                "annotations": {"not": "copied"}
-            }))
-            .unwrap(),
-        );
+        m.spec.metadata = serde_json::from_value(json!({
+            "labels": {"node-role.kubernetes.io/windows": "", "keep": "overridden"},
+            "annotations": {"copied": "too"}
+        }))
+        .unwrap();
         m.spec.taints = serde_json::from_value(json!([
             {"key": "dedicated", "value": "new", "effect": "NoSchedule"},
             {"key": "dedicated", "value": "new", "effect": "NoExecute"},
@@ -521,7 +633,11 @@ mod tests {
             linked.annotations()[MACHINE_ANNOTATION],
             "openshift-machine-api/m"
         );
-        assert!(!linked.annotations().contains_key("not"));
+        assert_eq!(
+            linked.annotations()["copied"],
+            "too",
+            "Reconcile: machine.Spec.Annotations are copied"
+        );
         assert_eq!(linked.labels()["keep"], "overridden");
         assert_eq!(linked.labels()["node-role.kubernetes.io/windows"], "");
         let taints: Vec<(String, Option<String>, String)> = linked
@@ -539,7 +655,8 @@ mod tests {
                 ("dedicated".into(), Some("old".into()), "NoSchedule".into()),
                 ("dedicated".into(), Some("new".into()), "NoExecute".into()),
                 ("os".into(), Some("Windows".into()), "NoSchedule".into()),
-            ]
+            ],
+            "addTaintsToNode: same key and effect is already present; the value is not compared"
         );
         // A second pass changes nothing.
         assert_eq!(linked_node(&linked, &m), linked);

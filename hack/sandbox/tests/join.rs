@@ -7,19 +7,19 @@ mod common;
 
 use std::net::IpAddr;
 
+use base64::Engine as _;
 use common::{NS, eventually, kube, machine};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use nutanix_machine_controller::api::Machine;
-use nutanix_machine_controller::plan::csr::CsrKind;
 use prism_client::v3::{Image, Subnet, VmIntentInput};
 use prism_mock::{MockConfig, MockPrism, RunningMock};
-use sandbox::approver::{self, ApproverConfig, Decision};
+use sandbox::approver::{self, ApproverConfig, CsrKind, Decision, PendingReason};
 use sandbox::node_agent::{
     self, JoinBehaviour, JoinStage, NodeAgentConfig, NodeIpChoice, PROVIDED_NODE_IP_ANNOTATION,
-    WMCO_VERSION_ANNOTATION,
+    WMCO_VERSION_ANNOTATION, WmcoWait, wmco,
 };
 use sandbox::nodelink::{self, NodeLinkConfig};
 use serde_json::json;
@@ -40,8 +40,14 @@ fn prism(mock: &RunningMock) -> prism_client::Client {
     prism_client::Client::new(config).unwrap()
 }
 
-/// Creates a powered-on VM from `image` on `vm-network` and returns its UUID.
-async fn create_vm(prism: &prism_client::Client, name: &str, image: &str) -> String {
+/// Creates a powered-on VM from `image` on `vm-network`, with `user_data` as its cloud-init
+/// (cloudbase-init for Windows) user data when given, and returns its UUID.
+async fn create_vm(
+    prism: &prism_client::Client,
+    name: &str,
+    image: &str,
+    user_data: Option<&str>,
+) -> String {
     let image = prism
         .find_by_exact_name::<Image>(image)
         .await
@@ -53,7 +59,7 @@ async fn create_vm(prism: &prism_client::Client, name: &str, image: &str) -> Str
         .unwrap()
         .unwrap();
     let cluster = prism.list_prism_elements().await.unwrap().remove(0);
-    let input: VmIntentInput = serde_json::from_value(json!({
+    let mut input = json!({
         "metadata": {"kind": "vm"},
         "spec": {
             "name": name,
@@ -65,8 +71,13 @@ async fn create_vm(prism: &prism_client::Client, name: &str, image: &str) -> Str
                 "nic_list": [{"subnet_reference": {"kind": "subnet", "uuid": subnet.uuid().unwrap()}}]
             }
         }
-    }))
-    .unwrap();
+    });
+    if let Some(user_data) = user_data {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(user_data);
+        input["spec"]["resources"]["guest_customization"] =
+            json!({"is_overridable": true, "cloud_init": {"user_data": encoded}});
+    }
+    let input: VmIntentInput = serde_json::from_value(input).unwrap();
     prism
         .create_vm(&input)
         .await
@@ -164,17 +175,35 @@ async fn a_windows_vm_joins_through_both_csrs_once_its_machine_is_provisioned() 
             json!({"machine.openshift.io/os-id": "Windows"}),
         ))
         .unwrap();
-    let uuid = create_vm(&prism(&c.mock), name, "windows-server-2022").await;
+    let user_data = wmco::user_data(wmco::SANDBOX_PUBLIC_KEY);
+    let uuid = create_vm(
+        &prism(&c.mock),
+        name,
+        "windows-server-2022",
+        Some(&user_data),
+    )
+    .await;
     let ip = guest_ip(&c.mock, &uuid).await;
 
     // WMCO waits for the provider: no CSR before the Machine is Provisioned.
     eventually("WMCO waiting for the Machine", || async {
         matches!(
             c.agent.join(name).map(|j| j.stage),
-            Some(JoinStage::WaitingForWmco { .. })
+            Some(JoinStage::WaitingForWmco {
+                reason: WmcoWait::NoPhase
+            })
         )
     })
     .await;
+    // WMCO's secret controller wrote its user data meanwhile.
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(c.client.clone(), NS)
+        .get(wmco::USER_DATA_SECRET)
+        .await
+        .unwrap();
+    assert_eq!(
+        secret.data.unwrap()[wmco::USER_DATA_KEY].0,
+        user_data.as_bytes()
+    );
     let csrs: Api<CertificateSigningRequest> = Api::all(c.client.clone());
     assert!(
         csrs.list(&Default::default())
@@ -223,6 +252,12 @@ async fn a_windows_vm_joins_through_both_csrs_once_its_machine_is_provisioned() 
     let node = Api::<Node>::all(c.client.clone()).get(name).await.unwrap();
     assert_eq!(node.labels()["kubernetes.io/os"], "windows");
     assert_eq!(node.labels()["node.openshift.io/os_id"], "Windows");
+    let taints = node.spec.clone().unwrap().taints.unwrap();
+    assert_eq!(
+        (taints[0].key.as_str(), taints[0].effect.as_str()),
+        ("os", "NoSchedule"),
+        "WMCO's kubelet registers with its taint"
+    );
     assert_eq!(
         node.annotations()[WMCO_VERSION_ANNOTATION],
         "10.20.0-sandbox"
@@ -232,8 +267,12 @@ async fn a_windows_vm_joins_through_both_csrs_once_its_machine_is_provisioned() 
     assert_eq!(status.addresses.unwrap()[0].address, ip);
     let capacity = status.capacity.unwrap();
     assert_eq!(
-        (capacity["cpu"].0.as_str(), capacity["memory"].0.as_str()),
-        ("4", "8388608Ki")
+        (
+            capacity["cpu"].0.as_str(),
+            capacity["memory"].0.as_str(),
+            capacity["pods"].0.as_str()
+        ),
+        ("4", "8388608Ki", "250")
     );
     let machine = Api::<Machine>::namespaced(c.client.clone(), NS)
         .get(name)
@@ -247,11 +286,45 @@ async fn a_windows_vm_joins_through_both_csrs_once_its_machine_is_provisioned() 
 }
 
 #[tokio::test]
+async fn a_windows_vm_that_did_not_run_wmcos_user_data_never_joins() {
+    let c = cluster(NodeAgentConfig::default()).await;
+    let prism = prism(&c.mock);
+    // One VM booted without user data, one with WMCO's script for another key.
+    let other = wmco::user_data("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAnotTheSandboxKey");
+    let mut machines = Vec::new();
+    for (name, user_data) in [("win-nodata", None), ("win-otherkey", Some(other.as_str()))] {
+        c.sim
+            .create(machine(
+                name,
+                json!({"machine.openshift.io/os-id": "Windows"}),
+            ))
+            .unwrap();
+        let uuid = create_vm(&prism, name, "windows-server-2022", user_data).await;
+        let ip = guest_ip(&c.mock, &uuid).await;
+        provision(&c.client, name, &uuid, &ip, name).await;
+        machines.push(name);
+    }
+    for name in machines {
+        eventually("WMCO unable to reach the guest over SSH", || async {
+            matches!(
+                c.agent.join(name).map(|j| j.stage),
+                Some(JoinStage::WaitingForWmco {
+                    reason: WmcoWait::UserDataNotRun
+                })
+            )
+        })
+        .await;
+        assert!(c.agent.join(name).unwrap().client_csr.is_none());
+    }
+    c.stop().await;
+}
+
+#[tokio::test]
 async fn a_client_csr_whose_name_is_not_the_machines_internal_dns_stays_pending() {
     let c = cluster(NodeAgentConfig::default()).await;
     let name = "linux-fghij";
     c.sim.create(machine(name, json!({}))).unwrap();
-    let uuid = create_vm(&prism(&c.mock), name, "rhcos-4.20").await;
+    let uuid = create_vm(&prism(&c.mock), name, "rhcos-4.20", None).await;
     let ip = guest_ip(&c.mock, &uuid).await;
     // The provider reports a host name the kubelet does not use.
     provision(&c.client, name, &uuid, &ip, "linux-fghij.example.com.wrong").await;
@@ -275,9 +348,11 @@ async fn a_client_csr_whose_name_is_not_the_machines_internal_dns_stays_pending(
     let Some(Decision::Pending { reason }) = c.approver.decision(&client_csr) else {
         unreachable!()
     };
-    assert!(
-        reason.contains("no Machine has InternalDNS linux-fghij"),
-        "{reason}"
+    assert_eq!(
+        reason,
+        PendingReason::NoMachineWithInternalDns {
+            node: name.to_owned()
+        }
     );
     assert_eq!(
         c.agent.join(name).unwrap().stage,
@@ -293,7 +368,8 @@ async fn a_client_csr_whose_name_is_not_the_machines_internal_dns_stays_pending(
             .is_none()
     );
 
-    // Once the Machine reports the right name, the Machine event brings the approval about.
+    // The approver retries (it reported an error); once the Machine reports the right name, the
+    // next retry approves.
     provision(&c.client, name, &uuid, &ip, name).await;
     eventually("the Linux node joined", || async {
         c.agent
@@ -323,7 +399,7 @@ async fn a_node_registered_with_a_wrong_ip_gets_no_serving_certificate() {
     .await;
     let name = "bad-klmno";
     c.sim.create(machine(name, json!({}))).unwrap();
-    let uuid = create_vm(&prism(&c.mock), name, "rhcos-4.20").await;
+    let uuid = create_vm(&prism(&c.mock), name, "rhcos-4.20", None).await;
     let ip = guest_ip(&c.mock, &uuid).await;
     provision(&c.client, name, &uuid, &ip, name).await;
 
@@ -341,7 +417,12 @@ async fn a_node_registered_with_a_wrong_ip_gets_no_serving_certificate() {
     let serving = c.agent.join(name).unwrap().serving_csr.unwrap();
     // nodelink cannot match the Node by IP, and the Node has no providerID: no nodeRef.
     eventually("the approver's verdict", || async {
-        matches!(c.approver.decision(&serving), Some(Decision::Pending { reason }) if reason.contains("unable to find machine for node bad-klmno"))
+        c.approver.decision(&serving)
+            == Some(Decision::Pending {
+                reason: PendingReason::NoMachineForNode {
+                    node: name.to_owned(),
+                },
+            })
     })
     .await;
 
@@ -356,7 +437,9 @@ async fn a_node_registered_with_a_wrong_ip_gets_no_serving_certificate() {
         .await
         .unwrap();
     eventually("the IP mismatch reported", || async {
-        matches!(c.approver.decision(&serving), Some(Decision::Pending { reason }) if reason.contains("IP address '192.0.2.55' not in machine addresses"))
+        matches!(c.approver.decision(&serving), Some(Decision::Pending {
+            reason: PendingReason::IpNotInMachine { san, .. }
+        }) if san == "192.0.2.55")
     })
     .await;
     assert_eq!(
@@ -381,7 +464,7 @@ async fn a_delayed_join_creates_no_csr_until_the_delay_is_over() {
     .await;
     let name = "slow-pqrst";
     c.sim.create(machine(name, json!({}))).unwrap();
-    create_vm(&prism(&c.mock), name, "rhcos-4.20").await;
+    create_vm(&prism(&c.mock), name, "rhcos-4.20", None).await;
     eventually("the join waiting out its delay", || async {
         c.agent
             .join(name)

@@ -1,15 +1,19 @@
 //! The machine-api-operator's MachineSet replica controller: keeps `spec.replicas` Machines per
-//! MachineSet and reports them in its status.
+//! MachineSet and reports them in its status (openshift/machine-api-operator
+//! `pkg/controller/machineset/controller.go`, `status.go`; the rules themselves are in [`policy`]).
 //!
 //! Like the operator it watches MachineSets, the Machines they control (through the controller
-//! reference) and orphan Machines (through the selectors); on each reconcile it lists the
-//! namespace's Machines, adopts matching orphans, creates Machines from the template or deletes
-//! the surplus by the delete policy, and writes `status` (replicas, fully labelled, ready and
-//! available replicas, `observedGeneration`, and `labelSelector` for the scale subresource).
+//! reference) and orphan Machines (through the selectors: `MachineToMachineSets`); on each
+//! reconcile (`reconcile`) it validates the set, lists the namespace's Machines, adopts matching
+//! orphans, creates Machines from the template or deletes the surplus by the delete policy
+//! (`syncReplicas`), and writes `status` (`updateMachineSetStatus`: replicas, fully labelled,
+//! ready and available replicas, `observedGeneration`, and `labelSelector` for the scale
+//! subresource), requeueing after `minReadySeconds` while Ready Machines are not yet available.
 //!
 //! Not simulated: the operator's validation webhook (defaulting of the selector), its
 //! 10-second wait for the cache to see its own creates and deletes (this controller lists live,
-//! so it needs none), events, and the `authoritativeAPI` migration to Cluster API.
+//! so it needs none), events, and the `authoritativeAPI` migration to Cluster API (behind the
+//! `MachineAPIMigration` feature gate, off by default).
 
 pub mod policy;
 
@@ -23,15 +27,15 @@ use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, TestOperation};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use nutanix_machine_controller::api::{Machine, MachineSet};
 use serde_json::json;
 
 use crate::actor::ActorHandle;
+use crate::machine_api::{Machine, MachineSet};
+use policy::InvalidSet;
 pub use policy::{DELETE_MACHINE_ANNOTATION, DeletePolicy, OLD_DELETE_MACHINE_ANNOTATION};
 
 /// Settings of the replica controller.
@@ -55,10 +59,12 @@ impl Default for MachineSetControllerConfig {
 /// Why a MachineSet could not be reconciled.
 #[derive(Debug, thiserror::Error)]
 pub enum MachineSetError {
-    #[error("MachineSet {set}: spec.selector: {message}")]
+    #[error("MachineSet {set}: spec.selector: empty selector is not valid for MachineSet")]
+    EmptySelector { set: String },
+    #[error("MachineSet {set}: spec.selector: invalid label selector: {message}")]
     Selector { set: String, message: String },
     #[error(
-        "MachineSet {set}: spec.selector does not match spec.template.metadata.labels, so the set could never see its own Machines"
+        "MachineSet {set}: spec.template.metadata.labels: `selector` does not match template `labels`, so the set could never see its own Machines"
     )]
     SelectorMismatch { set: String },
     #[error("MachineSet {set} has no metadata.uid to name as the controller of its Machines")]
@@ -113,17 +119,11 @@ pub fn start(client: Client, config: MachineSetControllerConfig) -> ActorHandle 
             .owns(machines.clone(), watcher::Config::default())
             // Orphans have no controller reference: map them to every set whose selector matches.
             .watches(machines, watcher::Config::default(), move |machine| {
-                if !policy::is_orphan(&machine) {
-                    return Vec::new();
-                }
                 sets.state()
                     .iter()
-                    .filter(|set| {
-                        Selector::try_from(set.spec.selector.clone())
-                            .is_ok_and(|s| s.matches(machine.labels()))
-                    })
+                    .filter(|set| policy::maps_to_set(&machine, set))
                     .map(|set| ObjectRef::from_obj(set.as_ref()))
-                    .collect()
+                    .collect::<Vec<_>>()
             })
             .graceful_shutdown_on(async move { cancel.cancelled().await })
             .run(reconcile, error_policy, context)
@@ -146,21 +146,14 @@ async fn reconcile(set: Arc<MachineSet>, context: Arc<Context>) -> Result<Action
         return Ok(Action::await_change());
     }
     let name = set.name_any();
-    let selector =
-        Selector::try_from(set.spec.selector.clone()).map_err(|e| MachineSetError::Selector {
+    policy::validate(&set).map_err(|invalid| match invalid {
+        InvalidSet::EmptySelector => MachineSetError::EmptySelector { set: name.clone() },
+        InvalidSet::BadSelector(message) => MachineSetError::Selector {
             set: name.clone(),
-            message: e.to_string(),
-        })?;
-    let template_labels = set
-        .spec
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
-    if !selector.matches(&template_labels) {
-        return Err(MachineSetError::SelectorMismatch { set: name });
-    }
+            message,
+        },
+        InvalidSet::SelectorMismatch => MachineSetError::SelectorMismatch { set: name.clone() },
+    })?;
 
     let all = context
         .machines
@@ -169,7 +162,7 @@ async fn reconcile(set: Arc<MachineSet>, context: Arc<Context>) -> Result<Action
         .map_err(api_error(&name, "list Machines"))?;
     let mut machines = Vec::new();
     for machine in all.items {
-        if policy::is_excluded(&set, &selector, &machine) {
+        if policy::is_excluded(&set, &machine) {
             continue;
         }
         if policy::is_orphan(&machine) {
@@ -197,10 +190,11 @@ async fn reconcile(set: Arc<MachineSet>, context: Arc<Context>) -> Result<Action
         .map(|n| (n.name_any(), n))
         .collect();
     let counts = policy::count_replicas(&set, &machines, &nodes, now);
-    write_status(&context, &set, counts, &selector.to_string()).await?;
+    let selector = policy::format_label_selector(&set.spec.selector);
+    write_status(&context, &set, counts, &selector).await?;
     synced?;
 
-    let min_ready = set.spec.min_ready_seconds.unwrap_or(0);
+    let min_ready = set.spec.min_ready_seconds;
     let desired = set.spec.replicas.unwrap_or(0);
     if min_ready > 0 && counts.ready == desired && counts.available != desired {
         // Nothing else changes when a Ready Node turns available: look again then.
@@ -289,7 +283,7 @@ async fn sync_replicas(
         return first_error.map_or(Ok(()), |e| Err(api_error(&name, "create Machine")(e)));
     }
     if machines.len() > desired {
-        let policy = DeletePolicy::parse(set.spec.delete_policy.as_deref()).map_err(|policy| {
+        let policy = DeletePolicy::parse(&set.spec.delete_policy).map_err(|policy| {
             MachineSetError::DeletePolicy {
                 set: name.clone(),
                 policy,
@@ -330,13 +324,13 @@ async fn write_status(
 ) -> Result<(), MachineSetError> {
     let generation = set.metadata.generation.unwrap_or(0);
     let current = set.status.clone().unwrap_or_default();
-    let current_selector = current.other.get("labelSelector").and_then(|v| v.as_str());
+    // `status.go`, `updateMachineSetStatus`: nothing to write in the steady state.
     if current.replicas == counts.replicas
-        && current.fully_labeled_replicas == Some(counts.fully_labeled)
-        && current.ready_replicas == Some(counts.ready)
-        && current.available_replicas == Some(counts.available)
-        && current.observed_generation == Some(generation)
-        && current_selector == Some(selector)
+        && current.fully_labeled_replicas == counts.fully_labeled
+        && current.ready_replicas == counts.ready
+        && current.available_replicas == counts.available
+        && current.label_selector == selector
+        && current.observed_generation == generation
     {
         return Ok(());
     }

@@ -1,51 +1,50 @@
 //! The pure part of the MachineSet replica controller: which Machines belong to a set, which ones
 //! to delete when it shrinks, what a new Machine looks like, and the replica counts of its status.
 //!
-//! Each rule follows the machine-api-operator's `pkg/controller/machineset` (`controller.go`,
-//! `delete_policy.go`, `status.go`), quirks included, because the sandbox must behave like the
-//! cluster the provider will meet, not like a tidier one.
+//! Each rule follows openshift/machine-api-operator `pkg/controller/machineset` (`controller.go`,
+//! `delete_policy.go`, `machine.go`, `status.go`, `util.go`), quirks included, cited at the code
+//! that simulates it: the sandbox must behave like the cluster the provider will meet, not like a
+//! tidier one.
 
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::core::{Selector, SelectorExt};
 use kube::{Resource, ResourceExt};
-use nutanix_machine_controller::api::{Machine, MachineSet};
 
-/// Annotation that makes a Machine the first to go when its MachineSet shrinks (the cluster
-/// autoscaler writes it before lowering the replicas).
+use crate::machine_api::{Machine, MachineSet};
+
+/// Annotation that makes a Machine one of the first to go when its MachineSet shrinks (the cluster
+/// autoscaler writes it before lowering the replicas): `delete_policy.go`, `DeleteNodeAnnotation`.
 pub const DELETE_MACHINE_ANNOTATION: &str = "machine.openshift.io/delete-machine";
-/// The previous key of [`DELETE_MACHINE_ANNOTATION`]. The machine-api-operator still reads it, but
-/// only under the `Oldest` policy (see [`delete_priority`]).
+/// The previous key of [`DELETE_MACHINE_ANNOTATION`], read by every policy alike:
+/// `delete_policy.go`, `oldDeleteNodeAnnotation`.
 pub const OLD_DELETE_MACHINE_ANNOTATION: &str = "machine.openshift.io/cluster-api-delete-machine";
 
+// `delete_policy.go`: the priorities and the age scale of the Oldest/Newest curve.
 const MUST_DELETE: f64 = 100.0;
 const BETTER_DELETE: f64 = 50.0;
 const PREFER_DELETE: f64 = 40.0;
 const COULD_DELETE: f64 = 20.0;
 const MUST_NOT_DELETE: f64 = 0.0;
-/// Age scale of the `Oldest`/`Newest` curve: a Machine ten days old has priority 63.
-const SECONDS_PER_TEN_DAYS: f64 = 864_000.0;
+const SECONDS_PER_HUNDRED_DAYS: f64 = 8_640_000.0;
 
-/// `spec.deletePolicy` of a MachineSet.
+/// `spec.deletePolicy` of a MachineSet (`delete_policy.go`, `getDeletePriorityFunc`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeletePolicy {
-    /// The default (also for an empty value): Machines marked for deletion or failed first, then
-    /// Machines without a Node, then any.
+    /// The default (also for an empty value).
     Random,
-    /// The oldest Machines first.
     Oldest,
-    /// The newest Machines first.
     Newest,
 }
 
 impl DeletePolicy {
-    /// Reads `spec.deletePolicy`; `None` or `""` is `Random`. An unknown value is returned as the
-    /// error, as the machine-api-operator refuses to scale down with it.
-    pub fn parse(value: Option<&str>) -> Result<Self, String> {
-        match value.unwrap_or("") {
+    /// `""` and `Random` are `Random`; another unknown value is returned as the error, as the
+    /// operator refuses to scale down with it.
+    pub fn parse(value: &str) -> Result<Self, String> {
+        match value {
             "" | "Random" => Ok(Self::Random),
             "Oldest" => Ok(Self::Oldest),
             "Newest" => Ok(Self::Newest),
@@ -54,11 +53,16 @@ impl DeletePolicy {
     }
 }
 
-fn annotation_set(machine: &Machine, key: &str) -> bool {
-    machine
-        .annotations()
-        .get(key)
-        .is_some_and(|v| !v.is_empty())
+fn is_deleting(machine: &Machine) -> bool {
+    machine.metadata.deletion_timestamp.is_some()
+}
+
+/// Either delete annotation with a non-empty value (`delete_policy.go`: `!= ""` on each key).
+fn marked_for_deletion(machine: &Machine) -> bool {
+    let annotations = machine.annotations();
+    [DELETE_MACHINE_ANNOTATION, OLD_DELETE_MACHINE_ANNOTATION]
+        .iter()
+        .any(|key| annotations.get(*key).is_some_and(|v| !v.is_empty()))
 }
 
 fn has_error(machine: &Machine) -> bool {
@@ -68,19 +72,10 @@ fn has_error(machine: &Machine) -> bool {
         .is_some_and(|s| s.error_reason.is_some() || s.error_message.is_some())
 }
 
-fn has_node_ref(machine: &Machine) -> bool {
-    machine
-        .status
-        .as_ref()
-        .is_some_and(|s| s.node_ref.is_some())
-}
-
+/// `oldestDeletePriority`: 100 for a deleting, annotated or failed Machine; 0 without a creation
+/// time or created in the future; else 50·(1 − e^(−age/100 days)).
 fn oldest_priority(machine: &Machine, now: Timestamp) -> f64 {
-    if machine.metadata.deletion_timestamp.is_some()
-        || annotation_set(machine, DELETE_MACHINE_ANNOTATION)
-        || annotation_set(machine, OLD_DELETE_MACHINE_ANNOTATION)
-        || has_error(machine)
-    {
+    if is_deleting(machine) || marked_for_deletion(machine) || has_error(machine) {
         return MUST_DELETE;
     }
     let Some(created) = machine.metadata.creation_timestamp.as_ref() else {
@@ -90,33 +85,28 @@ fn oldest_priority(machine: &Machine, now: Timestamp) -> f64 {
     if age < 0.0 {
         return MUST_NOT_DELETE;
     }
-    MUST_DELETE * (1.0 - (-age / SECONDS_PER_TEN_DAYS).exp())
+    BETTER_DELETE * (1.0 - (-age / SECONDS_PER_HUNDRED_DAYS).exp())
 }
 
-/// How eager the policy is to delete `machine` (higher first), as the machine-api-operator
-/// computes it. Its quirks are kept: the old annotation key counts only under `Oldest`, and under
-/// `Newest` a Machine carrying only the old key gets the lowest priority (that policy subtracts the
-/// `Oldest` priority, which the old key sets to the maximum).
+/// How eager the policy is to delete `machine` (higher first), as `delete_policy.go` computes it.
 pub fn delete_priority(policy: DeletePolicy, machine: &Machine, now: Timestamp) -> f64 {
     match policy {
         DeletePolicy::Oldest => oldest_priority(machine, now),
+        // `newestDeletePriority`: the same marks at 100, else 100 − the Oldest priority.
         DeletePolicy::Newest => {
-            if machine.metadata.deletion_timestamp.is_some()
-                || annotation_set(machine, DELETE_MACHINE_ANNOTATION)
-                || has_error(machine)
-            {
+            if is_deleting(machine) || marked_for_deletion(machine) || has_error(machine) {
                 MUST_DELETE
             } else {
                 MUST_DELETE - oldest_priority(machine, now)
             }
         }
+        // `randomDeletePolicy`.
         DeletePolicy::Random => {
-            if machine.metadata.deletion_timestamp.is_some() {
+            if is_deleting(machine) {
                 MUST_DELETE
-            } else if annotation_set(machine, DELETE_MACHINE_ANNOTATION) || has_error(machine) {
+            } else if marked_for_deletion(machine) || has_error(machine) {
                 BETTER_DELETE
-            } else if !has_node_ref(machine) {
-                // No Node yet, so no workload to disturb.
+            } else if machine.node_ref().is_none() {
                 PREFER_DELETE
             } else {
                 COULD_DELETE
@@ -125,14 +115,20 @@ pub fn delete_priority(policy: DeletePolicy, machine: &Machine, now: Timestamp) 
     }
 }
 
-/// The `count` Machines to delete, highest priority first. `machines` comes sorted by name (as
-/// the machine-api-operator sorts them); equal priorities keep that order.
+/// The `count` Machines to delete (`getMachinesToDeletePrioritized`): all of them when `count`
+/// reaches their number (in the given order), none for 0, else the highest priorities first.
+/// `machines` comes sorted by name, as `controller.go` sorts them. Equal priorities keep that
+/// order: Go's `sort.Sort` is an insertion sort, stable, up to 12 elements, which covers the
+/// sandbox's sets.
 pub fn machines_to_delete(
     machines: &[Machine],
     count: usize,
     policy: DeletePolicy,
     now: Timestamp,
 ) -> Vec<&Machine> {
+    if count >= machines.len() {
+        return machines.iter().collect();
+    }
     let mut ranked: Vec<(f64, &Machine)> = machines
         .iter()
         .map(|m| (delete_priority(policy, m, now), m))
@@ -141,11 +137,17 @@ pub fn machines_to_delete(
     ranked.into_iter().take(count).map(|(_, m)| m).collect()
 }
 
-/// The controller reference a MachineSet puts on its Machines.
+/// The controller reference a MachineSet puts on its Machines (`metav1.NewControllerRef`:
+/// controller and blockOwnerDeletion set).
 pub fn controller_ref(set: &MachineSet) -> Option<OwnerReference> {
     set.controller_owner_ref(&())
+        .map(|reference| OwnerReference {
+            block_owner_deletion: Some(true),
+            ..reference
+        })
 }
 
+/// `metav1.GetControllerOf`: the first owner reference marked as controller.
 fn controller_of(machine: &Machine) -> Option<&OwnerReference> {
     machine
         .metadata
@@ -156,40 +158,90 @@ fn controller_of(machine: &Machine) -> Option<&OwnerReference> {
         .find(|r| r.controller == Some(true))
 }
 
-/// Whether `machine` has no controller at all (an orphan the set may adopt).
+/// Whether `machine` has no controller at all (an orphan a set may adopt).
 pub fn is_orphan(machine: &Machine) -> bool {
     controller_of(machine).is_none()
 }
 
-/// Whether the set ignores `machine`: controlled by another object, being deleted, or not
-/// matching the selector.
-pub fn is_excluded(set: &MachineSet, selector: &Selector, machine: &Machine) -> bool {
+fn is_empty(selector: &LabelSelector) -> bool {
+    selector
+        .match_labels
+        .as_ref()
+        .is_none_or(BTreeMap::is_empty)
+        && selector
+            .match_expressions
+            .as_ref()
+            .is_none_or(Vec::is_empty)
+}
+
+/// `machine.go`, `hasMatchingLabels`: an empty or invalid selector matches nothing.
+pub fn has_matching_labels(set: &MachineSet, machine: &Machine) -> bool {
+    if is_empty(&set.spec.selector) {
+        return false;
+    }
+    Selector::try_from(set.spec.selector.clone()).is_ok_and(|s| s.matches(machine.labels()))
+}
+
+/// `controller.go`, `MachineToMachineSets`: an event of a Machine without a controller goes to
+/// every set whose selector matches it; a Machine without labels goes nowhere.
+pub fn maps_to_set(machine: &Machine, set: &MachineSet) -> bool {
+    is_orphan(machine) && !machine.labels().is_empty() && has_matching_labels(set, machine)
+}
+
+/// `controller.go`, `shouldExcludeMachine`: controlled by another object, being deleted, or not
+/// matched by the selector.
+pub fn is_excluded(set: &MachineSet, machine: &Machine) -> bool {
     if let Some(owner) = controller_of(machine)
         && set.metadata.uid.as_deref() != Some(owner.uid.as_str())
     {
         return true;
     }
-    machine.metadata.deletion_timestamp.is_some() || !selector.matches(machine.labels())
+    is_deleting(machine) || !has_matching_labels(set, machine)
 }
 
-/// The Machine the set creates: `generateName: <set>-`, the template's labels, annotations and
-/// spec, and the set as controller.
+/// Why `controller.go`'s `validateMachineset` refuses a set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InvalidSet {
+    /// "empty selector is not valid for MachineSet."
+    EmptySelector,
+    /// "invalid label selector."
+    BadSelector(String),
+    /// "`selector` does not match template `labels`"
+    SelectorMismatch,
+}
+
+/// `controller.go`, `validateMachineset`.
+pub fn validate(set: &MachineSet) -> Result<Selector, InvalidSet> {
+    if is_empty(&set.spec.selector) {
+        return Err(InvalidSet::EmptySelector);
+    }
+    let selector = Selector::try_from(set.spec.selector.clone())
+        .map_err(|e| InvalidSet::BadSelector(e.to_string()))?;
+    if !selector.matches(&set.spec.template.metadata.labels) {
+        return Err(InvalidSet::SelectorMismatch);
+    }
+    Ok(selector)
+}
+
+/// `controller.go`, `createMachine`: `generateName: <set>-`, the template's labels and
+/// annotations, its spec (the typed copy: fields machine/v1beta1 does not declare are gone), the
+/// set's namespace, and the set as controller.
 pub fn new_machine(set: &MachineSet) -> Machine {
     let template = &set.spec.template;
-    let template_meta = template.metadata.clone().unwrap_or_default();
     let mut machine = Machine::new("", template.spec.clone());
+    let non_empty = |map: &BTreeMap<String, String>| (!map.is_empty()).then(|| map.clone());
     machine.metadata = ObjectMeta {
         generate_name: Some(format!("{}-", set.name_any())),
         namespace: set.namespace(),
-        labels: template_meta.labels,
-        annotations: template_meta.annotations,
+        labels: non_empty(&template.metadata.labels),
+        annotations: non_empty(&template.metadata.annotations),
         owner_references: controller_ref(set).map(|r| vec![r]),
         ..ObjectMeta::default()
     };
     machine
 }
 
-/// The replica counts of a MachineSet's status.
+/// The replica counts of a MachineSet's status (`status.go`, `calculateStatus`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReplicaCounts {
     /// Machines the set owns (not being deleted).
@@ -198,19 +250,33 @@ pub struct ReplicaCounts {
     pub fully_labeled: i32,
     /// Of those, Machines whose nodeRef names a Ready Node.
     pub ready: i32,
-    /// Of the ready ones, those Ready for at least `minReadySeconds`.
+    /// Of the ready ones, those available (`util.go`, `IsNodeAvailable`).
     pub available: i32,
 }
 
-fn ready_since(node: &Node) -> Option<Option<Timestamp>> {
+/// The Node's `Ready` condition: whether it is True, and since when.
+fn readiness(node: &Node) -> Option<(bool, Option<Timestamp>)> {
     node.status
         .as_ref()?
         .conditions
         .as_deref()?
         .iter()
         .find(|c| c.type_ == "Ready")
-        .filter(|c| c.status == "True")
-        .map(|c| c.last_transition_time.as_ref().map(|t| t.0))
+        .map(|c| {
+            (
+                c.status == "True",
+                c.last_transition_time.as_ref().map(|t| t.0),
+            )
+        })
+}
+
+/// `util.go`, `IsNodeAvailable`: Ready, and either no `minReadySeconds` or Ready since strictly
+/// longer than that (a missing transition time is never long enough).
+fn is_available(since: Option<Timestamp>, min_ready_seconds: i32, now: Timestamp) -> bool {
+    if min_ready_seconds == 0 {
+        return true;
+    }
+    since.is_some_and(|t| now.duration_since(t).as_secs_f64() > f64::from(min_ready_seconds))
 }
 
 /// Counts `machines` (the set's, after filtering) against the Nodes by name.
@@ -220,14 +286,7 @@ pub fn count_replicas(
     nodes: &BTreeMap<String, Node>,
     now: Timestamp,
 ) -> ReplicaCounts {
-    let template_labels = set
-        .spec
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
-    let min_ready = i64::from(set.spec.min_ready_seconds.unwrap_or(0).max(0));
+    let template_labels = &set.spec.template.metadata.labels;
     let mut counts = ReplicaCounts {
         replicas: i32::try_from(machines.len()).unwrap_or(i32::MAX),
         ..ReplicaCounts::default()
@@ -241,32 +300,60 @@ pub fn count_replicas(
             counts.fully_labeled += 1;
         }
         let node = machine
-            .status
-            .as_ref()
-            .and_then(|s| s.node_ref.as_ref())
+            .node_ref()
             .and_then(|r| r.name.as_ref())
             .and_then(|name| nodes.get(name));
-        let Some(since) = node.and_then(ready_since) else {
+        let Some((true, since)) = node.and_then(readiness) else {
             continue;
         };
         counts.ready += 1;
-        let available =
-            min_ready == 0 || since.is_some_and(|t| now.duration_since(t).as_secs() >= min_ready);
-        if available {
+        if is_available(since, set.spec.min_ready_seconds, now) {
             counts.available += 1;
         }
     }
     counts
 }
 
+/// `status.labelSelector` as apimachinery's `metav1.FormatLabelSelector` writes it: the
+/// requirements sorted by key and joined by `,` (`k=v`, `k in (a,b)`, `k notin (a,b)`, `k`,
+/// `!k`), `<none>` for an empty selector (k8s.io/apimachinery `pkg/labels/selector.go`).
+pub fn format_label_selector(selector: &LabelSelector) -> String {
+    let mut requirements: Vec<(String, String)> = Vec::new();
+    for (key, value) in selector.match_labels.iter().flatten() {
+        requirements.push((key.clone(), format!("{key}={value}")));
+    }
+    for expression in selector.match_expressions.iter().flatten() {
+        let key = &expression.key;
+        let mut values = expression.values.clone().unwrap_or_default();
+        values.sort();
+        let text = match expression.operator.as_str() {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.clone(),
+            "DoesNotExist" => format!("!{key}"),
+            other => format!("{key} {other} ({})", values.join(",")),
+        };
+        requirements.push((key.clone(), text));
+    }
+    requirements.sort_by(|a, b| a.0.cmp(&b.0));
+    if requirements.is_empty() {
+        return "<none>".to_owned();
+    }
+    requirements
+        .into_iter()
+        .map(|(_, text)| text)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use jiff::SignedDuration;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 
-    fn machine(name: &str, age_secs: i64, now: Timestamp, extra: serde_json::Value) -> Machine {
+    fn machine(name: &str, age_secs: i64, now: Timestamp, extra: Value) -> Machine {
         let mut value = json!({
             "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
             "metadata": {"name": name, "namespace": "ns", "labels": {"set": "a"},
@@ -288,131 +375,214 @@ mod tests {
         machines.iter().map(|m| m.name_any()).collect()
     }
 
-    fn linked() -> serde_json::Value {
+    fn linked() -> Value {
         json!({"status": {"nodeRef": {"kind": "Node", "name": "n"}}})
+    }
+
+    fn annotated(key: &str) -> Value {
+        json!({"metadata": {"annotations": {key: "2026-01-01 00:00:00 +0000 UTC"}},
+               "status": {"nodeRef": {"kind": "Node", "name": "n"}}})
+    }
+
+    /// Each delete-policy rule of openshift/machine-api-operator
+    /// `pkg/controller/machineset/delete_policy.go` (HEAD 9511961), with the Machine it applies to
+    /// and the priority the operator gives it. Changing a rule here changes which Machine a
+    /// scale-down removes, so the table fails first.
+    #[test]
+    fn delete_priorities_are_the_operators() {
+        let now = Timestamp::now();
+        let ten_days = 864_000;
+        let deleting =
+            json!({"metadata": {"deletionTimestamp": now.to_string(), "finalizers": ["f"]}});
+        let failed =
+            json!({"status": {"errorMessage": "boom", "nodeRef": {"kind": "Node", "name": "n"}}});
+        // 50·(1 − e^(−10 days / 100 days)).
+        let ten_day_curve = BETTER_DELETE * (1.0 - (-0.1f64).exp());
+        let table: [(&str, DeletePolicy, Value, i64, f64); 14] = [
+            (
+                "randomDeletePolicy: deletionTimestamp → mustDelete",
+                DeletePolicy::Random,
+                deleting.clone(),
+                10,
+                MUST_DELETE,
+            ),
+            (
+                "randomDeletePolicy: DeleteNodeAnnotation → betterDelete",
+                DeletePolicy::Random,
+                annotated(DELETE_MACHINE_ANNOTATION),
+                10,
+                BETTER_DELETE,
+            ),
+            (
+                "randomDeletePolicy: oldDeleteNodeAnnotation → betterDelete",
+                DeletePolicy::Random,
+                annotated(OLD_DELETE_MACHINE_ANNOTATION),
+                10,
+                BETTER_DELETE,
+            ),
+            (
+                "randomDeletePolicy: ErrorReason/ErrorMessage → betterDelete",
+                DeletePolicy::Random,
+                failed.clone(),
+                10,
+                BETTER_DELETE,
+            ),
+            (
+                "randomDeletePolicy: no NodeRef → preferDelete",
+                DeletePolicy::Random,
+                json!({}),
+                10,
+                PREFER_DELETE,
+            ),
+            (
+                "randomDeletePolicy: otherwise couldDelete",
+                DeletePolicy::Random,
+                linked(),
+                10,
+                COULD_DELETE,
+            ),
+            (
+                "oldestDeletePriority: deletionTimestamp → mustDelete",
+                DeletePolicy::Oldest,
+                deleting.clone(),
+                10,
+                MUST_DELETE,
+            ),
+            (
+                "oldestDeletePriority: oldDeleteNodeAnnotation → mustDelete",
+                DeletePolicy::Oldest,
+                annotated(OLD_DELETE_MACHINE_ANNOTATION),
+                10,
+                MUST_DELETE,
+            ),
+            (
+                "oldestDeletePriority: ErrorMessage → mustDelete",
+                DeletePolicy::Oldest,
+                failed.clone(),
+                10,
+                MUST_DELETE,
+            ),
+            (
+                "oldestDeletePriority: created in the future → mustNotDelete",
+                DeletePolicy::Oldest,
+                linked(),
+                -60,
+                MUST_NOT_DELETE,
+            ),
+            (
+                "oldestDeletePriority: betterDelete·(1 − e^(−age/secondsPerHundredDays))",
+                DeletePolicy::Oldest,
+                linked(),
+                ten_days,
+                ten_day_curve,
+            ),
+            (
+                "newestDeletePriority: DeleteNodeAnnotation → mustDelete",
+                DeletePolicy::Newest,
+                annotated(DELETE_MACHINE_ANNOTATION),
+                10,
+                MUST_DELETE,
+            ),
+            (
+                "newestDeletePriority: oldDeleteNodeAnnotation → mustDelete",
+                DeletePolicy::Newest,
+                annotated(OLD_DELETE_MACHINE_ANNOTATION),
+                10,
+                MUST_DELETE,
+            ),
+            (
+                "newestDeletePriority: mustDelete − oldestDeletePriority",
+                DeletePolicy::Newest,
+                linked(),
+                ten_days,
+                MUST_DELETE - ten_day_curve,
+            ),
+        ];
+        for (rule, policy, extra, age, expected) in table {
+            let m = machine("m", age, now, extra);
+            let got = delete_priority(policy, &m, now);
+            assert!(
+                (got - expected).abs() < 1e-9,
+                "{rule}: got {got}, want {expected}"
+            );
+        }
+        let mut undated = machine("u", 0, now, linked());
+        undated.metadata.creation_timestamp = None;
+        assert_eq!(
+            delete_priority(DeletePolicy::Oldest, &undated, now),
+            MUST_NOT_DELETE,
+            "oldestDeletePriority: zero CreationTimestamp → mustNotDelete"
+        );
+        // An empty annotation value does not mark a Machine (`!= ""`).
+        let empty = machine(
+            "e",
+            10,
+            now,
+            json!({"metadata": {"annotations": {DELETE_MACHINE_ANNOTATION: ""}}, "status": {"nodeRef": {"name": "n"}}}),
+        );
+        assert_eq!(
+            delete_priority(DeletePolicy::Random, &empty, now),
+            COULD_DELETE
+        );
     }
 
     #[test]
     fn delete_policy_values() {
-        assert_eq!(DeletePolicy::parse(None), Ok(DeletePolicy::Random));
-        assert_eq!(DeletePolicy::parse(Some("")), Ok(DeletePolicy::Random));
-        assert_eq!(
-            DeletePolicy::parse(Some("Oldest")),
-            Ok(DeletePolicy::Oldest)
-        );
-        assert_eq!(
-            DeletePolicy::parse(Some("Newest")),
-            Ok(DeletePolicy::Newest)
-        );
-        assert_eq!(
-            DeletePolicy::parse(Some("oldest")),
-            Err("oldest".to_owned())
-        );
+        assert_eq!(DeletePolicy::parse(""), Ok(DeletePolicy::Random));
+        assert_eq!(DeletePolicy::parse("Random"), Ok(DeletePolicy::Random));
+        assert_eq!(DeletePolicy::parse("Oldest"), Ok(DeletePolicy::Oldest));
+        assert_eq!(DeletePolicy::parse("Newest"), Ok(DeletePolicy::Newest));
+        assert_eq!(DeletePolicy::parse("oldest"), Err("oldest".to_owned()));
     }
 
     #[test]
-    fn random_prefers_deleting_then_annotated_or_failed_then_nodeless() {
+    fn random_order_and_the_count_rules() {
         let now = Timestamp::now();
         let machines = vec![
             machine("a-linked", 10, now, linked()),
             machine("b-nodeless", 10, now, json!({})),
+            machine("c-annotated", 10, now, annotated(DELETE_MACHINE_ANNOTATION)),
             machine(
-                "c-annotated",
-                10,
-                now,
-                json!({"metadata": {"annotations": {DELETE_MACHINE_ANNOTATION: "2026-01-01T00:00:00Z"}},
-                       "status": {"nodeRef": {"kind": "Node", "name": "n"}}}),
-            ),
-            machine(
-                "d-deleting",
-                10,
-                now,
-                json!({"metadata": {"deletionTimestamp": now.to_string(), "finalizers": ["f"]}}),
-            ),
-            machine(
-                "e-failed",
+                "d-failed",
                 10,
                 now,
                 json!({"status": {"errorReason": "InvalidConfiguration", "nodeRef": {"kind": "Node", "name": "n"}}}),
             ),
         ];
         assert_eq!(
-            names(machines_to_delete(&machines, 5, DeletePolicy::Random, now)),
-            [
-                "d-deleting",
-                "c-annotated",
-                "e-failed",
-                "b-nodeless",
-                "a-linked"
-            ]
+            names(machines_to_delete(&machines, 3, DeletePolicy::Random, now)),
+            ["c-annotated", "d-failed", "b-nodeless"]
         );
         assert_eq!(
-            names(machines_to_delete(&machines, 2, DeletePolicy::Random, now)),
-            ["d-deleting", "c-annotated"]
+            names(machines_to_delete(&machines, 4, DeletePolicy::Random, now)),
+            ["a-linked", "b-nodeless", "c-annotated", "d-failed"],
+            "diff >= len: every Machine, unsorted"
         );
+        assert!(machines_to_delete(&machines, 0, DeletePolicy::Random, now).is_empty());
     }
 
     #[test]
-    fn random_ignores_the_old_annotation_as_the_operator_does() {
-        let now = Timestamp::now();
-        let old = machine(
-            "a-old-key",
-            10,
-            now,
-            json!({"metadata": {"annotations": {OLD_DELETE_MACHINE_ANNOTATION: "yes"}},
-                   "status": {"nodeRef": {"kind": "Node", "name": "n"}}}),
-        );
-        assert_eq!(
-            delete_priority(DeletePolicy::Random, &old, now),
-            COULD_DELETE
-        );
-        assert_eq!(
-            delete_priority(DeletePolicy::Oldest, &old, now),
-            MUST_DELETE
-        );
-        assert_eq!(
-            delete_priority(DeletePolicy::Newest, &old, now),
-            MUST_NOT_DELETE
-        );
-    }
-
-    #[test]
-    fn oldest_and_newest_order_by_age_after_the_annotation() {
+    fn oldest_and_newest_order_by_age_after_the_marks() {
         let now = Timestamp::now();
         let machines = vec![
             machine("a-young", 60, now, linked()),
             machine("b-old", 86_400, now, linked()),
             machine("c-middle", 3_600, now, linked()),
             machine(
-                "d-young-annotated",
+                "d-young-old-key",
                 1,
                 now,
-                json!({"metadata": {"annotations": {DELETE_MACHINE_ANNOTATION: "t"}}}),
+                annotated(OLD_DELETE_MACHINE_ANNOTATION),
             ),
+            machine("e-spare", 30, now, linked()),
         ];
         assert_eq!(
             names(machines_to_delete(&machines, 4, DeletePolicy::Oldest, now)),
-            ["d-young-annotated", "b-old", "c-middle", "a-young"]
+            ["d-young-old-key", "b-old", "c-middle", "a-young"]
         );
         assert_eq!(
             names(machines_to_delete(&machines, 4, DeletePolicy::Newest, now)),
-            ["d-young-annotated", "a-young", "c-middle", "b-old"]
-        );
-    }
-
-    #[test]
-    fn a_machine_from_the_future_or_without_creation_time_is_kept_under_oldest() {
-        let now = Timestamp::now();
-        let future = machine("f", -60, now, json!({}));
-        assert_eq!(
-            delete_priority(DeletePolicy::Oldest, &future, now),
-            MUST_NOT_DELETE
-        );
-        let mut undated = machine("u", 0, now, json!({}));
-        undated.metadata.creation_timestamp = None;
-        assert_eq!(
-            delete_priority(DeletePolicy::Oldest, &undated, now),
-            MUST_NOT_DELETE
+            ["d-young-old-key", "e-spare", "a-young", "c-middle"]
         );
     }
 
@@ -444,29 +614,23 @@ mod tests {
             (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
             ("MachineSet", "workers", "set-uid")
         );
-        assert_eq!(owner.controller, Some(true));
+        assert_eq!(
+            (owner.controller, owner.block_owner_deletion),
+            (Some(true), Some(true))
+        );
         assert_eq!(owner.api_version, "machine.openshift.io/v1beta1");
     }
 
     #[test]
-    fn exclusion_by_controller_deletion_and_selector() {
+    fn exclusion_mapping_and_validation() {
         let now = Timestamp::now();
         let set = machine_set();
-        let selector = Selector::try_from(set.spec.selector.clone()).unwrap();
-        let mine = machine(
-            "mine",
-            1,
-            now,
+        let owned_by = |name: &str, uid: &str| {
             json!({"metadata": {"ownerReferences": [{"apiVersion": "machine.openshift.io/v1beta1",
-                "kind": "MachineSet", "name": "workers", "uid": "set-uid", "controller": true}]}}),
-        );
-        let theirs = machine(
-            "theirs",
-            1,
-            now,
-            json!({"metadata": {"ownerReferences": [{"apiVersion": "machine.openshift.io/v1beta1",
-                "kind": "MachineSet", "name": "other", "uid": "other-uid", "controller": true}]}}),
-        );
+                "kind": "MachineSet", "name": name, "uid": uid, "controller": true}]}})
+        };
+        let mine = machine("mine", 1, now, owned_by("workers", "set-uid"));
+        let theirs = machine("theirs", 1, now, owned_by("other", "other-uid"));
         let orphan = machine("orphan", 1, now, json!({}));
         let unlabeled = machine("unlabeled", 1, now, json!({"metadata": {"labels": {}}}));
         let deleting = machine(
@@ -475,12 +639,28 @@ mod tests {
             now,
             json!({"metadata": {"deletionTimestamp": now.to_string()}}),
         );
-        assert!(!is_excluded(&set, &selector, &mine));
-        assert!(!is_excluded(&set, &selector, &orphan));
-        assert!(is_orphan(&orphan) && !is_orphan(&mine));
-        assert!(is_excluded(&set, &selector, &theirs));
-        assert!(is_excluded(&set, &selector, &unlabeled));
-        assert!(is_excluded(&set, &selector, &deleting));
+        assert!(!is_excluded(&set, &mine));
+        assert!(!is_excluded(&set, &orphan));
+        assert!(is_excluded(&set, &theirs));
+        assert!(is_excluded(&set, &unlabeled));
+        assert!(is_excluded(&set, &deleting));
+        assert!(maps_to_set(&orphan, &set));
+        assert!(!maps_to_set(&mine, &set) && !maps_to_set(&unlabeled, &set));
+
+        let mut empty = set.clone();
+        empty.spec.selector = LabelSelector::default();
+        assert!(
+            !has_matching_labels(&empty, &orphan),
+            "empty selector matches nothing"
+        );
+        assert_eq!(validate(&empty).unwrap_err(), InvalidSet::EmptySelector);
+        let mut mismatch = set.clone();
+        mismatch.spec.template.metadata.labels.clear();
+        assert_eq!(
+            validate(&mismatch).unwrap_err(),
+            InvalidSet::SelectorMismatch
+        );
+        assert!(validate(&set).is_ok());
     }
 
     fn node(name: &str, ready: &str, since: Timestamp) -> (String, Node) {
@@ -496,7 +676,7 @@ mod tests {
     fn counts_ready_and_available_through_node_refs() {
         let now = Timestamp::now();
         let set = machine_set();
-        let with_node = |name: &str, node: &str, labels: serde_json::Value| {
+        let with_node = |name: &str, node: &str, labels: Value| {
             machine(
                 name,
                 100,
@@ -509,28 +689,50 @@ mod tests {
             with_node("m1", "long-ready", full.clone()),
             with_node("m2", "just-ready", full.clone()),
             with_node("m3", "not-ready", json!({"set": "a"})),
-            with_node("m4", "missing", full),
-            machine("m5", 100, now, json!({})),
+            with_node("m4", "missing", full.clone()),
+            with_node("m5", "exactly-min", full),
+            machine("m6", 100, now, json!({})),
         ];
         let nodes = BTreeMap::from([
             node("long-ready", "True", now - SignedDuration::from_secs(300)),
             node("just-ready", "True", now - SignedDuration::from_secs(5)),
             node("not-ready", "False", now - SignedDuration::from_secs(300)),
+            node("exactly-min", "True", now - SignedDuration::from_secs(30)),
         ]);
         assert_eq!(
             count_replicas(&set, &machines, &nodes, now),
             ReplicaCounts {
-                replicas: 5,
-                fully_labeled: 3,
-                ready: 2,
+                replicas: 6,
+                fully_labeled: 4,
+                ready: 3,
                 available: 1
-            }
+            },
+            "IsNodeAvailable: lastTransitionTime + minReadySeconds strictly before now"
         );
         let mut no_wait = set.clone();
-        no_wait.spec.min_ready_seconds = None;
+        no_wait.spec.min_ready_seconds = 0;
         assert_eq!(
             count_replicas(&no_wait, &machines, &nodes, now).available,
-            2
+            3
         );
+    }
+
+    #[test]
+    fn label_selectors_format_as_apimachinery_does() {
+        let selector: LabelSelector = serde_json::from_value(json!({
+            "matchLabels": {"z": "1", "a": "2"},
+            "matchExpressions": [
+                {"key": "m", "operator": "In", "values": ["y", "x"]},
+                {"key": "n", "operator": "NotIn", "values": ["v"]},
+                {"key": "e", "operator": "Exists"},
+                {"key": "f", "operator": "DoesNotExist"}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(
+            format_label_selector(&selector),
+            "a=2,e,!f,m in (x,y),n notin (v),z=1"
+        );
+        assert_eq!(format_label_selector(&LabelSelector::default()), "<none>");
     }
 }

@@ -1,22 +1,26 @@
 //! The node agent: the kubelet of every VM running in prism-mock, and WMCO for the Windows ones.
 //!
 //! The agent plays the guest. It reads prism-mock's VMs through the mock's admin handle (what a
-//! guest would know about itself: that it runs, its addresses, its size) and, for each VM that is
-//! powered on with an address, registers a Node the way a kubelet does:
+//! guest would know about itself: that it runs, its addresses, its size, the customization it
+//! booted with) and, for each VM that is powered on with an address, registers a Node the way a
+//! kubelet does:
 //!
-//! 1. Windows only: wait, as WMCO does, until the Machine of the same name is labelled
-//!    `machine.openshift.io/os-id=Windows` (and not `windowsmachineconfig.openshift.io/ignore`),
-//!    is `Provisioned` (or `Running`), has a providerID, and its first IPv4 `InternalIP` is an
-//!    address of the VM (WMCO connects to it over SSH);
-//! 2. pick the node IP (by default the guest's primary address: its first IPv4 address that is
-//!    neither link-local nor in the hybrid-overlay network, what `--node-ip` from the default
+//! 1. Windows only: WMCO's part ([`wmco`], [`wmco_gate`]). WMCO keeps the `windows-user-data`
+//!    Secret as it generates it for Nutanix (creating or rewriting it), and configures the VM only
+//!    once the Machine of the same name passes its checks (labelled
+//!    `machine.openshift.io/os-id=Windows` and not `windowsmachineconfig.openshift.io/ignore`,
+//!    `Provisioned` (or `Running` with a nodeRef), an IPv4 `InternalIP`, a providerID, the Secret
+//!    valid) and its SSH reaches the guest: the first IPv4 `InternalIP` must be the VM's, and the
+//!    guest must have run WMCO's user data (cloudbase-init's rules, [`cloudbase_init_run`]);
+//! 2. pick the node IP (by default the guest's primary address, what `--node-ip` from the default
 //!    route gives);
 //! 3. create a client CSR (signer `kubernetes.io/kube-apiserver-client-kubelet`, the
 //!    node-bootstrapper identity, CN `system:node:<vm name>`) and wait for `Approved`;
 //! 4. create the Node (name = VM name, `InternalIP` and `Hostname` addresses, OS and arch labels,
-//!    cpu/memory capacity of the VM, `Ready`);
-//! 5. create a serving CSR (signer `kubernetes.io/kubelet-serving`, SANs = name and node IP) and
-//!    wait for `Approved`;
+//!    the VM's capacity with the kubelet's `maxPods`; for Windows WMCO's kubelet configuration:
+//!    the `os=Windows:NoSchedule` taint, 250 pods, its reserved resources off the allocatable);
+//! 5. create a serving CSR (signer `kubernetes.io/kubelet-serving`, SANs from the Node's
+//!    addresses) and wait for `Approved`;
 //! 6. Windows only: annotate the Node `windowsmachineconfig.openshift.io/version` (WMCO is done).
 //!
 //! A VM that disappears or powers off stops its join; a joined VM is left alone (the Machine
@@ -25,6 +29,7 @@
 //! wrong IP (the provider's join reconciler must report `NodeIPMismatch`), or wait before joining.
 
 mod guest;
+pub mod wmco;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
@@ -34,11 +39,10 @@ use std::time::{Duration, Instant};
 use ipnet::Ipv4Net;
 use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, NodeAddress, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
-use nutanix_machine_controller::api::Machine;
 use prism_mock::Admin;
 use serde_json::json;
 use tokio::task::JoinHandle;
@@ -46,7 +50,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::actor::ActorHandle;
 use crate::csr::{self, CsrError};
-pub use guest::{Guest, NodeIpChoice, choose_node_ip, wmco_gate};
+use crate::machine_api::Machine;
+pub use guest::{
+    Guest, GuestSide, NodeIpChoice, UserDataRun, WmcoWait, choose_node_ip, cloudbase_init_run,
+    user_data_run, wmco_gate,
+};
+use wmco::SecretAction;
 
 /// Node annotation WICD sets when WMCO has configured the node.
 pub const WMCO_VERSION_ANNOTATION: &str = "windowsmachineconfig.openshift.io/version";
@@ -83,6 +92,8 @@ pub struct NodeAgentConfig {
     pub hybrid_overlay_cidr: Ipv4Net,
     /// What the Windows Nodes' `windowsmachineconfig.openshift.io/version` says.
     pub wmco_version: String,
+    /// WMCO's public key as an authorized-keys line: the key its user data authorizes.
+    pub wmco_public_key: String,
     /// The behaviour of every VM without an override.
     pub behaviour: JoinBehaviour,
     /// Behaviours for VMs whose name starts with the prefix (first match wins), e.g. a
@@ -98,6 +109,7 @@ impl Default for NodeAgentConfig {
             hybrid_overlay_cidr: Ipv4Net::new(std::net::Ipv4Addr::new(10, 132, 0, 0), 14)
                 .unwrap_or_default(),
             wmco_version: "10.20.0-sandbox".to_owned(),
+            wmco_public_key: wmco::SANDBOX_PUBLIC_KEY.to_owned(),
             behaviour: JoinBehaviour::default(),
             overrides: Vec::new(),
         }
@@ -117,7 +129,7 @@ impl NodeAgentConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JoinStage {
     /// Windows: WMCO would not act yet, for this reason.
-    WaitingForWmco { reason: String },
+    WaitingForWmco { reason: WmcoWait },
     /// The guest has no address of the kind the behaviour asks for yet.
     WaitingForAddress,
     /// Waiting out the configured delay.
@@ -376,22 +388,7 @@ async fn join(shared: Arc<Shared>, guest: Guest) -> Result<(), AgentError> {
     }
 
     if guest.windows {
-        let machines: Api<Machine> = Api::namespaced(shared.client.clone(), &config.namespace);
-        loop {
-            let machine = machines
-                .get_opt(&node_name)
-                .await
-                .map_err(api_error(&node_name, "read Machine"))?;
-            let addresses =
-                guest::addresses_of(&shared.admin, &uuid).ok_or_else(|| AgentError::VmGone {
-                    node: node_name.clone(),
-                })?;
-            match wmco_gate(&node_name, machine.as_ref(), &addresses) {
-                Ok(()) => break,
-                Err(reason) => shared.stage(&uuid, JoinStage::WaitingForWmco { reason }),
-            }
-            tokio::time::sleep(config.poll_interval).await;
-        }
+        wait_for_wmco(&shared, &guest).await?;
     }
 
     let behaviour = config.behaviour_for(&node_name).clone();
@@ -439,7 +436,7 @@ async fn join(shared: Arc<Shared>, guest: Guest) -> Result<(), AgentError> {
     let serving_csr = csrs
         .create(
             &PostParams::default(),
-            &csr::serving_csr(&node_name, node_ip)?,
+            &csr::serving_csr(&node_name, &node_addresses(&node_name, node_ip))?,
         )
         .await
         .map_err(api_error(&node_name, "create serving CSR"))?
@@ -464,6 +461,89 @@ async fn join(shared: Arc<Shared>, guest: Guest) -> Result<(), AgentError> {
     });
     tracing::info!(node = %node_name, "joined");
     Ok(())
+}
+
+/// WMCO's secret controller (`controllers/secret_controller.go`, `reconcileUserDataSecret`):
+/// create the Secret when missing, rewrite its user data when it differs. Returns whether it was
+/// valid (`validateUserData`) before anything was written.
+async fn reconcile_user_data_secret(shared: &Shared, node: &str) -> Result<bool, AgentError> {
+    let namespace = &shared.config.namespace;
+    let key = &shared.config.wmco_public_key;
+    let secrets: Api<Secret> = Api::namespaced(shared.client.clone(), namespace);
+    let found = secrets
+        .get_opt(wmco::USER_DATA_SECRET)
+        .await
+        .map_err(api_error(node, "read the windows-user-data Secret"))?;
+    let wanted = wmco::user_data_secret(namespace, key);
+    match wmco::secret_action(found.as_ref(), key) {
+        SecretAction::Keep => return Ok(true),
+        SecretAction::Create => {
+            secrets
+                .create(&PostParams::default(), &wanted)
+                .await
+                .map_err(api_error(node, "create the windows-user-data Secret"))?;
+        }
+        SecretAction::Update => {
+            let patch = json!({"data": wanted.data});
+            secrets
+                .patch(
+                    wmco::USER_DATA_SECRET,
+                    &PatchParams::default(),
+                    &Patch::Merge(patch),
+                )
+                .await
+                .map_err(api_error(node, "rewrite the windows-user-data Secret"))?;
+        }
+    }
+    tracing::info!(namespace = %namespace, "WMCO wrote its windows-user-data Secret");
+    Ok(false)
+}
+
+/// Waits until WMCO would configure the guest (see [`wmco_gate`]).
+async fn wait_for_wmco(shared: &Shared, guest: &Guest) -> Result<(), AgentError> {
+    let config = &shared.config;
+    let name = &guest.name;
+    let machines: Api<Machine> = Api::namespaced(shared.client.clone(), &config.namespace);
+    loop {
+        let machine = machines
+            .get_opt(name)
+            .await
+            .map_err(api_error(name, "read Machine"))?;
+        let secret_valid = reconcile_user_data_secret(shared, name).await?;
+        let addresses = guest::addresses_of(&shared.admin, &guest.uuid)
+            .ok_or_else(|| AgentError::VmGone { node: name.clone() })?;
+        let customization = guest::customization_of(&shared.admin, &guest.uuid);
+        let run = user_data_run(customization.as_ref());
+        let side = GuestSide {
+            addresses: &addresses,
+            run: &run,
+        };
+        match wmco_gate(
+            machine.as_ref(),
+            secret_valid,
+            &side,
+            &config.wmco_public_key,
+        ) {
+            Ok(_) => return Ok(()),
+            Err(reason) => shared.stage(&guest.uuid, JoinStage::WaitingForWmco { reason }),
+        }
+        tokio::time::sleep(config.poll_interval).await;
+    }
+}
+
+/// The Node's addresses as the kubelet reports them before a cloud controller does: the node
+/// IP and the host name.
+fn node_addresses(name: &str, ip: IpAddr) -> Vec<NodeAddress> {
+    vec![
+        NodeAddress {
+            type_: "InternalIP".to_owned(),
+            address: ip.to_string(),
+        },
+        NodeAddress {
+            type_: "Hostname".to_owned(),
+            address: name.to_owned(),
+        },
+    ]
 }
 
 fn condition(csr: &CertificateSigningRequest, type_: &str) -> bool {
@@ -503,41 +583,88 @@ async fn wait_for_approval(
     }
 }
 
+/// The kubelet's `maxPods` on an OpenShift Linux worker (openshift/machine-config-operator
+/// `templates/worker/01-worker-kubelet/_base/files/kubelet.yaml`). Its `systemReserved` varies by
+/// release and node size and is not simulated: a Linux Node's allocatable is its capacity.
+const LINUX_MAX_PODS: u64 = 250;
+/// `node.kubernetes.io/windows-build`, which the kubelet sets on Windows to the Windows Server
+/// build (kubernetes.io documentation, "Well-Known Labels, Annotations and Taints"): Windows
+/// Server 2022's.
+const WINDOWS_BUILD: &str = "10.0.20348";
+
+const MIB: u64 = 1 << 20;
+
+fn quantity_bytes(bytes: u64) -> String {
+    format!("{}Ki", bytes / 1024)
+}
+
 fn node_object(
     name: &str,
     guest: &Guest,
     ip: IpAddr,
     size: guest::GuestSize,
 ) -> Result<Node, AgentError> {
-    let (os, os_id) = if guest.windows {
-        ("windows", "Windows")
+    let memory = size.memory_mib * MIB;
+    let disk = size.boot_disk_mib.map(|mib| mib * MIB);
+    let cpu_millis = size.vcpus * 1000;
+    let mut capacity = json!({"cpu": size.vcpus.to_string(), "memory": quantity_bytes(memory)});
+    let mut allocatable = capacity.clone();
+    if let Some(disk) = disk {
+        capacity["ephemeral-storage"] = json!(quantity_bytes(disk));
+        allocatable["ephemeral-storage"] = capacity["ephemeral-storage"].clone();
+    }
+    let (os, os_id, taints) = if guest.windows {
+        // WMCO's kubelet configuration (`pkg/nodeconfig/nodeconfig.go`,
+        // `generateKubeletConfiguration`): maxPods, systemReserved, RegisterWithTaints.
+        capacity["pods"] = json!(wmco::WINDOWS_MAX_PODS.to_string());
+        allocatable["pods"] = capacity["pods"].clone();
+        allocatable["cpu"] = json!(format!(
+            "{}m",
+            cpu_millis.saturating_sub(wmco::WINDOWS_RESERVED_CPU_MILLIS)
+        ));
+        allocatable["memory"] = json!(quantity_bytes(
+            memory.saturating_sub(wmco::WINDOWS_RESERVED_MEMORY_BYTES)
+        ));
+        if let Some(disk) = disk {
+            allocatable["ephemeral-storage"] = json!(quantity_bytes(
+                disk.saturating_sub(wmco::WINDOWS_RESERVED_EPHEMERAL_BYTES)
+            ));
+        }
+        let (key, value, effect) = wmco::WINDOWS_TAINT;
+        (
+            "windows",
+            "Windows",
+            json!([{"key": key, "value": value, "effect": effect}]),
+        )
     } else {
-        ("linux", "rhcos")
+        capacity["pods"] = json!(LINUX_MAX_PODS.to_string());
+        allocatable["pods"] = capacity["pods"].clone();
+        ("linux", "rhcos", json!([]))
     };
     let now = Timestamp::now().to_string();
-    let capacity = json!({
-        "cpu": size.vcpus.to_string(),
-        "memory": format!("{}Ki", size.memory_mib * 1024),
-        // OpenShift's kubelet configuration allows 250 pods per node.
-        "pods": "250",
+    let mut labels = json!({
+        "kubernetes.io/os": os, "beta.kubernetes.io/os": os,
+        "kubernetes.io/arch": "amd64", "beta.kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": name,
+        // WMCO passes `--node-labels=node.openshift.io/os_id=Windows` (`pkg/services/services.go`);
+        // RHCOS's kubelet sets `rhcos`.
+        "node.openshift.io/os_id": os_id,
     });
+    if guest.windows {
+        labels["node.kubernetes.io/windows-build"] = json!(WINDOWS_BUILD);
+    }
     let value = json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {
             "name": name,
-            "labels": {
-                "kubernetes.io/os": os, "beta.kubernetes.io/os": os,
-                "kubernetes.io/arch": "amd64", "beta.kubernetes.io/arch": "amd64",
-                "kubernetes.io/hostname": name,
-                "node.openshift.io/os_id": os_id,
-            },
+            "labels": labels,
             "annotations": {PROVIDED_NODE_IP_ANNOTATION: ip.to_string()},
         },
-        "spec": {},
+        "spec": {"taints": taints},
         "status": {
-            "addresses": [{"type": "InternalIP", "address": ip.to_string()}, {"type": "Hostname", "address": name}],
+            "addresses": node_addresses(name, ip),
             "capacity": capacity,
-            "allocatable": capacity,
+            "allocatable": allocatable,
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                 "message": "kubelet is posting ready status", "lastHeartbeatTime": now, "lastTransitionTime": now}],
             "nodeInfo": {
@@ -556,4 +683,61 @@ fn node_object(
         node: name.to_owned(),
         message: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guest(windows: bool) -> Guest {
+        Guest {
+            uuid: "6f1c2a3b-0000-4000-8000-000000000001".to_owned(),
+            name: "win-a".to_owned(),
+            windows,
+        }
+    }
+
+    /// What WMCO's kubelet registers a Windows Node with (windows-machine-config-operator
+    /// `pkg/nodeconfig/nodeconfig.go` `generateKubeletConfiguration`, HEAD 0be4b9c: MaxPods 250,
+    /// RegisterWithTaints os=Windows:NoSchedule, SystemReserved 500m / 2Gi / 1Gi): the autoscaler's
+    /// scale-from-zero template must promise the same, or it grows the wrong set.
+    #[test]
+    fn windows_nodes_carry_wmcos_kubelet_configuration() {
+        let size = guest::GuestSize {
+            vcpus: 4,
+            memory_mib: 16384,
+            boot_disk_mib: Some(122_880),
+        };
+        let ip: IpAddr = "10.40.1.7".parse().unwrap();
+        let node = node_object("win-a", &guest(true), ip, size).unwrap();
+        let taints = node.spec.clone().unwrap().taints.unwrap();
+        assert_eq!(
+            (
+                taints[0].key.as_str(),
+                taints[0].value.as_deref(),
+                taints[0].effect.as_str()
+            ),
+            ("os", Some("Windows"), "NoSchedule")
+        );
+        let status = node.status.unwrap();
+        let capacity = status.capacity.unwrap();
+        let allocatable = status.allocatable.unwrap();
+        assert_eq!(capacity["pods"].0, "250");
+        assert_eq!(allocatable["pods"].0, "250");
+        assert_eq!(capacity["cpu"].0, "4");
+        assert_eq!(allocatable["cpu"].0, "3500m");
+        assert_eq!(capacity["memory"].0, "16777216Ki");
+        assert_eq!(allocatable["memory"].0, "14680064Ki");
+        assert_eq!(capacity["ephemeral-storage"].0, "125829120Ki");
+        assert_eq!(allocatable["ephemeral-storage"].0, "124780544Ki");
+        let labels = node.metadata.labels.unwrap();
+        assert_eq!(labels["node.openshift.io/os_id"], "Windows");
+        assert_eq!(labels["node.kubernetes.io/windows-build"], WINDOWS_BUILD);
+
+        let linux = node_object("lin-a", &guest(false), ip, size).unwrap();
+        assert!(linux.spec.unwrap().taints.unwrap_or_default().is_empty());
+        let status = linux.status.unwrap();
+        assert_eq!(status.capacity.unwrap()["pods"].0, "250");
+        assert_eq!(status.allocatable.unwrap()["cpu"].0, "4");
+    }
 }

@@ -48,8 +48,9 @@ use controller::{ControllerLaunch, ControllerProcess};
 pub use history::{History, MachineRecord};
 pub use snapshot::{Snapshot, machine_set_of, provider_condition, stage_label};
 
-/// Marker inside the stand-in Windows user data: it must never show in a log line.
-pub const WINDOWS_USER_DATA_MARKER: &str = "sandbox-windows-user-data-5d1e";
+/// A distinctive part of the Windows user data (the sandbox WMCO's key): it must never show in a
+/// log line.
+pub const WINDOWS_USER_DATA_MARKER: &str = "AAAAIOQr8h6wG4CauqEpRnpW+n7iAaX7cGSguySTwhq1I9Yt";
 /// Marker inside the stand-in Linux user data.
 pub const LINUX_USER_DATA_MARKER: &str = "sandbox-linux-user-data-8b2c";
 /// The kube-sim user (token `user:NAME`) the controller's requests are logged as.
@@ -58,17 +59,9 @@ pub const CONTROLLER_USER: &str = "nutanix-machine-controller";
 /// service networks, and OVN-Kubernetes' hybrid overlay (prism-mock's default).
 pub const EXCLUDED_CIDRS: [&str; 3] = ["10.128.0.0/14", "172.30.0.0/16", "10.132.0.0/14"];
 
-/// The stand-in for WMCO's `windows-user-data`: the same wrapping, a harmless script.
+/// WMCO's `windows-user-data`, as the node agent's WMCO generates it for Nutanix.
 pub fn windows_user_data() -> String {
-    format!(
-        "<powershell>\n\
-         # Stand-in for the Windows Machine Config Operator's user data: the real script enables\n\
-         # OpenSSH and authorizes WMCO's key.\n\
-         $marker = \"{WINDOWS_USER_DATA_MARKER}\"\n\
-         Write-Output \"user data ran: $marker\"\n\
-         </powershell>\n\
-         <persist>true</persist>\n"
-    )
+    node_agent::wmco::user_data(node_agent::wmco::SANDBOX_PUBLIC_KEY)
 }
 
 /// The stand-in for the installer's `worker-user-data` (an Ignition config).
