@@ -47,6 +47,7 @@ use crate::plan::machine_status::{
     StatusUpdate, UNKNOWN_INSTANCE_STATE, conditions, machine_condition, metadata_patch,
     provider_condition, status_patch,
 };
+use crate::plan::machine_status::{event_note, failure_event_reason};
 
 /// Label of this controller in metrics.
 const CONTROLLER: &str = "machine";
@@ -215,36 +216,16 @@ async fn reconcile(guarded: Arc<GuardedMachine>, context: Arc<Context>) -> Resul
     result
 }
 
-/// Kubernetes keeps at most this many bytes of an event's note.
-const EVENT_NOTE_LIMIT: usize = 1024;
-
 /// Makes a failed reconcile visible on the Machine (`oc describe machine`), as the Go provider's
 /// `FailedCreate` / `FailedUpdate` / `FailedDelete` events do: the error and, where its cause
 /// tells, the fix. The recorder folds repeats of one note into one event with a count. Errors
 /// carry no secret (see [`Error`]).
 async fn publish_failure(shared: &Shared, machine: &Machine, error: &Error) {
-    let reason = if machine.metadata.deletion_timestamp.is_some() {
-        "FailedDelete"
-    } else if matches!(
-        machine.phase(),
-        crate::api::phase::PROVISIONED | crate::api::phase::RUNNING
-    ) {
-        "FailedUpdate"
-    } else {
-        "FailedCreate"
+    let reason = failure_event_reason(machine);
+    let note = match error.advice() {
+        Some(advice) => event_note(&format!("{error}. Fix: {advice}")),
+        None => event_note(&error.to_string()),
     };
-    let mut note = match error.advice() {
-        Some(advice) => format!("{error}. Fix: {advice}"),
-        None => error.to_string(),
-    };
-    if note.len() > EVENT_NOTE_LIMIT {
-        let mut end = EVENT_NOTE_LIMIT - 3;
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-        note.push_str("...");
-    }
     shared.event(machine, true, reason, note).await;
 }
 

@@ -63,6 +63,37 @@ pub mod conditions {
 }
 
 /// A providerStatus condition.
+/// The Go provider's reason for the event of a failed reconcile: `FailedDelete` for a Machine
+/// being deleted, `FailedUpdate` once it is `Provisioned` or `Running`, else `FailedCreate`.
+pub fn failure_event_reason(machine: &Machine) -> &'static str {
+    if machine.metadata.deletion_timestamp.is_some() {
+        "FailedDelete"
+    } else if matches!(
+        machine.phase(),
+        crate::api::phase::PROVISIONED | crate::api::phase::RUNNING
+    ) {
+        "FailedUpdate"
+    } else {
+        "FailedCreate"
+    }
+}
+
+/// Kubernetes keeps at most this many bytes of an event's note.
+pub const EVENT_NOTE_LIMIT: usize = 1024;
+
+/// `text` as an event note: cut to [`EVENT_NOTE_LIMIT`] bytes on a character boundary, with
+/// `...` marking the cut.
+pub fn event_note(text: &str) -> String {
+    if text.len() <= EVENT_NOTE_LIMIT {
+        return text.to_owned();
+    }
+    let mut end = EVENT_NOTE_LIMIT - 3;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
 pub fn provider_condition(
     type_: &str,
     ok: bool,

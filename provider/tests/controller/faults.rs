@@ -10,7 +10,7 @@ use crate::harness::{Env, linux_spec, scrape, windows_template};
 
 const VMS: &str = "/api/nutanix/v3/vms";
 
-fn count_with_status(env: &Env, method: &str, endpoint: &str, status: u16) -> u64 {
+pub(crate) fn count_with_status(env: &Env, method: &str, endpoint: &str, status: u16) -> u64 {
     env.mock
         .admin()
         .counters()

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use nutanix_machine_controller::api::GUEST_CUSTOMIZATION_ANNOTATION;
 
+use crate::faults::count_with_status;
 use crate::harness::{
     Env, NS, admin_password_of, choices, linux_spec, provider_spec, windows_clone,
 };
@@ -88,14 +89,7 @@ async fn concurrent_clones_refused_with_a_conflict_back_off_and_each_get_one_vm(
         env.wait_phase(name, "Running").await;
         assert_eq!(env.vms_named(name).len(), 1, "{name}");
     }
-    let conflicts = env
-        .mock
-        .admin()
-        .counters()
-        .iter()
-        .filter(|c| c.endpoint == "/api/nutanix/v3/vms/{uuid}/clone" && c.status == 409)
-        .map(|c| c.count)
-        .sum::<u64>();
+    let conflicts = count_with_status(&env, "POST", "/api/nutanix/v3/vms/{uuid}/clone", 409);
     assert!(conflicts >= 1, "the mock refused a concurrent clone");
     let refused = names
         .iter()

@@ -259,3 +259,44 @@ fn merge_diff_rules() {
         Some(json!({"b": {"c": 2, "d": null}, "e": [1, 2], "f": "new"}))
     );
 }
+
+#[test]
+fn failed_reconciles_are_named_as_the_go_provider_names_them_and_notes_fit() {
+    let with = |phase: Option<&str>, deleting: bool| -> Machine {
+        let mut value = json!({"apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+            "metadata": {"name": "m", "namespace": "ns"}, "spec": {}});
+        if let Some(phase) = phase {
+            value["status"] = json!({"phase": phase});
+        }
+        if deleting {
+            value["metadata"]["deletionTimestamp"] = json!("2026-12-01T00:00:00Z");
+        }
+        serde_json::from_value(value).unwrap()
+    };
+    assert_eq!(failure_event_reason(&with(None, false)), "FailedCreate");
+    assert_eq!(
+        failure_event_reason(&with(Some("Provisioning"), false)),
+        "FailedCreate"
+    );
+    assert_eq!(
+        failure_event_reason(&with(Some("Provisioned"), false)),
+        "FailedUpdate"
+    );
+    assert_eq!(
+        failure_event_reason(&with(Some("Running"), false)),
+        "FailedUpdate"
+    );
+    assert_eq!(
+        failure_event_reason(&with(Some("Running"), true)),
+        "FailedDelete"
+    );
+
+    assert_eq!(event_note("short"), "short");
+    let long = "é".repeat(EVENT_NOTE_LIMIT);
+    let note = event_note(&long);
+    assert!(
+        note.len() <= EVENT_NOTE_LIMIT && note.ends_with("..."),
+        "{}",
+        note.len()
+    );
+}
