@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use url::Url;
 
+use crate::Sensitive;
 use crate::error::ConfigError;
 use crate::observe::RequestObserver;
-use crate::sensitive::Sensitive;
 
 /// Prism Central's default port.
 pub const DEFAULT_PORT: u16 = 9440;

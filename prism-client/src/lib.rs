@@ -14,29 +14,25 @@ mod api_v4;
 mod client;
 mod config;
 pub mod endpoints;
-mod error;
 mod observe;
-mod open_enum;
 mod ratelimit;
-mod sensitive;
 mod task;
 mod tls;
-pub mod v3;
-pub mod v4;
+
+// The API's data lives in `prism-types` (no transport), re-exported here whole.
+use prism_types::error;
+pub use prism_types::{v3, v4};
 
 pub use api_v3::{Listing, V3Entity};
 
-/// The most pages one listing (`list_all`, `find_by_exact_name`, `list_all_templates`) reads before it fails
-/// with [`Error::ListDidNotEnd`]: 200,000 entities at the default page length of 100, far beyond what one
-/// Prism Central holds, yet a bound on a server that keeps announcing more than it hands out.
-pub const MAX_LIST_PAGES: u32 = 2_000;
 pub use api_v4::DeployAccepted;
 pub use client::{Client, REQUEST_ID_HEADER};
 pub use config::{
     API_KEY_USERNAME, AuthMode, CaBundle, ClientConfig, Credentials, DEFAULT_PORT, ProxyConfig,
     RateLimit, RetryPolicy,
 };
-pub use error::{ConfigError, Error, PrismMessage, PrismMessages, TransportKind};
 pub use observe::{Api, RequestEvent, RequestObserver};
-pub use sensitive::Sensitive;
-pub use task::{MAX_SUBTASK_READS, SubtaskError, TaskEnd, TaskEntity, TaskFailure, TaskProgress};
+pub use prism_types::{
+    ConfigError, Error, MAX_LIST_PAGES, MAX_SUBTASK_READS, PrismMessage, PrismMessages, Sensitive,
+    SubtaskError, TaskEnd, TaskEntity, TaskFailure, TaskProgress, TransportKind,
+};

@@ -4,6 +4,7 @@
 //! - [`api`]: serde types for Machine, MachineSet and the Nutanix provider spec and status;
 //! - [`plan`]: pure, synchronous decisions (validation, Prism request bodies, unattend.xml,
 //!   cloud-init, addresses, MachineSet annotations, lifecycle steps, CSR checks);
+//!   both live in the `nutanix-machine-plan` crate, which has no I/O dependency;
 //! - [`render`]: the `render` command, which previews a plan without contacting Prism;
 //! - [`actuator`]: everything asked of Prism Central (and the create protocol's documentation);
 //! - [`metrics`]: the Prometheus registry;
@@ -17,9 +18,8 @@ mod cli_main;
 pub use cli_main::cli_main;
 
 pub mod actuator;
-pub mod api;
+pub use nutanix_machine_plan::{api, plan};
 pub mod controller;
 pub mod metrics;
-pub mod plan;
 pub mod render;
 pub mod runtime;

@@ -69,12 +69,22 @@ async fn prism_500s_and_429s_during_create_are_retried() {
     env.wait_event("retry-0", "FailedCreate", "server error (500)")
         .await;
 
-    let metrics = scrape(&metrics_line, "/metrics").await;
+    // The phase's metric is observed right after the status write the test saw: scrape until it
+    // is there (seen missing once when the host was loaded).
+    let running = r#"mapi_machine_phase_transition_seconds_count{phase="Running"} 1"#;
+    let mut metrics = scrape(&metrics_line, "/metrics").await;
+    for _ in 0..50 {
+        if metrics.contains(running) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        metrics = scrape(&metrics_line, "/metrics").await;
+    }
     assert!(
         metrics.contains(r#"mapi_instance_create_failed{name="retry-0",namespace="openshift-machine-api",reason="PrismError"} 3"#),
         "{metrics}"
     );
-    assert!(metrics.contains(r#"mapi_machine_phase_transition_seconds_count{phase="Running"} 1"#));
+    assert!(metrics.contains(running), "{metrics}");
     assert!(
         metrics.contains(
             r#"nutanix_prism_requests_total{api="v3",code="500",endpoint="POST /vms"} 2"#

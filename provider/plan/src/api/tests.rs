@@ -1,0 +1,258 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::core::DeserializeGuard;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+use super::*;
+
+fn fixture(name: &str) -> String {
+    let path = format!("{}/../tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[test]
+fn documented_linux_machineset_parses_with_upstream_quirks() {
+    let set: MachineSet = serde_saphyr::from_str(&fixture("machineset-linux.yaml")).unwrap();
+    assert!(!set.is_windows());
+    let config = set.provider_config().unwrap().unwrap();
+    assert_eq!(config.boot_type, BootType::Unset);
+    assert!(config.project.is_unset());
+    assert_eq!(config.categories, None);
+    assert_eq!(
+        config.image,
+        NutanixResourceIdentifier::by_name("ocp-7x2kq-rhcos")
+    );
+    assert_eq!(config.vcpu_sockets, 4);
+    assert_eq!(config.memory_size.0, "16Gi");
+    assert!(
+        config.metadata.is_some(),
+        "metadata: {{creationTimestamp: null}} parses"
+    );
+}
+
+#[test]
+fn documented_windows_machineset_is_windows() {
+    let set: MachineSet = serde_saphyr::from_str(&fixture("machineset-windows.yaml")).unwrap();
+    assert!(set.is_windows());
+    let config = set.provider_config().unwrap().unwrap();
+    assert_eq!(config.user_data_secret.unwrap().name, "windows-user-data");
+}
+
+#[test]
+fn provider_config_serialises_like_upstream() {
+    let config = NutanixMachineProviderConfig::from_value(&json!({
+        "cluster": {"type": "uuid", "uuid": "u1"},
+        "image": {"type": "name", "name": "rhcos"},
+        "subnets": [{"type": "uuid", "uuid": "s1"}],
+        "vcpusPerSocket": 1, "vcpuSockets": 2, "memorySize": "8Gi", "systemDiskSize": "120Gi",
+        "credentialsSecret": {"name": "nutanix-credentials"},
+        "dataDisks": [{"diskSize": "10Gi", "deviceProperties": {"deviceType": "Disk", "adapterType": "SCSI"},
+                       "storageConfig": {"diskMode": "Standard"}}]
+    }))
+    .unwrap();
+    // Go has no omitempty on bootType, project, categories, gpus and failureDomain, nor on
+    // storageContainer; deviceIndex 0 is omitted.
+    assert_eq!(
+        config.to_value(),
+        json!({
+            "cluster": {"type": "uuid", "uuid": "u1"},
+            "image": {"type": "name", "name": "rhcos"},
+            "subnets": [{"type": "uuid", "uuid": "s1"}],
+            "vcpusPerSocket": 1, "vcpuSockets": 2, "memorySize": "8Gi", "systemDiskSize": "120Gi",
+            "bootType": "",
+            "project": {"type": ""},
+            "categories": null,
+            "gpus": null,
+            "dataDisks": [{"diskSize": "10Gi", "deviceProperties": {"deviceType": "Disk", "adapterType": "SCSI"},
+                           "storageConfig": {"diskMode": "Standard", "storageContainer": null}}],
+            "credentialsSecret": {"name": "nutanix-credentials"},
+            "failureDomain": null
+        })
+    );
+}
+
+#[test]
+fn unknown_enum_values_are_kept_for_validation_and_written_back() {
+    let config = NutanixMachineProviderConfig::from_value(&json!({
+        "bootType": "Bios", "imageKind": "Snapshot", "cluster": {"type": "id"}
+    }))
+    .unwrap();
+    assert_eq!(config.boot_type, BootType::Unknown("Bios".into()));
+    assert_eq!(
+        config.image_kind,
+        Some(ImageKind::Unknown("Snapshot".into()))
+    );
+    assert_eq!(config.to_value()["bootType"], "Bios");
+    assert_eq!(config.to_value()["cluster"]["type"], "id");
+}
+
+#[test]
+fn a_wrong_json_type_is_reported_with_its_path() {
+    let error = NutanixMachineProviderConfig::from_value(&json!({
+        "vcpuSockets": 2,
+        "dataDisks": [{"diskSize": "1Gi"}, {"diskSize": "1Gi", "deviceProperties": {"deviceIndex": "one"}}]
+    }))
+    .unwrap_err();
+    assert_eq!(error.path, "dataDisks[1].deviceProperties.deviceIndex");
+    assert!(error.message.contains("expected i32"), "{}", error.message);
+}
+
+fn machine_with_everything() -> Value {
+    json!({
+        "apiVersion": "machine.openshift.io/v1beta1",
+        "kind": "Machine",
+        "metadata": {"name": "m1", "namespace": "openshift-machine-api", "uid": "abc",
+                     "labels": {"machine.openshift.io/os-id": "Windows"}},
+        "spec": {
+            "metadata": {"labels": {"node-role.kubernetes.io/worker": ""}},
+            "lifecycleHooks": {"preDrain": [{"name": "hook", "owner": "me"}]},
+            "taints": [{"key": "k", "effect": "NoSchedule"}],
+            "providerSpec": {"value": {"cluster": {"type": "uuid", "uuid": "u"}, "futureField": {"x": 1}}},
+            "providerID": "nutanix://abc",
+            "authoritativeAPI": "MachineAPI",
+            "nodeDrainTimeoutSeconds": 30
+        },
+        "status": {
+            "nodeRef": {"kind": "Node", "name": "n1"},
+            "lastUpdated": "2026-01-02T03:04:05Z",
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.5"}],
+            "phase": "Running",
+            "conditions": [{"type": "Drainable", "status": "True"}],
+            "providerStatus": {"vmUUID": "abc", "instanceState": "Unknown",
+                               "conditions": [{"type": "MachineInstanceReady", "status": "True",
+                                               "reason": "Machine instance is ready", "message": "",
+                                               "lastTransitionTime": "2026-01-02T03:04:05Z"}]},
+            "lastOperation": {"type": "Create", "state": "Succeeded"},
+            "synchronizedGeneration": 3
+        }
+    })
+}
+
+#[test]
+fn a_machine_round_trips_without_losing_fields() {
+    let original = machine_with_everything();
+    let machine: Machine = serde_json::from_value(original.clone()).unwrap();
+    assert!(machine.is_windows());
+    assert_eq!(machine.phase(), "Running");
+    assert_eq!(machine.spec.lifecycle_hooks.pre_drain.len(), 1);
+    assert_eq!(serde_json::to_value(&machine).unwrap(), original);
+}
+
+#[test]
+fn provider_status_keeps_unknown_fields_and_merges_conditions() {
+    let machine: Machine = serde_json::from_value(machine_with_everything()).unwrap();
+    let mut status = machine.provider_status().unwrap();
+    assert_eq!(status.vm_uuid.as_deref(), Some("abc"));
+    let first_time = status.conditions[0].last_transition_time.clone();
+    let later = Time("2026-02-01T00:00:00Z".parse().unwrap());
+
+    // Same status: the transition time stays.
+    status.set_condition(Condition {
+        type_: "MachineInstanceReady".into(),
+        status: "True".into(),
+        reason: "MachineInstanceReady".into(),
+        message: String::new(),
+        last_transition_time: later.clone(),
+        observed_generation: None,
+    });
+    // Another type is added, not substituted.
+    status.set_condition(Condition {
+        type_: "MachineCreation".into(),
+        status: "True".into(),
+        reason: "MachineCreationSucceeded".into(),
+        message: String::new(),
+        last_transition_time: later.clone(),
+        observed_generation: None,
+    });
+    assert_eq!(status.conditions.len(), 2);
+    assert_eq!(status.conditions[0].last_transition_time, first_time);
+    assert_eq!(status.conditions[0].reason, "MachineInstanceReady");
+
+    // A status change moves the transition time.
+    status.set_condition(Condition {
+        type_: "MachineInstanceReady".into(),
+        status: "False".into(),
+        reason: "MachineInstanceNotReady".into(),
+        message: String::new(),
+        last_transition_time: later.clone(),
+        observed_generation: None,
+    });
+    assert_eq!(status.conditions[0].last_transition_time, later);
+
+    let written = status.to_value();
+    assert_eq!(written["instanceState"], "Unknown");
+    assert_eq!(written["apiVersion"], PROVIDER_API_VERSION);
+    assert_eq!(written["kind"], PROVIDER_STATUS_KIND);
+}
+
+#[test]
+fn one_malformed_machine_does_not_fail_the_list() {
+    let good = machine_with_everything();
+    let mut bad = machine_with_everything();
+    bad["metadata"]["name"] = json!("broken");
+    bad["spec"]["taints"] = json!("not a list");
+    let list: Vec<DeserializeGuard<Machine>> = serde_json::from_value(json!([good, bad])).unwrap();
+    assert!(list[0].0.is_ok());
+    let invalid = list[1].0.as_ref().unwrap_err();
+    assert_eq!(invalid.metadata.name.as_deref(), Some("broken"));
+}
+
+#[test]
+fn provider_status_absent_is_empty() {
+    assert_eq!(
+        NutanixMachineProviderStatus::from_value(None).unwrap(),
+        NutanixMachineProviderStatus::default()
+    );
+    assert_eq!(
+        NutanixMachineProviderStatus::from_value(Some(&Value::Null)).unwrap(),
+        NutanixMachineProviderStatus::default()
+    );
+}
+
+#[test]
+fn annotations_carry_our_choices_and_win_over_the_provider_spec() {
+    let set: MachineSet =
+        serde_saphyr::from_str(&fixture("machineset-windows-template.yaml")).unwrap();
+    let config = set.provider_config().unwrap().unwrap();
+    assert_eq!(config.image_kind, Some(ImageKind::Template));
+    let settings = config.guest_customization.unwrap();
+    assert_eq!(settings.type_, Some(GuestCustomizationType::Sysprep));
+    assert_eq!(
+        settings.time_zone.as_deref(),
+        Some("W. Europe Standard Time")
+    );
+
+    let machine: Machine = serde_json::from_value(json!({
+        "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": "m", "annotations": {
+            IMAGE_KIND_ANNOTATION: "VM",
+            GUEST_CUSTOMIZATION_ANNOTATION: "Snapshot",
+            SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION: "win-admin"}},
+        "spec": {"providerSpec": {"value": {
+            "imageKind": "Template",
+            "guestCustomization": {"type": "Sysprep", "timeZone": "UTC"}}}},
+    }))
+    .unwrap();
+    let config = machine.provider_config().unwrap().unwrap();
+    assert_eq!(
+        config.image_kind,
+        Some(ImageKind::Vm),
+        "the annotation wins"
+    );
+    let settings = config.guest_customization.unwrap();
+    assert_eq!(
+        settings.type_,
+        Some(GuestCustomizationType::Sysprep),
+        "an unknown annotation value is not applied (validation reports it)"
+    );
+    assert_eq!(
+        settings.time_zone.as_deref(),
+        Some("UTC"),
+        "kept from providerSpec"
+    );
+    assert_eq!(settings.admin_password_secret.unwrap().name, "win-admin");
+    assert_eq!(
+        machine.annotated_choices().guest_customization,
+        Some(GuestCustomizationType::Unknown("Snapshot".into()))
+    );
+}

@@ -1,0 +1,348 @@
+//! Validates a Machine's providerSpec, together with what Prism said about it, into a [`VmPlan`].
+//!
+//! Every rule of the Go provider is here, plus ours; all problems are collected, each with its
+//! field path and class. The class rule: *invalid* when the Machine itself is wrong or
+//! contradicts a fact Prism reported (a subnet on another cluster, a disk smaller than its
+//! source); *unresolved* when something in Prism is missing, ambiguous, not looked up yet, or has
+//! no free capacity now (it may appear later, so the Machine is retried, never failed).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use prism_types::Sensitive;
+use prism_types::v3::HostGpu;
+
+use super::cloud_init::{self, CloudInitError};
+use super::errors::{Collector, Path, ValidationErrors};
+use super::guest::customization_of;
+use super::identity::MachineIdentity;
+use super::resolve::{
+    Lookup, Resolution, ResolutionMode, ResolvedReferences, ResolvedSource, resolve,
+};
+use super::secret::UserData;
+use super::unattend::{self, PasswordValue, UnattendInput};
+use super::vm_plan::{
+    BootPlan, DiskAddressPlan, EntityRef, GuestPlan, PlannedDataDisk, PlannedGpu, SourcePlan,
+    VmPlan,
+};
+use crate::api::quantity::{GIB, mib_floor, quantity_bytes};
+use crate::api::{
+    AnnotatedChoices, BootType, CLUSTER_ID_LABEL, DiskAdapterType, DiskDeviceType, DiskMode,
+    GUEST_CUSTOMIZATION_ANNOTATION, GpuIdentifierType, GuestCustomizationType,
+    IMAGE_KIND_ANNOTATION, IdentifierType, ImageKind, Machine, NutanixGpu,
+    NutanixMachineProviderConfig, NutanixResourceIdentifier, NutanixVmDisk,
+    SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, SYSPREP_TIME_ZONE_ANNOTATION,
+};
+
+/// At most this many NICs (upstream and Prism).
+pub const MAX_SUBNETS: usize = 32;
+/// Smallest memory upstream accepts.
+pub const MIN_MEMORY_BYTES: u64 = 2 * GIB;
+/// Smallest system disk upstream accepts.
+pub const MIN_SYSTEM_DISK_BYTES: u64 = 20 * GIB;
+/// Smallest data disk upstream accepts.
+pub const MIN_DATA_DISK_BYTES: u64 = GIB;
+/// Time zone of Sysprep Machines unless `guestCustomization.timeZone` says otherwise.
+pub const DEFAULT_TIME_ZONE: &str = "UTC";
+
+/// Inputs besides the Machine.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanContext<'a> {
+    pub resolved: &'a ResolvedReferences,
+    pub mode: ResolutionMode,
+    /// The user-data Secret's `userData`, when the providerSpec names one and it was read.
+    pub user_data: Option<&'a UserData>,
+    /// The Administrator password for Sysprep. In [`ResolutionMode::Strict`] a placeholder is
+    /// refused: a VM never gets one.
+    pub admin_password: Option<PasswordValue<'a>>,
+}
+
+/// Why a Secure Boot VM with guest customization may be refused, and what to do instead.
+pub const SECURE_BOOT_CUSTOMIZATION_WARNING: &str = "bootType SecureBoot with guest customization: AHV \
+     refuses this on many versions (VMM-30102: the customization CD-ROM is IDE, which Secure Boot \
+     forbids); use bootType UEFI, or a template or source VM with Secure Boot whose guest needs no \
+     customization";
+
+/// The category that marks a VM as owned by the cluster (the installer's teardown uses it).
+pub fn owned_category_key(infra_id: &str) -> String {
+    format!("kubernetes-io-cluster-{infra_id}")
+}
+
+/// Value of [`owned_category_key`].
+pub const OWNED_CATEGORY_VALUE: &str = "owned";
+
+/// Validates `machine` and decides its VM.
+pub fn plan_vm(machine: &Machine, context: &PlanContext<'_>) -> Result<VmPlan, ValidationErrors> {
+    let mut errors = Collector::default();
+    let name = machine.metadata.name.clone().unwrap_or_default();
+    let metadata = Path::root("metadata");
+    if !is_dns_label(&name) {
+        errors.invalid(
+            &metadata.field("name"),
+            format!("{name:?} cannot name a VM and its host: use at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"),
+        );
+    }
+    let infra_id = machine
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(CLUSTER_ID_LABEL))
+        .filter(|id| !id.is_empty());
+    if infra_id.is_none() {
+        errors.invalid(
+            &metadata.field("labels"),
+            format!("label {CLUSTER_ID_LABEL} (the cluster's infrastructure ID) is required"),
+        );
+    }
+
+    let spec_path = Path::root("providerSpec");
+    let config = match machine.provider_config() {
+        None => {
+            errors.invalid(&spec_path.field("value"), "is required");
+            None
+        }
+        Some(Err(error)) => {
+            let path = if error.path == "." {
+                spec_path.clone()
+            } else {
+                spec_path.field(&error.path)
+            };
+            errors.invalid(&path, error.message);
+            None
+        }
+        Some(Ok(config)) => Some(config),
+    };
+    let (Some(config), Some(infra_id)) = (config, infra_id) else {
+        return Err(errors.into_errors());
+    };
+
+    let identity = MachineIdentity {
+        namespace: machine.metadata.namespace.clone().unwrap_or_default(),
+        name: name.clone(),
+        uid: machine.metadata.uid.clone().unwrap_or_default(),
+    };
+    let choices = machine.annotated_choices();
+    let warnings = in_spec_choice_warnings(machine, &choices);
+    let mut validator = Validator {
+        errors,
+        warnings,
+        context,
+        spec: spec_path,
+        config: &config,
+        choices: &choices,
+    };
+    let plan = validator.plan(identity, infra_id, machine.is_windows());
+    let Validator {
+        mut errors,
+        warnings,
+        ..
+    } = validator;
+    match plan {
+        Some(plan) if errors.is_empty() => Ok(VmPlan { warnings, ..plan }),
+        _ => {
+            if errors.is_empty() {
+                // Every part that yields nothing records why; reaching this is a bug, and
+                // retrying is safer than failing the Machine for it.
+                errors.unresolved(
+                    &Path::root("providerSpec"),
+                    "the plan could not be completed (a bug in the provider)",
+                );
+            }
+            Err(errors.into_errors())
+        }
+    }
+}
+
+/// An RFC 1123 label: what a VM name and a host name can be.
+pub fn is_dns_label(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+/// Warnings for our choices written in `providerSpec`: the machine-api-operator's webhook drops
+/// them when a Machine is created on OpenShift, and an annotation overrides them.
+fn in_spec_choice_warnings(machine: &Machine, choices: &AnnotatedChoices) -> Vec<String> {
+    let Some(value) = machine.spec.provider_spec.value.as_ref() else {
+        return Vec::new();
+    };
+    let written = |field: &str| value.get(field).is_some_and(|v| !v.is_null());
+    let mut warnings = Vec::new();
+    let mut check = |field: &str, annotation: &str, annotated: bool| {
+        if !written(field) {
+            return;
+        }
+        warnings.push(if annotated {
+            format!("providerSpec.{field} is overridden by the annotation {annotation}")
+        } else {
+            format!(
+                "providerSpec.{field} is dropped by the machine-api-operator's webhook when a Machine is created on OpenShift: set the annotation {annotation} on the MachineSet's spec.template.metadata instead"
+            )
+        });
+    };
+    check(
+        "imageKind",
+        IMAGE_KIND_ANNOTATION,
+        choices.image_kind.is_some(),
+    );
+    check(
+        "guestCustomization",
+        GUEST_CUSTOMIZATION_ANNOTATION,
+        choices.guest_customization.is_some()
+            || choices.time_zone.is_some()
+            || choices.admin_password_secret.is_some(),
+    );
+    warnings
+}
+
+/// Where an annotation's errors are reported.
+fn annotation_path(key: &str) -> Path {
+    Path::root("metadata").field("annotations").key(key)
+}
+
+struct Validator<'c, 'a> {
+    errors: Collector,
+    warnings: Vec<String>,
+    context: &'c PlanContext<'a>,
+    spec: Path,
+    config: &'c NutanixMachineProviderConfig,
+    /// What the annotations chose (already applied to `config`): errors about a choice are
+    /// reported where it was made.
+    choices: &'c AnnotatedChoices,
+}
+
+impl Validator<'_, '_> {
+    fn mode(&self) -> ResolutionMode {
+        self.context.mode
+    }
+
+    fn plan(&mut self, identity: MachineIdentity, infra_id: &str, windows: bool) -> Option<VmPlan> {
+        let config = self.config;
+        let spec = self.spec.clone();
+
+        let image_kind = match (&self.choices.image_kind, &config.image_kind) {
+            (Some(ImageKind::Unknown(other)), _) => {
+                self.errors.invalid(
+                    &annotation_path(IMAGE_KIND_ANNOTATION),
+                    unknown_value("image kind", other, ImageKind::KNOWN),
+                );
+                ImageKind::Image
+            }
+            (_, None) => ImageKind::Image,
+            (_, Some(ImageKind::Unknown(other))) => {
+                self.errors.invalid(
+                    &spec.field("imageKind"),
+                    unknown_value("image kind", other, ImageKind::KNOWN),
+                );
+                ImageKind::Image
+            }
+            (_, Some(kind)) => kind.clone(),
+        };
+
+        // Failure domain: its cluster and subnets replace the providerSpec's.
+        let (cluster_id, cluster_path, subnet_ids) = self.placement();
+
+        let resolved = self.context.resolved;
+        let cluster = cluster_id
+            .and_then(|id| self.resolve_entity(&resolved.clusters, &id, "cluster", &cluster_path));
+        let source = self.source(&image_kind);
+        if let (Some(EntityRef::Uuid(cluster)), Some((_, Some(found)))) =
+            (cluster.as_ref(), source.as_ref())
+            && image_kind == ImageKind::Vm
+        {
+            self.clone_lands_on(found, cluster, &cluster_path);
+        }
+        let subnets = self.subnets(subnet_ids, cluster.as_ref());
+
+        let num_sockets = self.positive(config.vcpu_sockets, "vcpuSockets");
+        let vcpus_per_socket = self.positive(config.vcpus_per_socket, "vcpusPerSocket");
+        let memory = self.size(&config.memory_size, "memorySize", MIN_MEMORY_BYTES);
+        let system_disk = self.size(
+            &config.system_disk_size,
+            "systemDiskSize",
+            MIN_SYSTEM_DISK_BYTES,
+        );
+
+        let boot = self.boot(&image_kind, source.as_ref().map(|(_, resolved)| resolved));
+        let data_disks = self.data_disks(&image_kind, boot);
+        let gpus = self.gpus(&image_kind);
+        let project = self.project();
+        let categories = self.categories(infra_id);
+        self.secrets();
+        let guest = self.guest(&identity, windows);
+        let source = source.and_then(|(source, resolved)| {
+            self.source_plan(source, resolved.as_ref(), system_disk)
+        });
+        if boot == BootPlan::SecureBoot && guest.as_ref().is_some_and(|g| *g != GuestPlan::None) {
+            // Field reports (nutanix/nutanix.ansible#876, nutanix/terraform-provider-nutanix#908):
+            // AHV refuses it with VMM-30102, as the customization CD-ROM is IDE, which Secure Boot
+            // forbids. A warning, not an error: the refusal depends on the AHV version.
+            self.warnings.push(SECURE_BOOT_CUSTOMIZATION_WARNING.into());
+        }
+
+        Some(VmPlan {
+            description: identity.description(),
+            name: identity.name.clone(),
+            identity,
+            cluster: cluster?,
+            source: source?,
+            subnets: subnets?,
+            num_sockets: num_sockets?,
+            vcpus_per_socket: vcpus_per_socket?,
+            memory_mib: mib_floor(memory?),
+            system_disk_mib: mib_floor(system_disk?),
+            data_disks: data_disks?,
+            gpus: gpus?,
+            boot,
+            project: project?,
+            categories: categories?,
+            guest: guest?,
+            warnings: Vec::new(),
+        })
+    }
+
+    // ---- identifiers and lookups -------------------------------------------------------------
+}
+
+/// Anything with a UUID a reference can point at.
+pub(crate) trait HasUuid {
+    fn uuid(&self) -> &str;
+}
+
+impl HasUuid for super::resolve::ResolvedEntity {
+    fn uuid(&self) -> &str {
+        &self.uuid
+    }
+}
+
+impl HasUuid for ResolvedSource {
+    fn uuid(&self) -> &str {
+        &self.uuid
+    }
+}
+
+/// The message for an enum value this version does not know.
+fn unknown_value(what: &str, value: &str, known: &[&str]) -> String {
+    format!("unknown {what} {value:?}, expected one of {known:?}")
+}
+
+fn as_written(id: &NutanixResourceIdentifier) -> EntityRef {
+    match (&id.type_, &id.uuid, &id.name) {
+        (IdentifierType::Uuid, Some(uuid), _) => EntityRef::Uuid(uuid.clone()),
+        (_, _, Some(name)) => EntityRef::Name(name.clone()),
+        (_, uuid, _) => EntityRef::Name(uuid.clone().unwrap_or_default()),
+    }
+}
+
+mod disks;
+mod gpus;
+mod guest;
+mod metadata;
+mod placement;
+mod source;
+
+#[cfg(test)]
+mod tests;

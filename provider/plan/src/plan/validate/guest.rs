@@ -1,0 +1,249 @@
+//! Guest customization: the Secrets it reads, Sysprep's unattend.xml or cloud-init.
+
+use super::*;
+
+impl Validator<'_, '_> {
+    pub(super) fn secrets(&mut self) {
+        let spec = self.spec.clone();
+        match &self.config.credentials_secret {
+            None => self.errors.invalid(
+                &spec.field("credentialsSecret"),
+                "credentialsSecret is required",
+            ),
+            Some(secret) if secret.name.is_empty() => self.errors.invalid(
+                &spec.field("credentialsSecret").field("name"),
+                "name is required",
+            ),
+            Some(_) => {}
+        }
+        if self
+            .config
+            .user_data_secret
+            .as_ref()
+            .is_some_and(|s| s.name.is_empty())
+        {
+            self.errors.invalid(
+                &spec.field("userDataSecret").field("name"),
+                "name is required",
+            );
+        }
+    }
+
+    // ---- guest customization -----------------------------------------------------------------
+
+    pub(super) fn guest(&mut self, identity: &MachineIdentity, windows: bool) -> Option<GuestPlan> {
+        let spec = self.spec.clone();
+        let gc_path = spec.field("guestCustomization");
+        let settings = self.config.guest_customization.clone().unwrap_or_default();
+        let choices = self.choices;
+        // Each setting is reported where it was made: its annotation, or the providerSpec.
+        let type_path = if choices.guest_customization.is_some() {
+            annotation_path(GUEST_CUSTOMIZATION_ANNOTATION)
+        } else {
+            gc_path.field("type")
+        };
+        let time_zone_path = if choices.time_zone.is_some() {
+            annotation_path(SYSPREP_TIME_ZONE_ANNOTATION)
+        } else {
+            gc_path.field("timeZone")
+        };
+        let password_secret_path = if choices.admin_password_secret.is_some() {
+            annotation_path(SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION)
+        } else {
+            gc_path.field("adminPasswordSecret")
+        };
+        let unknown = match &choices.guest_customization {
+            Some(GuestCustomizationType::Unknown(other)) => Some(other.clone()),
+            _ => match customization_of(self.config) {
+                GuestCustomizationType::Unknown(other) => Some(other),
+                _ => None,
+            },
+        };
+        if let Some(other) = unknown {
+            self.errors.invalid(
+                &type_path,
+                format!(
+                    "unknown guest customization {other:?}, expected \"Sysprep\" or \"CloudInit\""
+                ),
+            );
+            return None;
+        }
+        let kind = customization_of(self.config);
+        let user_data_path = spec.field("userDataSecret");
+        let user_data = match (&self.config.user_data_secret, self.context.user_data) {
+            (None, _) => None,
+            // Reported by `secrets`.
+            (Some(secret), _) if secret.name.is_empty() => return None,
+            (Some(_), Some(data)) => Some(data),
+            (Some(secret), None) if self.mode() == ResolutionMode::Strict => {
+                self.errors.unresolved(
+                    &user_data_path,
+                    format!("Secret {:?} (key userData) has not been read", secret.name),
+                );
+                return None;
+            }
+            (Some(secret), None) => {
+                self.warnings.push(format!(
+                    "no user data given (--user-data): Secret {:?} is not included",
+                    secret.name
+                ));
+                None
+            }
+        };
+
+        if kind == GuestCustomizationType::CloudInit {
+            // One guest customization only: Sysprep's settings make no sense with cloud-init.
+            let mut ok = true;
+            if settings.time_zone.is_some() {
+                self.errors
+                    .invalid(&time_zone_path, "a time zone is used only with Sysprep");
+                ok = false;
+            }
+            if settings.admin_password_secret.is_some() {
+                self.errors.invalid(
+                    &password_secret_path,
+                    "an Administrator password Secret is used only with Sysprep",
+                );
+                ok = false;
+            }
+            if !ok {
+                return None;
+            }
+            let Some(user_data) = user_data else {
+                return Some(GuestPlan::None);
+            };
+            return self.cloud_init(user_data, identity, windows, &user_data_path);
+        }
+
+        if !windows {
+            self.errors.invalid(
+                &type_path,
+                "Sysprep needs a Windows Machine (label machine.openshift.io/os-id: Windows)",
+            );
+            return None;
+        }
+        let time_zone = settings.time_zone.as_deref().unwrap_or(DEFAULT_TIME_ZONE);
+        if !is_time_zone_id(time_zone) {
+            self.errors.invalid(&time_zone_path, format!("{time_zone:?} is not a Windows time zone ID (such as \"UTC\" or \"W. Europe Standard Time\")"));
+            return None;
+        }
+        let password_path = match &settings.admin_password_secret {
+            Some(secret) if secret.name.is_empty() => {
+                let path = if choices.admin_password_secret.is_some() {
+                    password_secret_path
+                } else {
+                    password_secret_path.field("name")
+                };
+                self.errors.invalid(&path, "name is required");
+                return None;
+            }
+            Some(_) => password_secret_path,
+            None => gc_path.clone(),
+        };
+        let password = match (self.context.admin_password, self.mode()) {
+            (Some(PasswordValue::Secret(password)), _) => PasswordValue::Secret(password),
+            (Some(PasswordValue::Placeholder) | None, ResolutionMode::Preview) => {
+                PasswordValue::Placeholder
+            }
+            (_, ResolutionMode::Strict) => {
+                self.errors.unresolved(
+                    &password_path,
+                    "no Administrator password was given for Sysprep",
+                );
+                return None;
+            }
+        };
+        let script = match user_data
+            .map(|data| unattend::powershell_body(data.expose()))
+            .transpose()
+        {
+            Ok(script) => script,
+            Err(error) => {
+                self.errors
+                    .invalid(&user_data_path, format!("{error} (Secret key userData)"));
+                return None;
+            }
+        };
+        let input = UnattendInput {
+            machine_name: &identity.name,
+            time_zone,
+            script,
+            password,
+        };
+        match unattend::render_unattend(&input) {
+            Ok(rendered) => {
+                self.warnings.extend(rendered.warnings.iter().cloned());
+                Some(GuestPlan::Sysprep(rendered))
+            }
+            Err(error) => {
+                self.errors
+                    .invalid(&user_data_path, format!("{error} (Secret key userData)"));
+                None
+            }
+        }
+    }
+
+    pub(super) fn cloud_init(
+        &mut self,
+        user_data: &UserData,
+        identity: &MachineIdentity,
+        windows: bool,
+        path: &Path,
+    ) -> Option<GuestPlan> {
+        let invalid = |errors: &mut Collector, error: CloudInitError| {
+            errors.invalid(path, format!("{error} (Secret key userData)"));
+        };
+        let (bytes, meta_data) = if windows {
+            // cloudbase-init gets the user data unchanged and learns its name from meta_data.
+            let instance_id = if identity.uid.is_empty() {
+                &identity.name
+            } else {
+                &identity.uid
+            };
+            (
+                user_data.expose().to_vec(),
+                Some(cloud_init::meta_data(&identity.name, instance_id)),
+            )
+        } else {
+            match cloud_init::ignition_with_hostname(user_data.expose(), &identity.name) {
+                Ok(bytes) => (bytes, None),
+                Err(error) => {
+                    invalid(&mut self.errors, error);
+                    return None;
+                }
+            }
+        };
+        let user_data = match cloud_init::encode_user_data(&bytes) {
+            Ok(encoded) => encoded,
+            Err(error) => {
+                invalid(&mut self.errors, error);
+                return None;
+            }
+        };
+        let meta_data = match meta_data
+            .map(|m| cloud_init::encode_meta_data(&m))
+            .transpose()
+        {
+            Ok(encoded) => encoded,
+            Err(error) => {
+                invalid(&mut self.errors, error);
+                return None;
+            }
+        };
+        Some(GuestPlan::CloudInit {
+            user_data: Sensitive::new(user_data),
+            meta_data: meta_data.map(Sensitive::new),
+        })
+    }
+}
+
+/// Windows time zone IDs are letters, digits, spaces and `.+-()_` (`UTC`, `UTC-11`,
+/// `W. Europe Standard Time`, `Russia Time Zone 3`).
+fn is_time_zone_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b" .+-()_".contains(&b))
+        && !id.starts_with(' ')
+        && !id.ends_with(' ')
+}

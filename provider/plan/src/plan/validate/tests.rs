@@ -1,0 +1,1534 @@
+use pretty_assertions::assert_eq;
+use prism_types::v3::{GpuMode, GpuVendor, HostGpu};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::plan::errors::{ErrorClass, FieldError};
+use crate::plan::resolve::ResolvedSubnet;
+use crate::plan::secret::AdminPassword;
+use crate::plan::unattend::PASSWORD_PLACEHOLDER;
+
+const CLUSTER: &str = "0005b0f1-8f43-a0f2-02b7-3cecef193712";
+const OTHER_CLUSTER: &str = "0005b0f1-8f43-a0f2-02b7-3cecef199999";
+const SUBNET: &str = "c7938dc6-7659-453e-a688-e26020c68e43";
+const SUBNET_2: &str = "d8a49ed7-8760-464f-b799-f37131d79f54";
+const IMAGE: &str = "f2a1c0de-0000-4000-8000-000000000001";
+const TEMPLATE: &str = "7e3b0d9a-1111-4000-8000-000000000002";
+const SOURCE_VM: &str = "9c1d2e3f-2222-4000-8000-000000000003";
+const CONTAINER: &str = "5a5a5a5a-3333-4000-8000-000000000004";
+const PROJECT: &str = "6b6b6b6b-4444-4000-8000-000000000005";
+const IGNITION: &[u8] = br#"{"ignition":{"version":"3.2.0"}}"#;
+const WINDOWS_USER_DATA: &[u8] =
+    b"<powershell>\nWrite-Host hello\n</powershell>\n<persist>true</persist>\n";
+
+/// One Machine plus everything the plan gets besides it.
+struct Case {
+    machine: Value,
+    resolved: ResolvedReferences,
+    user_data: Option<Vec<u8>>,
+    password: Option<AdminPassword>,
+    mode: ResolutionMode,
+}
+
+impl Case {
+    fn linux() -> Self {
+        Self {
+            machine: json!({
+                "apiVersion": "machine.openshift.io/v1beta1",
+                "kind": "Machine",
+                "metadata": {
+                    "name": "ocp-7x2kq-worker-0-abcde",
+                    "namespace": "openshift-machine-api",
+                    "uid": "11111111-2222-4333-8444-555555555555",
+                    "labels": {"machine.openshift.io/cluster-api-cluster": "ocp-7x2kq"}
+                },
+                "spec": {"providerSpec": {"value": {
+                    "apiVersion": "machine.openshift.io/v1",
+                    "kind": "NutanixMachineProviderConfig",
+                    "cluster": {"type": "uuid", "uuid": CLUSTER},
+                    "image": {"type": "name", "name": "rhcos"},
+                    "subnets": [{"type": "uuid", "uuid": SUBNET}],
+                    "vcpuSockets": 2,
+                    "vcpusPerSocket": 1,
+                    "memorySize": "8Gi",
+                    "systemDiskSize": "120Gi",
+                    "bootType": "",
+                    "project": {"type": ""},
+                    "categories": null,
+                    "credentialsSecret": {"name": "nutanix-credentials"},
+                    "userDataSecret": {"name": "worker-user-data"}
+                }}}
+            }),
+            resolved: serde_json::from_value(json!({
+                "clusters": {CLUSTER: {"uuid": CLUSTER}},
+                "images": {"rhcos": {"uuid": IMAGE, "sizeBytes": 16u64 << 30}, "data-image": {"uuid": IMAGE}},
+                "templates": {"win-template": {"uuid": TEMPLATE, "sizeBytes": 64u64 << 30, "bootType": "UEFI"}},
+                "sourceVms": {"win-golden": {"uuid": SOURCE_VM, "sizeBytes": 64u64 << 30}},
+                "subnets": {
+                    SUBNET: {"uuid": SUBNET, "clusterUuid": CLUSTER},
+                    SUBNET_2: {"uuid": SUBNET_2, "clusterUuid": CLUSTER},
+                    "vlan-10": {"uuid": SUBNET_2, "clusterUuid": CLUSTER}
+                },
+                "projects": {"ocp": {"uuid": PROJECT}},
+                "categories": {
+                    "kubernetes-io-cluster-ocp-7x2kq": {"owned": true},
+                    "Environment": {"prod": true, "test": true},
+                    "Team": {"infra": true}
+                },
+                "hostGpus": [
+                    {"name": "Tesla T4", "vendor": "NVIDIA", "mode": "PASSTHROUGH_COMPUTE", "device_id": 7864, "status": "UNUSED"},
+                    {"name": "Tesla T4", "vendor": "NVIDIA", "mode": "PASSTHROUGH_COMPUTE", "device_id": 7864, "status": "USED"},
+                    {"name": "Tesla T4", "vendor": "NVIDIA", "mode": "PASSTHROUGH_COMPUTE", "device_id": 7864, "status": "UNUSED"}
+                ],
+                "failureDomains": [
+                    {"name": "fd-a", "cluster": {"type": "uuid", "uuid": CLUSTER}, "subnets": [{"type": "name", "name": "vlan-10"}]}
+                ]
+            }))
+            .unwrap(),
+            user_data: Some(IGNITION.to_vec()),
+            password: None,
+            mode: ResolutionMode::Strict,
+        }
+    }
+
+    /// A Windows Machine as the Go provider's MachineSets make them: cloud-init by default.
+    fn windows() -> Self {
+        let mut case = Self::linux();
+        case.machine["metadata"]["name"] = json!("winworker-abcde");
+        case.machine["metadata"]["labels"]["machine.openshift.io/os-id"] = json!("Windows");
+        case.set("/userDataSecret", json!({"name": "windows-user-data"}));
+        case.user_data = Some(WINDOWS_USER_DATA.to_vec());
+        case
+    }
+
+    /// A Windows Machine that opts into Sysprep with the annotation, as its MachineSet's
+    /// template would give it.
+    fn sysprep() -> Self {
+        let mut case = Self::windows();
+        case.annotate(GUEST_CUSTOMIZATION_ANNOTATION, "Sysprep");
+        case.password = Some(AdminPassword::new("Ex4mple-Passw0rd!").unwrap());
+        case
+    }
+
+    fn annotate(&mut self, key: &str, value: &str) -> &mut Self {
+        let metadata = &mut self.machine["metadata"];
+        if metadata.get("annotations").is_none() {
+            metadata["annotations"] = json!({});
+        }
+        metadata["annotations"][key] = json!(value);
+        self
+    }
+
+    /// Sets a field of the providerSpec (`/vcpuSockets`) or, with a leading `!`, of the Machine.
+    fn set(&mut self, pointer: &str, value: Value) -> &mut Self {
+        let pointer = match pointer.strip_prefix('!') {
+            Some(machine_pointer) => machine_pointer.to_owned(),
+            None => format!("/spec/providerSpec/value{pointer}"),
+        };
+        let (parent, key) = pointer.rsplit_once('/').unwrap();
+        let parent = self
+            .machine
+            .pointer_mut(parent)
+            .unwrap_or_else(|| panic!("no {parent}"));
+        match parent {
+            Value::Object(map) => {
+                map.insert(key.to_owned(), value);
+            }
+            Value::Array(items) => items[key.parse::<usize>().unwrap()] = value,
+            _ => panic!("{pointer} is not in an object or list"),
+        }
+        self
+    }
+
+    fn remove(&mut self, pointer: &str) -> &mut Self {
+        let pointer = format!("/spec/providerSpec/value{pointer}");
+        let (parent, key) = pointer.rsplit_once('/').unwrap();
+        self.machine
+            .pointer_mut(parent)
+            .unwrap()
+            .as_object_mut()
+            .unwrap()
+            .remove(key);
+        self
+    }
+
+    fn plan(&self) -> Result<VmPlan, ValidationErrors> {
+        let machine: Machine = serde_json::from_value(self.machine.clone()).unwrap();
+        let user_data = self.user_data.clone().map(UserData::new);
+        let context = PlanContext {
+            resolved: &self.resolved,
+            mode: self.mode,
+            user_data: user_data.as_ref(),
+            admin_password: self.password.as_ref().map(PasswordValue::Secret),
+        };
+        plan_vm(&machine, &context)
+    }
+}
+
+type Edit = fn(&mut Case);
+
+/// Bad specs: each edit of a good Machine must give exactly one error, at this path, of this
+/// class.
+fn bad_specs() -> Vec<(&'static str, Edit, &'static str, ErrorClass)> {
+    use ErrorClass::{Invalid, Unresolved};
+    vec![
+        // The Machine itself.
+        (
+            "name not a DNS label",
+            |c| {
+                c.set("!/metadata/name", json!("Worker_1"));
+            },
+            "metadata.name",
+            Invalid,
+        ),
+        (
+            "name too long for a host",
+            |c| {
+                c.set("!/metadata/name", json!("a".repeat(64)));
+            },
+            "metadata.name",
+            Invalid,
+        ),
+        (
+            "no cluster label",
+            |c| {
+                c.machine["metadata"]["labels"] = json!({});
+            },
+            "metadata.labels",
+            Invalid,
+        ),
+        (
+            "no providerSpec value",
+            |c| {
+                c.machine["spec"]["providerSpec"] = json!({});
+            },
+            "providerSpec.value",
+            Invalid,
+        ),
+        (
+            "wrong JSON type",
+            |c| {
+                c.set("/vcpuSockets", json!("four"));
+            },
+            "providerSpec.vcpuSockets",
+            Invalid,
+        ),
+        (
+            "wrong JSON type deep",
+            |c| {
+                c.set(
+                    "/dataDisks",
+                    json!([{"diskSize": "1Gi", "deviceProperties": {"deviceIndex": "one"}}]),
+                );
+            },
+            "providerSpec.dataDisks[0].deviceProperties.deviceIndex",
+            Invalid,
+        ),
+        // Identifiers.
+        (
+            "cluster missing",
+            |c| {
+                c.remove("/cluster");
+            },
+            "providerSpec.cluster",
+            Invalid,
+        ),
+        (
+            "cluster type unknown",
+            |c| {
+                c.set("/cluster/type", json!("id"));
+            },
+            "providerSpec.cluster.type",
+            Invalid,
+        ),
+        (
+            "cluster uuid missing",
+            |c| {
+                c.set("/cluster", json!({"type": "uuid"}));
+            },
+            "providerSpec.cluster.uuid",
+            Invalid,
+        ),
+        (
+            "cluster uuid malformed",
+            |c| {
+                c.set("/cluster/uuid", json!("not-a-uuid"));
+            },
+            "providerSpec.cluster.uuid",
+            Invalid,
+        ),
+        (
+            "image name empty",
+            |c| {
+                c.set("/image/name", json!(""));
+            },
+            "providerSpec.image.name",
+            Invalid,
+        ),
+        (
+            "image type missing",
+            |c| {
+                c.set("/image", json!({"name": "rhcos"}));
+            },
+            "providerSpec.image.type",
+            Invalid,
+        ),
+        (
+            "no subnets",
+            |c| {
+                c.set("/subnets", json!([]));
+            },
+            "providerSpec.subnets",
+            Invalid,
+        ),
+        (
+            "subnets null",
+            |c| {
+                c.set("/subnets", Value::Null);
+            },
+            "providerSpec.subnets",
+            Invalid,
+        ),
+        (
+            "33 subnets",
+            |c| {
+                c.set(
+                    "/subnets",
+                    json!(vec![json!({"type": "uuid", "uuid": SUBNET}); 33]),
+                );
+            },
+            "providerSpec.subnets",
+            Invalid,
+        ),
+        (
+            "second subnet without type",
+            |c| {
+                c.set(
+                    "/subnets",
+                    json!([{"type": "uuid", "uuid": SUBNET}, {"uuid": SUBNET_2}]),
+                );
+            },
+            "providerSpec.subnets[1].type",
+            Invalid,
+        ),
+        (
+            "project uuid missing",
+            |c| {
+                c.set("/project", json!({"type": "uuid"}));
+            },
+            "providerSpec.project.uuid",
+            Invalid,
+        ),
+        // Sizes.
+        (
+            "vcpusPerSocket zero",
+            |c| {
+                c.set("/vcpusPerSocket", json!(0));
+            },
+            "providerSpec.vcpusPerSocket",
+            Invalid,
+        ),
+        (
+            "vcpuSockets negative",
+            |c| {
+                c.set("/vcpuSockets", json!(-1));
+            },
+            "providerSpec.vcpuSockets",
+            Invalid,
+        ),
+        (
+            "memory below 2Gi",
+            |c| {
+                c.set("/memorySize", json!("1Gi"));
+            },
+            "providerSpec.memorySize",
+            Invalid,
+        ),
+        (
+            "memory not a quantity",
+            |c| {
+                c.set("/memorySize", json!("lots"));
+            },
+            "providerSpec.memorySize",
+            Invalid,
+        ),
+        (
+            "memory missing",
+            |c| {
+                c.remove("/memorySize");
+            },
+            "providerSpec.memorySize",
+            Invalid,
+        ),
+        (
+            "system disk below 20Gi",
+            |c| {
+                c.set("/systemDiskSize", json!("10Gi"));
+            },
+            "providerSpec.systemDiskSize",
+            Invalid,
+        ),
+        (
+            "system disk smaller than the image",
+            |c| {
+                c.set("/systemDiskSize", json!("20Gi"));
+                c.resolved.images.insert(
+                    "rhcos".into(),
+                    Lookup::Found(ResolvedSource {
+                        uuid: IMAGE.into(),
+                        size_bytes: Some(40 << 30),
+                        boot_type: None,
+                        version_id: None,
+                        cluster_uuid: None,
+                    }),
+                );
+            },
+            "providerSpec.systemDiskSize",
+            Invalid,
+        ),
+        (
+            "boot type unknown",
+            |c| {
+                c.set("/bootType", json!("Bios"));
+            },
+            "providerSpec.bootType",
+            Invalid,
+        ),
+        // Categories.
+        (
+            "category key empty",
+            |c| {
+                c.set("/categories", json!([{"key": "", "value": "prod"}]));
+            },
+            "providerSpec.categories[0].key",
+            Invalid,
+        ),
+        (
+            "category value too long",
+            |c| {
+                c.set(
+                    "/categories",
+                    json!([{"key": "Environment", "value": "v".repeat(65)}]),
+                );
+            },
+            "providerSpec.categories[0].value",
+            Invalid,
+        ),
+        (
+            "category key twice",
+            |c| {
+                c.set("/categories", json!([{"key": "Environment", "value": "prod"}, {"key": "Environment", "value": "test"}]));
+            },
+            "providerSpec.categories[1].key",
+            Invalid,
+        ),
+        (
+            "category key reserved",
+            |c| {
+                c.set(
+                    "/categories",
+                    json!([{"key": "kubernetes-io-cluster-ocp-7x2kq", "value": "owned"}]),
+                );
+            },
+            "providerSpec.categories[0].key",
+            Invalid,
+        ),
+        // GPUs.
+        (
+            "gpu type unknown",
+            |c| {
+                c.set("/gpus", json!([{"type": "Model", "name": "Tesla T4"}]));
+            },
+            "providerSpec.gpus[0].type",
+            Invalid,
+        ),
+        (
+            "gpu name missing",
+            |c| {
+                c.set("/gpus", json!([{"type": "Name"}]));
+            },
+            "providerSpec.gpus[0].name",
+            Invalid,
+        ),
+        (
+            "gpu device id with a name",
+            |c| {
+                c.set(
+                    "/gpus",
+                    json!([{"type": "DeviceID", "deviceID": 7864, "name": "Tesla T4"}]),
+                );
+            },
+            "providerSpec.gpus[0].name",
+            Invalid,
+        ),
+        // Data disks.
+        (
+            "data disk below 1Gi",
+            |c| {
+                c.set("/dataDisks", json!([{"diskSize": "512Mi"}]));
+            },
+            "providerSpec.dataDisks[0].diskSize",
+            Invalid,
+        ),
+        (
+            "CDRom on SCSI",
+            |c| {
+                c.set("/dataDisks", json!([
+                {"diskSize": "10Gi", "deviceProperties": {"deviceType": "Disk", "adapterType": "SCSI", "deviceIndex": 1}},
+                {"diskSize": "1Gi", "deviceProperties": {"deviceType": "CDRom", "adapterType": "SCSI", "deviceIndex": 2}}]));
+            },
+            "providerSpec.dataDisks[1].deviceProperties.adapterType",
+            Invalid,
+        ),
+        (
+            "device type unknown",
+            |c| {
+                c.set("/dataDisks", json!([{"diskSize": "10Gi", "deviceProperties": {"deviceType": "Tape", "adapterType": "SCSI", "deviceIndex": 1}}]));
+            },
+            "providerSpec.dataDisks[0].deviceProperties.deviceType",
+            Invalid,
+        ),
+        (
+            "adapter type missing",
+            |c| {
+                c.set("/dataDisks", json!([{"diskSize": "10Gi", "deviceProperties": {"deviceType": "Disk", "deviceIndex": 1}}]));
+            },
+            "providerSpec.dataDisks[0].deviceProperties.adapterType",
+            Invalid,
+        ),
+        (
+            "adapter type unknown",
+            |c| {
+                c.set("/dataDisks", json!([{"diskSize": "10Gi", "deviceProperties": {"deviceType": "Disk", "adapterType": "NVMe", "deviceIndex": 1}}]));
+            },
+            "providerSpec.dataDisks[0].deviceProperties.adapterType",
+            Invalid,
+        ),
+        (
+            "device index negative",
+            |c| {
+                c.set("/dataDisks", json!([{"diskSize": "10Gi", "deviceProperties": {"deviceType": "Disk", "adapterType": "SCSI", "deviceIndex": -1}}]));
+            },
+            "providerSpec.dataDisks[0].deviceProperties.deviceIndex",
+            Invalid,
+        ),
+        (
+            "SCSI 0 is the system disk",
+            |c| {
+                c.set("/dataDisks", json!([{"diskSize": "10Gi", "deviceProperties": {"deviceType": "Disk", "adapterType": "SCSI", "deviceIndex": 0}}]));
+            },
+            "providerSpec.dataDisks[0].deviceProperties.deviceIndex",
+            Invalid,
+        ),
+        (
+            "IDE 0 is the system CD-ROM",
+            |c| {
+                c.set("/dataDisks", json!([{"diskSize": "1Gi", "deviceProperties": {"deviceType": "CDRom", "adapterType": "IDE", "deviceIndex": 0}}]));
+            },
+            "providerSpec.dataDisks[0].deviceProperties.deviceIndex",
+            Invalid,
+        ),
+        (
+            "two disks at one address",
+            |c| {
+                c.set("/dataDisks", json!([
+                {"diskSize": "10Gi", "deviceProperties": {"deviceType": "Disk", "adapterType": "SATA", "deviceIndex": 1}},
+                {"diskSize": "1Gi", "deviceProperties": {"deviceType": "CDRom", "adapterType": "SATA", "deviceIndex": 1}}]));
+            },
+            "providerSpec.dataDisks[1].deviceProperties",
+            Invalid,
+        ),
+        (
+            "disk mode unknown",
+            |c| {
+                c.set(
+                    "/dataDisks",
+                    json!([{"diskSize": "10Gi", "storageConfig": {"diskMode": "Fast"}}]),
+                );
+            },
+            "providerSpec.dataDisks[0].storageConfig.diskMode",
+            Invalid,
+        ),
+        (
+            "storage container by name",
+            |c| {
+                c.set("/dataDisks", json!([{"diskSize": "10Gi", "storageConfig": {"diskMode": "Standard", "storageContainer": {"type": "name", "uuid": CONTAINER}}}]));
+            },
+            "providerSpec.dataDisks[0].storageConfig.storageContainer.type",
+            Invalid,
+        ),
+        (
+            "storage container uuid missing",
+            |c| {
+                c.set("/dataDisks", json!([{"diskSize": "10Gi", "storageConfig": {"diskMode": "Flash", "storageContainer": {"type": "uuid"}}}]));
+            },
+            "providerSpec.dataDisks[0].storageConfig.storageContainer.uuid",
+            Invalid,
+        ),
+        (
+            "data source type unknown",
+            |c| {
+                c.set(
+                    "/dataDisks",
+                    json!([{"diskSize": "10Gi", "dataSource": {"type": "url", "name": "x"}}]),
+                );
+            },
+            "providerSpec.dataDisks[0].dataSource.type",
+            Invalid,
+        ),
+        (
+            "IDE disk with SecureBoot",
+            |c| {
+                c.set("/bootType", json!("SecureBoot"));
+                c.set("/dataDisks", json!([{"diskSize": "10Gi", "deviceProperties": {"deviceType": "Disk", "adapterType": "IDE", "deviceIndex": 1}}]));
+            },
+            "providerSpec.dataDisks[0].deviceProperties.adapterType",
+            Invalid,
+        ),
+        // Failure domain, secrets.
+        (
+            "failure domain name malformed",
+            |c| {
+                c.set("/failureDomain", json!({"name": "FD_1"}));
+            },
+            "providerSpec.failureDomain.name",
+            Invalid,
+        ),
+        (
+            "credentials secret missing",
+            |c| {
+                c.remove("/credentialsSecret");
+            },
+            "providerSpec.credentialsSecret",
+            Invalid,
+        ),
+        (
+            "credentials secret null",
+            |c| {
+                c.set("/credentialsSecret", Value::Null);
+            },
+            "providerSpec.credentialsSecret",
+            Invalid,
+        ),
+        (
+            "credentials secret unnamed",
+            |c| {
+                c.set("/credentialsSecret", json!({"name": ""}));
+            },
+            "providerSpec.credentialsSecret.name",
+            Invalid,
+        ),
+        (
+            "user data secret unnamed",
+            |c| {
+                c.set("/userDataSecret", json!({"name": ""}));
+                c.user_data = None;
+            },
+            "providerSpec.userDataSecret.name",
+            Invalid,
+        ),
+        // Our additions.
+        (
+            "image kind unknown",
+            |c| {
+                c.set("/imageKind", json!("Snapshot"));
+            },
+            "providerSpec.imageKind",
+            Invalid,
+        ),
+        (
+            "guest customization unknown",
+            |c| {
+                c.set("/guestCustomization", json!({"type": "Ignition"}));
+            },
+            "providerSpec.guestCustomization.type",
+            Invalid,
+        ),
+        (
+            "Sysprep on Linux",
+            |c| {
+                c.set("/guestCustomization", json!({"type": "Sysprep"}));
+            },
+            "providerSpec.guestCustomization.type",
+            Invalid,
+        ),
+        (
+            "Sysprep setting with cloud-init",
+            |c| {
+                c.set(
+                    "/guestCustomization",
+                    json!({"type": "CloudInit", "timeZone": "UTC"}),
+                );
+            },
+            "providerSpec.guestCustomization.timeZone",
+            Invalid,
+        ),
+        (
+            "Sysprep password with cloud-init",
+            |c| {
+                *c = Case::windows();
+                c.set(
+                    "/guestCustomization",
+                    json!({"type": "CloudInit", "adminPasswordSecret": {"name": "pw"}}),
+                );
+            },
+            "providerSpec.guestCustomization.adminPasswordSecret",
+            Invalid,
+        ),
+        (
+            "time zone malformed",
+            |c| {
+                *c = Case::sysprep();
+                c.set("/guestCustomization", json!({"timeZone": "Europe/Paris"}));
+            },
+            "providerSpec.guestCustomization.timeZone",
+            Invalid,
+        ),
+        (
+            "password secret unnamed",
+            |c| {
+                *c = Case::sysprep();
+                c.set(
+                    "/guestCustomization",
+                    json!({"adminPasswordSecret": {"name": ""}}),
+                );
+            },
+            "providerSpec.guestCustomization.adminPasswordSecret.name",
+            Invalid,
+        ),
+        (
+            "Windows user data without PowerShell",
+            |c| {
+                *c = Case::sysprep();
+                c.user_data = Some(b"#ps1\nWrite-Host hi".to_vec());
+            },
+            "providerSpec.userDataSecret",
+            Invalid,
+        ),
+        (
+            "Windows script too large for Sysprep",
+            |c| {
+                *c = Case::sysprep();
+                c.user_data = Some(
+                    [
+                        b"<powershell>".as_slice(),
+                        &[b'#'; 20_000],
+                        b"</powershell>",
+                    ]
+                    .concat(),
+                );
+            },
+            "providerSpec.userDataSecret",
+            Invalid,
+        ),
+        (
+            "Linux user data not Ignition",
+            |c| {
+                c.user_data = Some(b"#cloud-config\n".to_vec());
+            },
+            "providerSpec.userDataSecret",
+            Invalid,
+        ),
+        (
+            "Linux user data over Prism's limit",
+            |c| {
+                c.user_data = Some(
+                    format!(
+                        r#"{{"ignition":{{"version":"3.2.0"}},"pad":"{}"}}"#,
+                        "x".repeat(96_000)
+                    )
+                    .into_bytes(),
+                );
+            },
+            "providerSpec.userDataSecret",
+            Invalid,
+        ),
+        (
+            "data disks on a clone",
+            |c| {
+                c.set("/imageKind", json!("VM"));
+                c.set("/image", json!({"type": "name", "name": "win-golden"}));
+                c.set("/dataDisks", json!([{"diskSize": "10Gi"}]));
+            },
+            "providerSpec.dataDisks",
+            Invalid,
+        ),
+        (
+            "GPUs on a template",
+            |c| {
+                c.set("/imageKind", json!("Template"));
+                c.set("/image", json!({"type": "name", "name": "win-template"}));
+                c.set("/gpus", json!([{"type": "Name", "name": "Tesla T4"}]));
+            },
+            "providerSpec.gpus",
+            Invalid,
+        ),
+        (
+            "system disk smaller than the template's",
+            |c| {
+                c.set("/imageKind", json!("Template"));
+                c.set("/image", json!({"type": "name", "name": "win-template"}));
+                c.set("/systemDiskSize", json!("40Gi"));
+            },
+            "providerSpec.systemDiskSize",
+            Invalid,
+        ),
+        (
+            "boot type differs from the template's",
+            |c| {
+                c.set("/imageKind", json!("Template"));
+                c.set("/image", json!({"type": "name", "name": "win-template"}));
+                c.set("/bootType", json!("Legacy"));
+            },
+            "providerSpec.bootType",
+            Invalid,
+        ),
+        (
+            "subnet on another cluster",
+            |c| {
+                c.resolved.subnets.insert(
+                    SUBNET.into(),
+                    Lookup::Found(ResolvedSubnet {
+                        uuid: SUBNET.into(),
+                        cluster_uuid: Some(OTHER_CLUSTER.into()),
+                    }),
+                );
+            },
+            "providerSpec.subnets[0]",
+            Invalid,
+        ),
+        // Lookups: retry, never fail.
+        (
+            "cluster not looked up",
+            |c| {
+                c.resolved.clusters.clear();
+            },
+            "providerSpec.cluster",
+            Unresolved,
+        ),
+        (
+            "image not found",
+            |c| {
+                c.resolved.images.insert(
+                    "rhcos".into(),
+                    Lookup::Failed {
+                        error: "no image named \"rhcos\"".into(),
+                    },
+                );
+            },
+            "providerSpec.image",
+            Unresolved,
+        ),
+        (
+            "two images of that name",
+            |c| {
+                c.resolved.images.insert(
+                    "rhcos".into(),
+                    Lookup::Failed {
+                        error: "2 images named \"rhcos\"".into(),
+                    },
+                );
+            },
+            "providerSpec.image",
+            Unresolved,
+        ),
+        (
+            "template not found",
+            |c| {
+                c.set("/imageKind", json!("Template"));
+                c.set("/image", json!({"type": "name", "name": "nope"}));
+            },
+            "providerSpec.image",
+            Unresolved,
+        ),
+        (
+            "subnet not found",
+            |c| {
+                c.resolved.subnets.remove(SUBNET);
+            },
+            "providerSpec.subnets[0]",
+            Unresolved,
+        ),
+        (
+            "project not found",
+            |c| {
+                c.set("/project", json!({"type": "name", "name": "missing"}));
+            },
+            "providerSpec.project",
+            Unresolved,
+        ),
+        (
+            "category does not exist",
+            |c| {
+                c.set("/categories", json!([{"key": "Team", "value": "db"}]));
+                c.resolved
+                    .categories
+                    .get_mut("Team")
+                    .unwrap()
+                    .insert("db".into(), Lookup::Found(false));
+            },
+            "providerSpec.categories[0]",
+            Unresolved,
+        ),
+        (
+            "owned category not looked up",
+            |c| {
+                c.resolved
+                    .categories
+                    .remove("kubernetes-io-cluster-ocp-7x2kq");
+            },
+            "providerSpec.categories",
+            Unresolved,
+        ),
+        (
+            "no free GPU",
+            |c| {
+                c.set("/gpus", json!([{"type": "Name", "name": "Tesla T4"}, {"type": "Name", "name": "Tesla T4"}, {"type": "DeviceID", "deviceID": 7864}]));
+            },
+            "providerSpec.gpus[2]",
+            Unresolved,
+        ),
+        (
+            "host GPUs not looked up",
+            |c| {
+                c.set("/gpus", json!([{"type": "Name", "name": "Tesla T4"}]));
+                c.resolved.host_gpus = None;
+            },
+            "providerSpec.gpus",
+            Unresolved,
+        ),
+        (
+            "failure domain unknown",
+            |c| {
+                c.set("/failureDomain", json!({"name": "fd-z"}));
+            },
+            "providerSpec.failureDomain.name",
+            Unresolved,
+        ),
+        (
+            "failure domains not read",
+            |c| {
+                c.set("/failureDomain", json!({"name": "fd-a"}));
+                c.resolved.failure_domains = None;
+            },
+            "providerSpec.failureDomain.name",
+            Unresolved,
+        ),
+        (
+            "user data not read",
+            |c| {
+                c.user_data = None;
+            },
+            "providerSpec.userDataSecret",
+            Unresolved,
+        ),
+        (
+            "no Administrator password",
+            |c| {
+                *c = Case::sysprep();
+                c.password = None;
+            },
+            "providerSpec.guestCustomization",
+            Unresolved,
+        ),
+        (
+            "password Secret not read",
+            |c| {
+                *c = Case::sysprep();
+                c.password = None;
+                c.set(
+                    "/guestCustomization",
+                    json!({"adminPasswordSecret": {"name": "win-admin"}}),
+                );
+            },
+            "providerSpec.guestCustomization.adminPasswordSecret",
+            Unresolved,
+        ),
+        (
+            "data disk image not found",
+            |c| {
+                c.set(
+                    "/dataDisks",
+                    json!([{"diskSize": "10Gi", "dataSource": {"type": "name", "name": "gone"}}]),
+                );
+            },
+            "providerSpec.dataDisks[0].dataSource",
+            Unresolved,
+        ),
+        (
+            "source VM on another cluster",
+            |c| {
+                c.set("/imageKind", json!("VM"));
+                c.set("/image", json!({"type": "name", "name": "win-golden"}));
+                c.resolved.source_vms.insert(
+                    "win-golden".into(),
+                    Lookup::Found(ResolvedSource {
+                        uuid: SOURCE_VM.into(),
+                        size_bytes: Some(40 << 30),
+                        boot_type: None,
+                        version_id: None,
+                        cluster_uuid: Some("0005b0f1-0000-0000-0000-00000000beef".into()),
+                    }),
+                );
+            },
+            "providerSpec.image",
+            Invalid,
+        ),
+        (
+            "source VM disk size unknown",
+            |c| {
+                c.set("/imageKind", json!("VM"));
+                c.set("/image", json!({"type": "name", "name": "win-golden"}));
+                c.resolved.source_vms.insert(
+                    "win-golden".into(),
+                    Lookup::Found(ResolvedSource {
+                        uuid: SOURCE_VM.into(),
+                        size_bytes: None,
+                        boot_type: None,
+                        version_id: None,
+                        cluster_uuid: None,
+                    }),
+                );
+            },
+            "providerSpec.systemDiskSize",
+            Unresolved,
+        ),
+    ]
+}
+
+#[test]
+fn each_bad_spec_gives_one_error_at_its_field() {
+    let cases = bad_specs();
+    assert!(
+        cases.len() >= 30,
+        "at least 30 bad specs, have {}",
+        cases.len()
+    );
+    for (name, edit, path, class) in cases {
+        let mut case = Case::linux();
+        edit(&mut case);
+        let errors = match case.plan() {
+            Ok(_) => panic!("{name}: expected an error at {path}"),
+            Err(errors) => errors.0,
+        };
+        let found: Vec<(&str, ErrorClass)> =
+            errors.iter().map(|e| (e.path.as_str(), e.class)).collect();
+        assert_eq!(found, vec![(path, class)], "{name}: {errors:?}");
+    }
+}
+
+#[test]
+fn the_good_cases_are_good() {
+    Case::linux().plan().unwrap();
+    Case::windows().plan().unwrap();
+    Case::sysprep().plan().unwrap();
+}
+
+#[test]
+fn all_errors_are_reported_together() {
+    let mut case = Case::linux();
+    case.set("/vcpuSockets", json!(0))
+        .set("/memorySize", json!("1Gi"))
+        .set("/bootType", json!("bios"));
+    case.resolved.clusters.clear();
+    let errors = case.plan().unwrap_err();
+    let paths: Vec<&str> = errors.0.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "providerSpec.cluster",
+            "providerSpec.vcpuSockets",
+            "providerSpec.memorySize",
+            "providerSpec.bootType"
+        ]
+    );
+    assert_eq!(
+        errors.class(),
+        ErrorClass::Invalid,
+        "one invalid error fails the Machine"
+    );
+    assert!(
+        errors
+            .to_string()
+            .contains("providerSpec.memorySize: 1Gi is below the minimum of 2Gi (invalid)"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn only_unresolved_errors_mean_retry() {
+    let mut case = Case::linux();
+    case.resolved.clusters.clear();
+    case.resolved.subnets.clear();
+    assert_eq!(case.plan().unwrap_err().class(), ErrorClass::Unresolved);
+}
+
+#[test]
+fn errors_never_quote_user_data() {
+    let mut case = Case::linux();
+    case.user_data = Some(b"#cloud-config\npassword: hunter2\n".to_vec());
+    let errors = case.plan().unwrap_err();
+    assert!(!errors.to_string().contains("hunter2"));
+    assert!(!format!("{errors:?}").contains("hunter2"));
+}
+
+#[test]
+fn linux_plan_matches_the_spec() {
+    let plan = Case::linux().plan().unwrap();
+    assert_eq!(plan.name, "ocp-7x2kq-worker-0-abcde");
+    assert_eq!(
+        plan.description,
+        "openshift-machine: openshift-machine-api/ocp-7x2kq-worker-0-abcde uid=11111111-2222-4333-8444-555555555555"
+    );
+    assert_eq!(plan.cluster, EntityRef::Uuid(CLUSTER.into()));
+    assert_eq!(
+        plan.source,
+        SourcePlan::Image(EntityRef::Uuid(IMAGE.into()))
+    );
+    assert_eq!(plan.subnets, [EntityRef::Uuid(SUBNET.into())]);
+    assert_eq!(
+        (
+            plan.num_sockets,
+            plan.vcpus_per_socket,
+            plan.memory_mib,
+            plan.system_disk_mib
+        ),
+        (2, 1, 8192, 122_880)
+    );
+    assert_eq!(plan.boot, BootPlan::Default);
+    assert_eq!(plan.project, None);
+    assert_eq!(
+        plan.categories,
+        BTreeMap::from([("kubernetes-io-cluster-ocp-7x2kq".into(), "owned".into())])
+    );
+    let GuestPlan::CloudInit {
+        user_data,
+        meta_data: None,
+    } = &plan.guest
+    else {
+        panic!("{:?}", plan.guest)
+    };
+    let ignition: Value = serde_json::from_slice(&decode_base64(user_data.expose())).unwrap();
+    assert_eq!(
+        ignition["storage"]["files"][0]["contents"]["source"],
+        "data:,ocp-7x2kq-worker-0-abcde"
+    );
+    assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+}
+
+fn decode_base64(text: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .unwrap()
+}
+
+#[test]
+fn windows_defaults_to_cloud_init_and_opts_into_sysprep() {
+    // The Go provider's Windows MachineSets (cloudbase-init images) join unchanged.
+    let plan = Case::windows().plan().unwrap();
+    let GuestPlan::CloudInit {
+        user_data,
+        meta_data: Some(meta_data),
+    } = &plan.guest
+    else {
+        panic!("{:?}", plan.guest)
+    };
+    assert_eq!(
+        decode_base64(user_data.expose()),
+        WINDOWS_USER_DATA,
+        "passed through unchanged"
+    );
+    let meta: Value = serde_json::from_slice(&decode_base64(meta_data.expose())).unwrap();
+    assert_eq!(
+        meta,
+        json!({"hostname": "winworker-abcde", "uuid": "11111111-2222-4333-8444-555555555555"})
+    );
+
+    for opt_in in [Case::sysprep(), {
+        let mut case = Case::windows();
+        case.set("/guestCustomization", json!({"type": "Sysprep"}));
+        case.password = Case::sysprep().password;
+        case
+    }] {
+        let plan = opt_in.plan().unwrap();
+        let GuestPlan::Sysprep(unattend) = &plan.guest else {
+            panic!("{:?}", plan.guest)
+        };
+        assert!(
+            unattend
+                .xml
+                .expose()
+                .contains("<ComputerName>winworker-abcde</ComputerName>")
+        );
+    }
+}
+
+#[test]
+fn annotations_carry_the_choices_and_win_over_the_provider_spec() {
+    let mut case = Case::sysprep();
+    case.annotate(IMAGE_KIND_ANNOTATION, "Template")
+        .annotate(SYSPREP_TIME_ZONE_ANNOTATION, "W. Europe Standard Time")
+        .set("/image", json!({"type": "name", "name": "win-template"}))
+        .set("/imageKind", json!("Image"))
+        .set("/guestCustomization", json!({"type": "CloudInit"}));
+    let plan = case.plan().unwrap();
+    assert!(
+        matches!(plan.source, SourcePlan::Template { .. }),
+        "{:?}",
+        plan.source
+    );
+    let GuestPlan::Sysprep(unattend) = &plan.guest else {
+        panic!("{:?}", plan.guest)
+    };
+    assert!(
+        unattend
+            .xml
+            .expose()
+            .contains("<TimeZone>W. Europe Standard Time</TimeZone>")
+    );
+    for field in ["imageKind", "guestCustomization"] {
+        assert!(
+            plan.warnings.iter().any(|w| w.starts_with(&format!(
+                "providerSpec.{field} is overridden by the annotation"
+            ))),
+            "{field}: {:?}",
+            plan.warnings
+        );
+    }
+}
+
+#[test]
+fn choices_written_in_the_provider_spec_still_count_and_say_how_to_survive_the_webhook() {
+    let mut case = Case::windows();
+    case.set("/imageKind", json!("Template"))
+        .set("/image", json!({"type": "name", "name": "win-template"}));
+    let plan = case.plan().unwrap();
+    assert!(matches!(plan.source, SourcePlan::Template { .. }));
+    assert!(
+        plan.warnings.iter().any(
+            |w| w.contains("dropped by the machine-api-operator's webhook")
+                && w.contains(IMAGE_KIND_ANNOTATION)
+        ),
+        "{:?}",
+        plan.warnings
+    );
+}
+
+#[test]
+fn a_bad_annotation_is_reported_at_the_annotation() {
+    let cases: [(&str, Edit, String); 5] = [
+        (
+            "unknown image kind",
+            |c| {
+                c.annotate(IMAGE_KIND_ANNOTATION, "Snapshot");
+            },
+            format!("metadata.annotations[{IMAGE_KIND_ANNOTATION}]"),
+        ),
+        (
+            "empty guest customization",
+            |c| {
+                c.annotate(GUEST_CUSTOMIZATION_ANNOTATION, "");
+            },
+            format!("metadata.annotations[{GUEST_CUSTOMIZATION_ANNOTATION}]"),
+        ),
+        (
+            "malformed time zone",
+            |c| {
+                c.annotate(SYSPREP_TIME_ZONE_ANNOTATION, "Europe/Paris");
+            },
+            format!("metadata.annotations[{SYSPREP_TIME_ZONE_ANNOTATION}]"),
+        ),
+        (
+            "empty password Secret name",
+            |c| {
+                c.annotate(SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, "");
+            },
+            format!("metadata.annotations[{SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION}]"),
+        ),
+        (
+            "Sysprep on Linux",
+            |c| {
+                *c = Case::linux();
+                c.annotate(GUEST_CUSTOMIZATION_ANNOTATION, "Sysprep");
+            },
+            format!("metadata.annotations[{GUEST_CUSTOMIZATION_ANNOTATION}]"),
+        ),
+    ];
+    for (name, edit, path) in cases {
+        let mut case = Case::sysprep();
+        edit(&mut case);
+        let errors = case.plan().unwrap_err().0;
+        let found: Vec<(&str, ErrorClass)> =
+            errors.iter().map(|e| (e.path.as_str(), e.class)).collect();
+        assert_eq!(
+            found,
+            vec![(path.as_str(), ErrorClass::Invalid)],
+            "{name}: {errors:?}"
+        );
+    }
+}
+
+#[test]
+fn a_long_windows_name_is_left_to_wmco_with_a_warning() {
+    let mut case = Case::sysprep();
+    case.set("!/metadata/name", json!("ocp-7x2kq-windows-abcde"));
+    let plan = case.plan().unwrap();
+    assert!(
+        plan.warnings
+            .iter()
+            .any(|w| w.contains("ComputerName is left out")),
+        "{:?}",
+        plan.warnings
+    );
+}
+
+#[test]
+fn secure_boot_sets_q35_and_warns_about_the_customization_cdrom() {
+    let mut case = Case::linux();
+    case.set("/bootType", json!("SecureBoot"));
+    let plan = case.plan().unwrap();
+    assert_eq!(plan.boot, BootPlan::SecureBoot);
+    assert!(
+        plan.warnings.iter().any(|w| w.contains("VMM-30102")),
+        "{:?}",
+        plan.warnings
+    );
+}
+
+#[test]
+fn failure_domain_replaces_cluster_and_subnets() {
+    let mut case = Case::linux();
+    case.set("/failureDomain", json!({"name": "fd-a"}));
+    case.set(
+        "/subnets",
+        json!([{"type": "uuid", "uuid": SUBNET}, {"type": "uuid", "uuid": SUBNET_2}]),
+    );
+    let plan = case.plan().unwrap();
+    assert_eq!(plan.subnets, [EntityRef::Uuid(SUBNET_2.into())]);
+}
+
+#[test]
+fn gpus_take_distinct_free_devices() {
+    let mut case = Case::linux();
+    case.set(
+        "/gpus",
+        json!([{"type": "Name", "name": "Tesla T4"}, {"type": "DeviceID", "deviceID": 7864}]),
+    );
+    let plan = case.plan().unwrap();
+    let assigned = PlannedGpu::Assigned {
+        vendor: GpuVendor::Nvidia,
+        mode: GpuMode::PassthroughCompute,
+        device_id: Some(7864),
+    };
+    assert_eq!(plan.gpus, [assigned.clone(), assigned]);
+    let Some(Lookup::Found(inventory)) = &case.resolved.host_gpus else {
+        panic!()
+    };
+    let taken: Vec<&HostGpu> = inventory.iter().filter(|g| g.is_unused()).collect();
+    assert_eq!(taken.len(), 2, "both free devices, not the used one");
+}
+
+#[test]
+fn a_missing_owned_category_is_left_out_with_a_warning() {
+    let mut case = Case::linux();
+    case.resolved
+        .categories
+        .get_mut("kubernetes-io-cluster-ocp-7x2kq")
+        .unwrap()
+        .insert("owned".into(), Lookup::Found(false));
+    let plan = case.plan().unwrap();
+    assert!(plan.categories.is_empty());
+    assert!(
+        plan.warnings.iter().any(|w| w.contains("teardown")),
+        "{:?}",
+        plan.warnings
+    );
+}
+
+#[test]
+fn user_categories_and_project_are_planned() {
+    let mut case = Case::linux();
+    case.set(
+        "/categories",
+        json!([{"key": "Environment", "value": "prod"}, {"key": "Team", "value": "infra"}]),
+    );
+    case.set("/project", json!({"type": "name", "name": "ocp"}));
+    let plan = case.plan().unwrap();
+    assert_eq!(plan.categories.len(), 3);
+    assert_eq!(plan.categories["Team"], "infra");
+    assert_eq!(plan.project, Some(EntityRef::Uuid(PROJECT.into())));
+}
+
+#[test]
+fn a_template_or_vm_larger_disk_becomes_a_resize() {
+    for (kind, name) in [("Template", "win-template"), ("VM", "win-golden")] {
+        let mut case = Case::windows();
+        case.set("/imageKind", json!(kind))
+            .set("/image", json!({"type": "name", "name": name}))
+            .set("/systemDiskSize", json!("100Gi"));
+        let plan = case.plan().unwrap();
+        let resize = match plan.source {
+            SourcePlan::Template {
+                resize_system_disk_mib,
+                ..
+            }
+            | SourcePlan::Vm {
+                resize_system_disk_mib,
+                ..
+            } => resize_system_disk_mib,
+            SourcePlan::Image(_) => panic!("{kind}"),
+        };
+        assert_eq!(resize, Some(102_400), "{kind}");
+        assert_eq!(plan.boot, BootPlan::FromSource);
+
+        case.set("/systemDiskSize", json!("64Gi"));
+        let plan = case.plan().unwrap();
+        assert!(
+            matches!(
+                plan.source,
+                SourcePlan::Template {
+                    resize_system_disk_mib: None,
+                    ..
+                } | SourcePlan::Vm {
+                    resize_system_disk_mib: None,
+                    ..
+                }
+            ),
+            "{kind}: same size, no resize"
+        );
+    }
+}
+
+#[test]
+fn data_disks_are_planned_with_addresses_and_storage() {
+    let mut case = Case::linux();
+    case.set("/dataDisks", json!([
+        {"diskSize": "50Gi", "deviceProperties": {"deviceType": "Disk", "adapterType": "SCSI", "deviceIndex": 1},
+         "storageConfig": {"diskMode": "Flash", "storageContainer": {"type": "uuid", "uuid": CONTAINER}},
+         "dataSource": {"type": "name", "name": "data-image"}},
+        {"diskSize": "10Gi"}
+    ]));
+    let plan = case.plan().unwrap();
+    assert_eq!(plan.data_disks[0].size_mib, 51_200);
+    assert_eq!(
+        plan.data_disks[0]
+            .address
+            .as_ref()
+            .map(|a| (a.adapter.as_str(), a.index)),
+        Some(("SCSI", 1))
+    );
+    assert!(plan.data_disks[0].flash_mode);
+    assert_eq!(
+        plan.data_disks[0].storage_container_uuid.as_deref(),
+        Some(CONTAINER)
+    );
+    assert_eq!(
+        plan.data_disks[0].data_source,
+        Some(EntityRef::Uuid(IMAGE.into()))
+    );
+    assert_eq!(plan.data_disks[1].address, None);
+}
+
+#[test]
+fn preview_leaves_names_as_names_and_shows_a_password_placeholder() {
+    let mut case = Case::sysprep();
+    case.mode = ResolutionMode::Preview;
+    case.resolved = ResolvedReferences::default();
+    case.password = None;
+    let plan = case.plan().unwrap();
+    assert_eq!(
+        plan.source,
+        SourcePlan::Image(EntityRef::Name("rhcos".into()))
+    );
+    assert_eq!(
+        plan.cluster,
+        EntityRef::Uuid(CLUSTER.into()),
+        "UUIDs need no lookup to be shown"
+    );
+    let GuestPlan::Sysprep(unattend) = &plan.guest else {
+        panic!()
+    };
+    assert!(unattend.xml.expose().contains(PASSWORD_PLACEHOLDER));
+    assert!(
+        plan.categories
+            .contains_key("kubernetes-io-cluster-ocp-7x2kq")
+    );
+}
+
+#[test]
+fn a_placeholder_password_is_refused_for_real_vms() {
+    let case = Case::sysprep();
+    let machine: Machine = serde_json::from_value(case.machine.clone()).unwrap();
+    let user_data = UserData::new(WINDOWS_USER_DATA.to_vec());
+    let context = PlanContext {
+        resolved: &case.resolved,
+        mode: ResolutionMode::Strict,
+        user_data: Some(&user_data),
+        admin_password: Some(PasswordValue::Placeholder),
+    };
+    let errors = plan_vm(&machine, &context).unwrap_err();
+    assert_eq!(
+        errors.0,
+        [FieldError {
+            path: "providerSpec.guestCustomization".into(),
+            class: ErrorClass::Unresolved,
+            message: "no Administrator password was given for Sysprep".into()
+        }]
+    );
+}
+
+#[test]
+fn dns_labels() {
+    for good in ["a", "worker-0", "a1", &"a".repeat(63)] {
+        assert!(is_dns_label(good), "{good}");
+    }
+    for bad in ["", "-a", "a-", "A", "a.b", "a_b", &"a".repeat(64)] {
+        assert!(!is_dns_label(bad), "{bad}");
+    }
+}
+
+#[test]
+fn resolved_entities_are_looked_up_by_uuid_too() {
+    let mut case = Case::linux();
+    case.set(
+        "/image",
+        json!({"type": "uuid", "uuid": IMAGE.to_uppercase()}),
+    );
+    case.resolved.images.insert(
+        IMAGE.into(),
+        Lookup::Found(ResolvedSource {
+            uuid: IMAGE.into(),
+            size_bytes: None,
+            boot_type: None,
+            version_id: None,
+            cluster_uuid: None,
+        }),
+    );
+    let plan = case.plan().unwrap();
+    assert_eq!(
+        plan.source,
+        SourcePlan::Image(EntityRef::Uuid(IMAGE.into())),
+        "UUIDs are compared in lower case"
+    );
+}
+
+#[test]
+fn debug_of_a_plan_shows_no_secret() {
+    let plan = Case::sysprep().plan().unwrap();
+    let debug = format!("{plan:?}");
+    assert!(!debug.contains("Ex4mple-Passw0rd!"));
+    assert!(!debug.contains("Write-Host hello"));
+    let GuestPlan::Sysprep(unattend) = &plan.guest else {
+        panic!()
+    };
+    assert!(
+        !debug.contains(&unattend.to_base64().expose()[..40]),
+        "not even the encoded unattend"
+    );
+    let linux = Case::linux().plan().unwrap();
+    let GuestPlan::CloudInit { user_data, .. } = &linux.guest else {
+        panic!()
+    };
+    assert!(!format!("{linux:?}").contains(user_data.expose()));
+}

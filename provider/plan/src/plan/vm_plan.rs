@@ -1,0 +1,146 @@
+//! The typed plan for one VM: everything validated, resolved and decided, ready to be written as
+//! a Prism request by [`super::request`].
+
+use std::collections::BTreeMap;
+
+use prism_types::Sensitive;
+use prism_types::v3::{GpuMode, GpuVendor, Reference};
+
+use super::identity::MachineIdentity;
+use super::unattend::Unattend;
+use crate::api::{DiskAdapterType, DiskDeviceType, NutanixGpu};
+
+/// A Prism entity: by UUID, or (only in previews) by the name it was written with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntityRef {
+    Uuid(String),
+    /// An unresolved name, left as written by `render`; the actuator never builds a request with one.
+    Name(String),
+}
+
+impl EntityRef {
+    /// A v3 reference of `kind`. An unresolved name is sent as `name` with an empty `uuid`.
+    pub fn reference(&self, kind: &str) -> Reference {
+        match self {
+            Self::Uuid(uuid) => Reference::new(kind, uuid.as_str()),
+            Self::Name(name) => Reference {
+                name: Some(name.clone()),
+                ..Reference::new(kind, "")
+            },
+        }
+    }
+
+    /// The UUID, or the name when unresolved (v4 bodies and request paths hold one string).
+    pub fn id(&self) -> &str {
+        match self {
+            Self::Uuid(id) | Self::Name(id) => id,
+        }
+    }
+}
+
+/// Where the system disk comes from, and what the chosen API cannot do in the create call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourcePlan {
+    /// An image-service image: `POST /vms` with the image as the first disk.
+    Image(EntityRef),
+    /// A VM template: `POST /content/templates/{extId}/$actions/deploy`, then a follow-up update.
+    Template {
+        template: EntityRef,
+        version_id: Option<String>,
+        resize_system_disk_mib: Option<u64>,
+    },
+    /// A source VM: `POST /vms/{uuid}/clone`, then a follow-up update.
+    Vm {
+        source_vm: EntityRef,
+        resize_system_disk_mib: Option<u64>,
+    },
+}
+
+/// Boot settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BootPlan {
+    /// `bootType: ""`: no boot config, AHV's default (Legacy).
+    Default,
+    /// Legacy BIOS, boot order CDROM, DISK, NETWORK.
+    Legacy,
+    Uefi,
+    /// UEFI with secure boot; machine type Q35, which AHV requires for it.
+    SecureBoot,
+    /// The template's or source VM's own settings.
+    FromSource,
+}
+
+/// Where a data disk sits on the VM's buses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskAddressPlan {
+    pub device_type: DiskDeviceType,
+    pub adapter: DiskAdapterType,
+    pub index: u32,
+}
+
+/// A data disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedDataDisk {
+    pub size_mib: u64,
+    /// `None`: AHV picks the next free SCSI slot.
+    pub address: Option<DiskAddressPlan>,
+    pub flash_mode: bool,
+    pub storage_container_uuid: Option<String>,
+    pub data_source: Option<EntityRef>,
+}
+
+/// A GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlannedGpu {
+    /// A free GPU of the cluster's hosts that matched the request.
+    Assigned {
+        vendor: GpuVendor,
+        mode: GpuMode,
+        device_id: Option<i64>,
+    },
+    /// Not matched against the host inventory (preview only).
+    AsWritten(NutanixGpu),
+}
+
+/// Guest customization, ready to send. `Debug` never shows its contents.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GuestPlan {
+    /// No user data: nothing to customise.
+    None,
+    /// cloud-init (Ignition for RHCOS, cloudbase-init for Windows); base64 values.
+    CloudInit {
+        user_data: Sensitive,
+        meta_data: Option<Sensitive>,
+    },
+    /// Windows Sysprep with an unattend.xml.
+    Sysprep(Unattend),
+}
+
+/// Everything decided about one Machine's VM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmPlan {
+    pub identity: MachineIdentity,
+    /// The VM name: the Machine name.
+    pub name: String,
+    /// Carries the identity marker (see [`super::identity`]).
+    pub description: String,
+    pub cluster: EntityRef,
+    pub source: SourcePlan,
+    /// One NIC each, in order; the first is the primary NIC.
+    pub subnets: Vec<EntityRef>,
+    pub num_sockets: u32,
+    pub vcpus_per_socket: u32,
+    pub memory_mib: u64,
+    /// Size of the boot disk for an image (a template or source VM keeps its own, see
+    /// [`SourcePlan`]).
+    pub system_disk_mib: u64,
+    pub data_disks: Vec<PlannedDataDisk>,
+    pub gpus: Vec<PlannedGpu>,
+    pub boot: BootPlan,
+    pub project: Option<EntityRef>,
+    /// The user's categories plus `kubernetes-io-cluster-<infraID>: owned` when that exists.
+    pub categories: BTreeMap<String, String>,
+    pub guest: GuestPlan,
+    /// Things the administrator should know; none of them stops the create.
+    pub warnings: Vec<String>,
+}
