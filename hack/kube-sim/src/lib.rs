@@ -43,7 +43,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use error::ApiError;
-pub use reqlog::{RbacCall, RequestLog, RequestRecord, rbac_calls};
+pub use reqlog::{RbacCall, RequestLog, RequestRecord, TimedRequest, rbac_calls};
 pub use store::{Store, StoreConfig};
 
 /// Server settings.

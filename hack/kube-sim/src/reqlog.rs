@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -53,6 +54,19 @@ impl RequestRecord {
     }
 }
 
+/// A request with when it arrived and when its answer was ready. `Instant`s of one process
+/// compare across servers, so that an in-process test can order what a client sent to kube-sim
+/// and to another server (a request answered before another arrived came first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimedRequest {
+    /// When the request arrived, before it was routed.
+    pub received: Instant,
+    /// When its answer was ready, after any write it made was applied.
+    pub answered: Instant,
+    /// The request.
+    pub record: RequestRecord,
+}
+
 /// One (API group, resource[/subresource], verb) an RBAC rule must allow.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RbacCall {
@@ -81,7 +95,7 @@ pub fn rbac_calls(records: &[RequestRecord], user_agent_prefix: &str) -> BTreeSe
 /// Bounded, shared request log.
 #[derive(Debug)]
 pub struct RequestLog {
-    records: Mutex<Vec<RequestRecord>>,
+    records: Mutex<Vec<TimedRequest>>,
     limit: usize,
 }
 
@@ -94,18 +108,28 @@ impl RequestLog {
         }
     }
 
-    /// Appends a record.
-    pub fn push(&self, record: RequestRecord) {
+    /// Appends a request.
+    pub fn push(&self, request: TimedRequest) {
         let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
         if records.len() >= self.limit {
             let excess = records.len() + 1 - self.limit;
             records.drain(..excess);
         }
-        records.push(record);
+        records.push(request);
     }
 
     /// A copy of all records, oldest first.
     pub fn records(&self) -> Vec<RequestRecord> {
+        self.records
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|request| request.record.clone())
+            .collect()
+    }
+
+    /// A copy of all requests with their times, in the order their answers were ready.
+    pub fn timed_records(&self) -> Vec<TimedRequest> {
         self.records
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -118,5 +142,49 @@ impl RequestLog {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(name: &str) -> RequestRecord {
+        RequestRecord {
+            verb: "patch".into(),
+            method: "PATCH".into(),
+            path: format!("/api/v1/namespaces/default/configmaps/{name}"),
+            api_group: String::new(),
+            api_version: "v1".into(),
+            resource: "configmaps".into(),
+            subresource: String::new(),
+            namespace: "default".into(),
+            name: name.into(),
+            user_agent: "test".into(),
+            user: "tester".into(),
+            status: 200,
+        }
+    }
+
+    fn timed(name: &str) -> TimedRequest {
+        let received = Instant::now();
+        TimedRequest {
+            received,
+            answered: Instant::now(),
+            record: record(name),
+        }
+    }
+
+    #[test]
+    fn the_log_keeps_each_request_with_its_times_and_drops_the_oldest_past_its_limit() {
+        let log = RequestLog::new(2);
+        let (first, second, third) = (timed("a"), timed("b"), timed("c"));
+        log.push(first);
+        log.push(second.clone());
+        log.push(third.clone());
+        assert_eq!(log.timed_records(), [second.clone(), third.clone()]);
+        assert_eq!(log.records(), [second.record, third.record]);
+        log.clear();
+        assert!(log.timed_records().is_empty());
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{Method, Request, Response, StatusCode, header};
@@ -18,7 +18,7 @@ use crate::discovery;
 use crate::error::{ApiError, ApiResult, Subject};
 use crate::meta::{json_path, meta_str, now_rfc3339, set_json_path};
 use crate::patch::{PatchKind, apply_patch, parse_body};
-use crate::reqlog::{RequestLog, RequestRecord};
+use crate::reqlog::{RequestLog, RequestRecord, TimedRequest};
 use crate::resources::ResourceDef;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOptions, ListParams, Store, Stored, WriteTarget, field_scope};
@@ -221,6 +221,7 @@ mod base64_decode {
 
 /// Serves one request and logs it.
 pub async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+    let received = Instant::now();
     let path = request.uri().path().to_string();
     let method = request.method().clone();
     let user_agent = request
@@ -273,7 +274,11 @@ pub async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response
         record.path.as_str(),
         "/kube-sim/requests" | "/kube-sim/objects"
     ) {
-        shared.log.push(record);
+        shared.log.push(TimedRequest {
+            received,
+            answered: Instant::now(),
+            record,
+        });
     }
     response
 }

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Instant;
 
 use base64::Engine as _;
 use bytes::Bytes;
@@ -81,6 +82,9 @@ pub struct Change {
     pub object: Stored,
     /// The object before the change, to turn MODIFIED into ADDED/DELETED for selector watchers.
     pub previous: Option<Arc<Value>>,
+    /// When the change was applied (under the write lock, so in resourceVersion order): an
+    /// in-process test orders it against the requests of other servers of the same process.
+    pub at: Instant,
 }
 
 /// Receives every change after a subscription.
@@ -939,6 +943,7 @@ impl Store {
             namespace: namespace.to_string(),
             object: stored.clone(),
             previous,
+            at: Instant::now(),
         });
         inner.history.push_back(change.clone());
         while inner.history.len() > inner.history_limit {

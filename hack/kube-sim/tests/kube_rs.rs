@@ -1623,3 +1623,49 @@ async fn machine_api_webhooks_default_creates_only() {
     );
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn each_request_and_change_carries_when_it_happened_in_a_comparable_order() {
+    let (sim, client) = start(Config::default()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let before = std::time::Instant::now();
+    cms.create(&PostParams::default(), &config_map("timed", json!({})))
+        .await
+        .unwrap();
+    cms.patch(
+        "timed",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "w"}})),
+    )
+    .await
+    .unwrap();
+    let after = std::time::Instant::now();
+
+    let writes: Vec<_> = sim
+        .request_log()
+        .timed_records()
+        .into_iter()
+        .filter(|r| r.record.resource == "configmaps" && r.record.verb != "get")
+        .collect();
+    let create = writes.iter().find(|r| r.record.verb == "create").unwrap();
+    let patch = writes.iter().find(|r| r.record.verb == "patch").unwrap();
+    assert!(before <= create.received && create.received <= create.answered);
+    assert!(
+        create.answered < patch.received,
+        "the client sent the patch after the create's answer"
+    );
+    assert!(patch.answered <= after);
+
+    let (_, changes) = sim.store().subscribe_from(0).unwrap();
+    let mine: Vec<_> = changes
+        .iter()
+        .filter(|c| c.resource.1 == "configmaps" && c.object.value["metadata"]["name"] == "timed")
+        .collect();
+    assert_eq!(mine.len(), 2, "the create and the patch");
+    for (change, request) in mine.iter().zip([create, patch]) {
+        assert!(
+            request.received <= change.at && change.at <= request.answered,
+            "a write is applied while its request is served"
+        );
+    }
+}

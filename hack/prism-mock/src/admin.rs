@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::app::{App, Shared};
 use crate::config::{CloneBehaviour, GuestBehaviour, Timings};
-use crate::faults::{Counter, FaultRule, InstalledRule, RateLimit, RequestRecord};
+use crate::faults::{Counter, FaultRule, InstalledRule, RateLimit, RequestRecord, TimedRequest};
 use crate::seed::GuestOs;
 use crate::store::Vm;
 use crate::store::vm::GuestCustomization;
@@ -79,6 +79,20 @@ impl Admin {
     /// most the latest million are kept): what each Prism request was, when it was answered, and
     /// the VM it concerned where the mock can tell.
     pub fn requests_since(&self, from: usize) -> Vec<RequestRecord> {
+        let store = self.app.lock();
+        store
+            .faults
+            .log
+            .iter()
+            .skip(from)
+            .map(|request| request.record.clone())
+            .collect()
+    }
+
+    /// [`Admin::requests_since`] with when each request arrived and was answered, and its
+    /// `NTNX-Request-Id`: for in-process tests that order the mock's requests against another
+    /// server's.
+    pub fn timed_requests_since(&self, from: usize) -> Vec<TimedRequest> {
         let store = self.app.lock();
         store.faults.log.iter().skip(from).cloned().collect()
     }

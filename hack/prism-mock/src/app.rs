@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 
 use crate::config::Credentials;
 use crate::errors::ApiError;
-use crate::faults::RequestRecord;
+use crate::faults::{RequestRecord, TimedRequest};
 use crate::store::{FailPlan, Store};
 
 /// State shared by all handlers.
@@ -196,6 +196,11 @@ async fn prism_layer(State(app): State<App>, mut request: Request, next: Next) -
         .get::<MatchedPath>()
         .map_or_else(|| "<unmatched>".to_owned(), |m| m.as_str().to_owned());
     let path = request.uri().path().to_owned();
+    let request_id = request
+        .headers()
+        .get(crate::v4::REQUEST_ID_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
     let v4 = is_v4(&path);
     let decision = {
         let mut guard = app.lock();
@@ -218,14 +223,20 @@ async fn prism_layer(State(app): State<App>, mut request: Request, next: Next) -
         if decision.drop_connection {
             {
                 let mut store = app.lock();
+                let answered = Instant::now();
                 let record = RequestRecord {
-                    at_ms: store.elapsed_ms(Instant::now()),
+                    at_ms: store.elapsed_ms(answered),
                     method: method.clone(),
                     endpoint: template.clone(),
                     status: 0,
                     vm: attributed_vm(&store, &template, &path, None),
                 };
-                store.faults.record(record);
+                store.faults.record(TimedRequest {
+                    received: now,
+                    answered,
+                    request_id,
+                    record,
+                });
             }
             if let Some(kill) = request.extensions().get::<ConnectionKill>() {
                 kill.0.notify_one();
@@ -264,14 +275,20 @@ async fn prism_layer(State(app): State<App>, mut request: Request, next: Next) -
     };
     {
         let mut store = app.lock();
+        let answered = Instant::now();
         let record = RequestRecord {
-            at_ms: store.elapsed_ms(Instant::now()),
+            at_ms: store.elapsed_ms(answered),
             vm: attributed_vm(&store, &template, &path, Some(&response)),
             method,
             endpoint: template,
             status: response.status().as_u16(),
         };
-        store.faults.record(record);
+        store.faults.record(TimedRequest {
+            received: now,
+            answered,
+            request_id,
+            record,
+        });
     }
     response
 }

@@ -158,6 +158,22 @@ pub struct RequestRecord {
     pub vm: Option<String>,
 }
 
+/// A request of the log with what only an in-process test reads: when it arrived and when its
+/// answer was ready (`Instant`s of one process compare across servers, so that a test orders
+/// the calls a client made to the mock and to another server), and the `NTNX-Request-Id` it
+/// carried (a v4 deploy's idempotence key).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimedRequest {
+    /// When the request arrived, before the rate limit, faults and authentication.
+    pub received: Instant,
+    /// When its answer was ready (after the handler, and after any injected latency).
+    pub answered: Instant,
+    /// The `NTNX-Request-Id` header, if the request had one.
+    pub request_id: Option<String>,
+    /// The request as the benchmarks see it.
+    pub record: RequestRecord,
+}
+
 /// Requests kept in the log; older ones are dropped first (a long-running mock stays bounded).
 pub(crate) const REQUEST_LOG_CAPACITY: usize = 1_000_000;
 
@@ -181,7 +197,7 @@ pub(crate) struct FaultState {
     tokens: f64,
     refilled: Option<Instant>,
     pub(crate) counters: BTreeMap<(String, String, u16), u64>,
-    pub(crate) log: std::collections::VecDeque<RequestRecord>,
+    pub(crate) log: std::collections::VecDeque<TimedRequest>,
 }
 
 impl FaultState {
@@ -298,12 +314,13 @@ impl FaultState {
     }
 
     /// Counts the request and appends it to the request log.
-    pub(crate) fn record(&mut self, record: RequestRecord) {
+    pub(crate) fn record(&mut self, request: TimedRequest) {
+        let record = &request.record;
         self.count(&record.method, &record.endpoint, record.status);
         if self.log.len() >= REQUEST_LOG_CAPACITY {
             self.log.pop_front();
         }
-        self.log.push_back(record);
+        self.log.push_back(request);
     }
 
     pub(crate) fn counters(&self) -> Vec<Counter> {

@@ -35,7 +35,9 @@ use tokio::task::JoinHandle;
 
 pub use admin::{Admin, VmSummary};
 pub use config::{CloneBehaviour, Credentials, GuestBehaviour, MockConfig, Timings};
-pub use faults::{Counter, FaultKind, FaultRule, InstalledRule, RateLimit, RequestRecord};
+pub use faults::{
+    Counter, FaultKind, FaultRule, InstalledRule, RateLimit, RequestRecord, TimedRequest,
+};
 pub use seed::{
     CategorySeed, ClusterSeed, GpuSeed, GuestOs, HostSeed, ImageSeed, PrismCentralSeed,
     ProjectSeed, Seed, SeedError, SubnetSeed, TemplateSeed, VmSeed,

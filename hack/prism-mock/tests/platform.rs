@@ -738,6 +738,29 @@ async fn template_deploy_is_idempotent_per_request_id_and_makes_a_normal_vm() {
         task_ext_id.as_str(),
         "the same request id gives the same task"
     );
+    let deploys: Vec<_> = mock
+        .admin()
+        .timed_requests_since(0)
+        .into_iter()
+        .filter(|r| r.record.endpoint.ends_with("/$actions/deploy"))
+        .collect();
+    assert_eq!(
+        deploys
+            .iter()
+            .map(|r| r.request_id.as_deref())
+            .collect::<Vec<_>>(),
+        [None, Some("req-1"), Some("req-1")],
+        "the timed log keeps each deploy's request id"
+    );
+    assert!(
+        deploys
+            .iter()
+            .all(|r| r.received <= r.answered && r.record.vm.is_some() == (r.record.status == 202))
+    );
+    assert!(
+        deploys.windows(2).all(|w| w[0].answered < w[1].received),
+        "sent one after the other, so each was answered before the next arrived"
+    );
 
     let task = wait_for(|| async {
         let t = api
