@@ -265,7 +265,13 @@ async fn prism_layer(State(app): State<App>, mut request: Request, next: Next) -
                         .insert(Directives { auth, fail_task });
                     let response = next.run(request).await;
                     if decision.create_then_500 && response.status().is_success() {
-                        injected_error(500, 0, v4)
+                        // The VM was made: the log still names it.
+                        let made = response.extensions().get::<VmAttribution>().cloned();
+                        let mut failed = injected_error(500, 0, v4);
+                        if let Some(made) = made {
+                            failed.extensions_mut().insert(made);
+                        }
+                        failed
                     } else {
                         response
                     }

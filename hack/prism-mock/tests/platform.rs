@@ -394,6 +394,18 @@ async fn create_then_500_creates_the_vm_the_client_thinks_failed() {
     })
     .await;
     assert_eq!(ghost["entities"][0]["status"]["state"], "COMPLETE");
+    let create = mock
+        .admin()
+        .requests_since(0)
+        .into_iter()
+        .find(|r| r.method == "POST" && r.endpoint == "/api/nutanix/v3/vms")
+        .unwrap();
+    assert_eq!(create.status, 500);
+    assert_eq!(
+        create.vm.as_deref(),
+        ghost["entities"][0]["metadata"]["uuid"].as_str(),
+        "the log names the VM the failed-looking create made"
+    );
 }
 
 #[tokio::test]
