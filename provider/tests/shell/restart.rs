@@ -52,17 +52,17 @@ async fn assert_one_vm_with_the_recorded_uuid(env: &Env, name: &str, uuid: &str,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_controller_stopped_between_recording_the_uuid_and_the_create_is_replaced_without_a_second_vm()
+async fn a_controller_stopped_with_its_uuid_recorded_and_its_create_in_flight_is_replaced_without_a_second_vm()
  {
     let mut env = Env::start().await;
     env.start_nodelink();
-    // The first create stalls in the mock before it reaches the VM store, so the controller
-    // is stopped with its UUID recorded and the create not made.
-    env.mock.admin().add_fault(
+    // The first create stalls in the mock before it reaches the VM store; the controller is
+    // stopped while it stalls: its UUID recorded, the create sent and not made.
+    let stall = env.mock.admin().add_fault(
         FaultRule::new(
             Some("POST"),
             route::VMS,
-            FaultKind::Latency { millis: 3_000 },
+            FaultKind::Latency { millis: 5_000 },
         )
         .times(1),
     );
@@ -72,6 +72,20 @@ async fn a_controller_stopped_between_recording_the_uuid_and_the_create_is_repla
         m["status"]["providerStatus"]["vmUUID"].is_string()
     })
     .await;
+    let deadline = Instant::now() + TIMEOUT;
+    while !env
+        .mock
+        .admin()
+        .faults()
+        .iter()
+        .any(|rule| rule.id == stall && rule.fired > 0)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the create never reached the mock"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     first.stop().await;
     assert!(
         env.mock
