@@ -997,6 +997,30 @@ fn a_deletion_waits_for_a_running_create_then_deletes_its_vm() {
 }
 
 #[test]
+fn a_delete_just_sent_is_not_looked_at_before_a_poll_interval() {
+    let mut world = World::new("image");
+    world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+    world.delete();
+    world.reconcile();
+    world.reconcile();
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "DELETE", "write status"]));
+    assert!(world.status().deletion_sent.is_some());
+    // The reconcile its own write triggers, at once.
+    let (steps, outcome) = world.steps();
+    assert!(steps.is_empty(), "{steps:?}");
+    assert_eq!(outcome.next, Some(Next::Requeue(Intervals::default().poll)));
+    // Recorded in whole seconds: a second after it, the delete may be a moment old.
+    world.now += SignedDuration::from_secs(1);
+    let (steps, outcome) = world.steps();
+    assert!(steps.is_empty(), "{steps:?}");
+    assert_eq!(outcome.next, Some(Next::Requeue(Intervals::default().poll)));
+    world.tick();
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "GET", "write metadata"]));
+}
+
+#[test]
 fn a_deletion_before_anything_was_recorded_needs_no_prism() {
     let mut world = World::new("image");
     world.run_until(4, |w| w.phase() == phase::PROVISIONING);
