@@ -731,6 +731,42 @@ fn a_controller_stopped_after_any_write_or_send_ends_with_one_vm() {
 }
 
 #[test]
+fn a_deletion_stopped_after_any_write_or_send_never_finishes_while_the_vm_exists() {
+    for source in ["image", "clone", "template"] {
+        for stop in 1..=4 {
+            for reconcile in 0..5 {
+                let mut world = World::new(source);
+                world.link_node();
+                world.run_until(12, |w| w.phase() == phase::RUNNING);
+                world.delete();
+                for _ in 0..reconcile {
+                    world.reconcile();
+                    assert!(!world.finalized() || world.vms.is_empty());
+                }
+                world.reconcile_until(Some(stop));
+                assert!(!world.finalized() || world.vms.is_empty());
+                for _ in 0..8 {
+                    if world.finalized() {
+                        break;
+                    }
+                    world.tick();
+                    world.reconcile();
+                    assert!(
+                        !world.finalized() || world.vms.is_empty(),
+                        "{source}: finished with the VM there"
+                    );
+                }
+                assert!(
+                    world.finalized(),
+                    "{source}: stopped after {stop} of reconcile {reconcile}"
+                );
+                assert!(world.vms.is_empty());
+            }
+        }
+    }
+}
+
+#[test]
 fn a_vm_missing_from_the_listing_is_confirmed_by_a_get_not_failed() {
     let mut world = World::new("image");
     world.run_until(8, |w| w.phase() == phase::PROVISIONED);
