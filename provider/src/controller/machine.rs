@@ -326,7 +326,8 @@ impl Scope {
                 effects,
                 next,
             } = decide(&self.snapshot);
-            tracing::debug!(machine = %self.key, ?action, ?next, "decision");
+            let what = action.as_ref().map(protocol::Action::name);
+            tracing::debug!(machine = %self.key, action = what, ?next, "decision");
             self.absorb(status, metadata);
             self.events.extend(events);
             self.effects.extend(effects);
@@ -701,6 +702,11 @@ impl Scope {
         for event in std::mem::take(&mut self.events) {
             if event.only_if_written && !self.wrote {
                 continue;
+            }
+            if event.warning {
+                tracing::warn!(machine = %self.key, reason = event.reason, note = %event.note, "event");
+            } else {
+                tracing::info!(machine = %self.key, reason = event.reason, note = %event.note, "event");
             }
             self.shared()
                 .event(&machine, event.warning, event.reason, event.note)

@@ -44,6 +44,29 @@ pub enum Action {
     Send(Change),
 }
 
+impl Action {
+    /// What the action is, for logs: no request body (user data and passwords stay out).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Read(Read::Environment) => "read the environment",
+            Self::Read(Read::Listing { .. }) => "read a listing",
+            Self::Read(Read::Task(_)) => "read the task",
+            Self::Read(Read::Vm { .. }) => "read the VM",
+            Self::Read(Read::Confirm { .. }) => "read the VM to confirm",
+            Self::Read(Read::Node(_)) => "read the Node",
+            Self::Read(Read::AddressContext { .. }) => "read the address context",
+            Self::Read(Read::Prepare) => "plan the VM",
+            Self::Send(Change::ReserveUuid) => "reserve a UUID",
+            Self::Send(Change::Create { .. }) => "send the create",
+            Self::Send(Change::FollowUp { .. }) => "send the follow-up",
+            Self::Send(Change::DeleteVm { .. }) => "delete the VM",
+            Self::Send(Change::Drain { .. }) => "drain",
+            Self::Send(Change::DeleteNode { .. }) => "delete the Node",
+            Self::Send(Change::NodeProviderId { .. }) => "set the Node's providerID",
+        }
+    }
+}
+
 /// A read; its result fills the [`super::Seen`] slot named.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Read {
