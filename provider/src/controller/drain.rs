@@ -11,15 +11,7 @@ use kube::api::{DeleteParams, EvictParams, ListParams};
 use super::Shared;
 use super::error::Error;
 use crate::plan::drain::{is_unreachable, plan_drain};
-
-/// How a drain round ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DrainProgress {
-    /// Nothing left on the Node but pods that are never evicted (or the Node is gone).
-    Done,
-    /// Pods remain; why, in one line.
-    Pending(String),
-}
+use crate::plan::machine::DrainProgress;
 
 /// One drain round on `node_name`.
 pub async fn drain_round(shared: &Shared, node_name: &str) -> Result<DrainProgress, Error> {
@@ -88,8 +80,13 @@ pub async fn drain_round(shared: &Shared, node_name: &str) -> Result<DrainProgre
     if !plan.waiting.is_empty() {
         parts.push(format!("{} pods terminating", plan.waiting.len()));
     }
-    if !blocked.is_empty() {
-        parts.push(format!("eviction blocked: {}", blocked.join("; ")));
+    if blocked.is_empty() {
+        return Ok(DrainProgress::InProgress {
+            note: parts.join("; "),
+        });
     }
-    Ok(DrainProgress::Pending(parts.join("; ")))
+    parts.push(format!("eviction blocked: {}", blocked.join("; ")));
+    Ok(DrainProgress::Blocked {
+        note: parts.join("; "),
+    })
 }

@@ -1,10 +1,11 @@
-//! The Machine controller: the machine-api-operator's lifecycle ([`crate::plan::lifecycle`])
-//! performed step by step, with the VM side in [`super::provision`] and the drain in
-//! [`super::drain`].
+//! The Machine controller: the executor of [`crate::plan::machine::decide`].
 //!
-//! Each reconcile asks [`next_step`] what to do, performs that one step (a status or metadata
-//! merge patch, a Prism call), and ends: a write triggers the next reconcile through the watch,
-//! a wait requeues. Only looking the VM up continues within the same reconcile.
+//! Each reconcile builds a [`Scope`] (the Machine parsed once, the Prism environment resolved
+//! at most once), then runs one fixed script: ask `decide`, write the status change that makes
+//! a retry safe before anything is sent, perform the one action it asks for, feed the result
+//! back, and ask again (at most [`MAX_ROUNDS`] times); at the end, write at most one metadata
+//! patch and one status patch, publish the events and count the metrics. Which read to make,
+//! what an answer means and what to write are `decide`'s alone.
 //!
 //! Watched: Machines (in `--namespace`, or all), wrapped in `DeserializeGuard` so a malformed
 //! one is logged and skipped instead of stalling the watch; Nodes, mapped to their Machine.
@@ -21,38 +22,32 @@ use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
-use prism_client::v3::Vm;
 use serde_json::json;
 use tokio::sync::broadcast;
 
 use super::Shared;
-use super::drain::{DrainProgress, drain_round};
+use super::drain::drain_round;
 use super::error::Error;
-use super::inputs::secrets_named_by;
-use super::nodes::{ProviderIdsDone, machine_to_requeue};
-use super::provision::Observed;
-use crate::actuator::DeleteOutcome;
-use crate::api::{
-    GuardedMachine, INSTANCE_STATE_ANNOTATION, MACHINE_FINALIZER, Machine,
-    NutanixMachineProviderStatus, phase,
-};
-use crate::plan::drain::{
-    UNREACHABLE_VOLUME_WAIT, VOLUME_RECHECK, VolumeCheck, check_volumes, drained_at, volume_events,
-};
-use crate::plan::lifecycle::{
-    DRAINED_CONDITION, INSTANCE_MISSING_MESSAGE, Intervals, MachineState, Step, VmObservation,
-    next_step,
+use super::inputs::{Environment, environment, secrets_named_by};
+use super::nodes::{ProviderIdsDone, ensure_node_provider_id, machine_to_requeue};
+use super::provision::prepare;
+use crate::actuator::inventory::InventorySnapshot;
+use crate::actuator::{self, FollowUpFailure};
+use crate::api::{GuardedMachine, MACHINE_FINALIZER, Machine};
+use crate::plan::identity_of;
+use crate::plan::lifecycle::Intervals;
+use crate::plan::machine::{
+    self as protocol, AddressContext, Change, Decision, DeleteOutcome, Effect, EnvironmentSeen,
+    Event, Failure, FailureKind, FollowUpOutcome, Listing, ListingSlot, ListingSource,
+    MetadataChange, Next, Read, SendOutcome, Settings, Snapshot, decide,
 };
 use crate::plan::machine_status::{
-    StatusUpdate, UNKNOWN_INSTANCE_STATE, conditions, machine_condition, metadata_patch,
-    provider_condition, status_patch,
+    StatusUpdate, event_note, failure_event_reason, metadata_patch, status_patch,
 };
-use crate::plan::machine_status::{event_note, failure_event_reason};
+use crate::plan::provision::{CreateCallOutcome, DeployCandidate, classify_create_error};
 
 /// Label of this controller in metrics.
 const CONTROLLER: &str = "machine";
-/// Machine condition of a paused Machine (migration to the Cluster API).
-const PAUSED_CONDITION: &str = "Paused";
 
 /// The Machine controller's context.
 #[derive(Debug)]
@@ -195,9 +190,7 @@ async fn reconcile(guarded: Arc<GuardedMachine>, context: Arc<Context>) -> Resul
     let started = Instant::now();
     let result = match &guarded.0 {
         Ok(machine) => {
-            let result = MachineReconcile::new(context.clone(), machine.clone())
-                .run()
-                .await;
+            let result = Scope::new(context.clone(), machine.clone()).run().await;
             if let Err(error) = &result
                 && !error.published()
             {
@@ -235,53 +228,64 @@ fn error_policy(guarded: Arc<GuardedMachine>, error: &Error, context: Arc<Contex
         .retry_failed(CONTROLLER, &key_of(&guarded), error)
 }
 
-fn now() -> Time {
-    Time(Timestamp::now())
-}
+/// How many times one reconcile asks [`decide`] at most (a create makes five reads and sends
+/// before its outcome: environment, identity marker, plan, UUID, create; a 409 adds a GET).
+pub const MAX_ROUNDS: usize = 8;
 
 /// One reconcile of one Machine.
-pub(super) struct MachineReconcile {
-    pub(super) context: Arc<Context>,
-    pub(super) machine: Machine,
-    pub(super) key: String,
+struct Scope {
+    context: Arc<Context>,
+    /// The Machine as last read or written.
+    machine: Machine,
+    key: String,
+    snapshot: Snapshot,
+    environment: Option<Environment>,
+    /// The error behind an outcome that fails the reconcile ([`Failure::Environment`],
+    /// [`Failure::ActionFailed`]).
+    failure: Option<Error>,
+    status: StatusUpdate,
+    metadata: Option<MetadataChange>,
+    events: Vec<Event>,
+    effects: Vec<Effect>,
+    /// Whether this reconcile wrote the Machine.
+    wrote: bool,
 }
 
-impl MachineReconcile {
+impl Scope {
     fn new(context: Arc<Context>, machine: Machine) -> Self {
         let key = format!(
             "{}/{}",
             machine.namespace().unwrap_or_default(),
             machine.name_any()
         );
+        if let Err(error) = machine.provider_status() {
+            tracing::warn!(machine = %key, %error, "status.providerStatus cannot be read; starting a new one");
+        }
+        let shared = &context.shared;
+        let settings = Settings {
+            intervals: intervals(shared),
+            migration_gate: shared.settings.migration_gate,
+            create_backoff: shared.backoff.remaining(&key),
+            new_request_id: uuid::Uuid::new_v4().to_string(),
+        };
+        let snapshot = Snapshot::of(&machine, Timestamp::now(), settings);
         Self {
             context,
             machine,
             key,
+            snapshot,
+            environment: None,
+            failure: None,
+            status: StatusUpdate::default(),
+            metadata: None,
+            events: Vec::new(),
+            effects: Vec::new(),
+            wrote: false,
         }
     }
 
-    pub(super) fn shared(&self) -> &Shared {
+    fn shared(&self) -> &Shared {
         &self.context.shared
-    }
-
-    fn api(&self) -> Api<Machine> {
-        Api::namespaced(
-            self.shared().client.clone(),
-            &self.machine.namespace().unwrap_or_default(),
-        )
-    }
-
-    pub(super) fn name(&self) -> String {
-        self.machine.name_any()
-    }
-
-    /// The identity its VM's marker carries.
-    pub(super) fn identity(&self) -> crate::plan::MachineIdentity {
-        crate::plan::MachineIdentity {
-            namespace: self.machine.namespace().unwrap_or_default(),
-            name: self.name(),
-            uid: self.machine.uid().unwrap_or_default(),
-        }
     }
 
     async fn run(mut self) -> Result<Action, Error> {
@@ -293,248 +297,552 @@ impl MachineReconcile {
             tracing::debug!(machine = %self.key, "the cache has not seen this controller's last write yet");
             return Ok(Action::requeue(STALE_RETRY));
         }
-        let state = MachineState::of(&self.machine);
-        let gate = self.shared().settings.migration_gate;
-        let mut observation = VmObservation::NotLookedUp;
-        let mut vm = None;
-        loop {
-            let step = next_step(&state, &observation, gate);
-            tracing::debug!(machine = %self.key, ?step, "next step");
-            if step == Step::LookUpVm {
-                match self.observe().await? {
-                    Observed::Vm(seen, found) => {
-                        observation = seen;
-                        vm = found;
-                        continue;
-                    }
-                    Observed::Done(action) => return Ok(action),
+        let next = match self.rounds().await {
+            Ok(next) => next,
+            Err(error) => {
+                // What was decided before the failed call still holds.
+                if let Err(flush) = self.flush().await {
+                    tracing::warn!(machine = %self.key, error = %flush, "cannot write what was decided before the failure");
                 }
+                return Err(error);
             }
-            if gate && step != Step::Paused {
-                self.unpause().await?;
-            }
-            return self.perform(step, vm).await;
+        };
+        self.flush().await?;
+        match next {
+            Next::AwaitChange => Ok(Action::await_change()),
+            Next::Requeue(after) => Ok(Action::requeue(after)),
+            Next::Retry(failure) => Err(self.error_of(failure)),
         }
     }
 
-    pub(super) async fn perform(
-        &mut self,
-        step: Step,
-        vm: Option<Box<Vm>>,
-    ) -> Result<Action, Error> {
-        let settings = &self.shared().settings;
-        let (poll, requeue) = (settings.poll_interval, settings.requeue_interval);
-        match step {
-            Step::Paused => {
-                let paused = machine_condition(
-                    PAUSED_CONDITION,
-                    true,
-                    Some("AuthoritativeAPINotMachineAPI"),
-                    Some("the Machine is owned by another API".into()),
-                    &now(),
-                );
-                self.patch_status(StatusUpdate {
-                    conditions: vec![paused],
-                    ..StatusUpdate::default()
+    /// Asks [`decide`], performs its action and asks again, until it ends the reconcile.
+    async fn rounds(&mut self) -> Result<Next, Error> {
+        for _ in 0..MAX_ROUNDS {
+            let Decision {
+                status,
+                metadata,
+                action,
+                events,
+                effects,
+                next,
+            } = decide(&self.snapshot);
+            let what = action.as_ref().map(protocol::Action::name);
+            tracing::debug!(machine = %self.key, action = what, ?next, "decision");
+            self.absorb(status, metadata);
+            self.events.extend(events);
+            self.effects.extend(effects);
+            match action {
+                None => return Ok(next),
+                Some(protocol::Action::Read(read)) => self.read(read).await?,
+                Some(protocol::Action::Send(change)) => {
+                    // Record before send: what makes a retry safe is on the Machine first.
+                    self.write_status().await?;
+                    self.send(change).await?;
+                }
+            }
+        }
+        tracing::warn!(machine = %self.key, "no decision after {MAX_ROUNDS} rounds; looking again later");
+        Ok(Next::Requeue(self.shared().settings.poll_interval))
+    }
+
+    /// Keeps a decision's changes until they are written; the snapshot sees the providerStatus
+    /// as changed.
+    fn absorb(&mut self, status: StatusUpdate, metadata: Option<MetadataChange>) {
+        if let Some(provider_status) = &status.provider_status {
+            self.snapshot.recorded = Some(provider_status.clone());
+        }
+        let pending = &mut self.status;
+        pending.phase = status.phase.or(pending.phase);
+        if status.error.is_some() {
+            pending.error = status.error;
+        }
+        if status.addresses.is_some() {
+            pending.addresses = status.addresses;
+        }
+        if status.provider_status.is_some() {
+            pending.provider_status = status.provider_status;
+        }
+        pending.conditions.extend(status.conditions);
+        if metadata.is_some() {
+            self.metadata = metadata;
+        }
+    }
+
+    fn error_of(&mut self, failure: Failure) -> Error {
+        match failure {
+            Failure::CreateRetry(message) => Error::CreateRetry(message),
+            Failure::InvalidMachine(message) => Error::InvalidMachine(message),
+            Failure::VmError(message) => Error::VmError(message),
+            Failure::DeployUnconfirmed(message) => Error::DeployUnconfirmed(message),
+            Failure::Environment | Failure::ActionFailed => {
+                self.failure.take().unwrap_or_else(|| {
+                    Error::Configuration(format!(
+                        "Machine {}: the failed call left no error",
+                        self.key
+                    ))
                 })
-                .await?;
-                Ok(Action::await_change())
             }
-            Step::RejectInvalidMachine { reason } => {
-                let machine = self.machine.clone();
-                self.shared()
-                    .event(&machine, true, "FailedValidate", reason.clone())
-                    .await;
-                Err(Error::InvalidMachine(reason))
-            }
-            Step::AddFinalizer => {
-                let mut finalizers = self.machine.finalizers().to_vec();
-                finalizers.push(MACHINE_FINALIZER.to_owned());
-                self.patch_finalizers(finalizers).await?;
-                Ok(Action::await_change())
-            }
-            Step::SetPhase(phase) => {
-                self.patch_status(StatusUpdate {
-                    phase: Some(phase),
-                    ..StatusUpdate::default()
+        }
+    }
+
+    fn connection(&self) -> Result<&Arc<actuator::Connection>, Error> {
+        self.environment
+            .as_ref()
+            .map(|environment| &environment.connection)
+            .ok_or_else(|| {
+                Error::Configuration(format!(
+                    "Machine {}: a Prism call was decided before the connection",
+                    self.key
+                ))
+            })
+    }
+
+    /// What a listing shows about this Machine, for the slot it fills.
+    fn project(&self, slot: ListingSlot, listing: &InventorySnapshot) -> Listing {
+        let facts = &self.snapshot.machine;
+        let by_name = matches!(slot, ListingSlot::Task | ListingSlot::Deploy);
+        Listing {
+            listed_at: listing.listed_at(),
+            vm: self
+                .snapshot
+                .status
+                .vm_uuid
+                .as_deref()
+                .and_then(|uuid| listing.vm(uuid))
+                .cloned(),
+            named: listing
+                .vms()
+                .filter(|_| by_name)
+                .filter(|vm| vm.spec.as_ref().is_some_and(|spec| spec.name == facts.name))
+                .filter_map(|vm| {
+                    Some(DeployCandidate {
+                        uuid: vm.uuid()?.to_owned(),
+                        created: vm
+                            .metadata
+                            .creation_time
+                            .as_deref()
+                            .and_then(|time| time.parse().ok()),
+                        identity: vm
+                            .spec
+                            .as_ref()
+                            .and_then(|spec| spec.description.as_deref())
+                            .and_then(identity_of),
+                    })
                 })
-                .await?;
-                Ok(Action::await_change())
-            }
-            Step::WaitForPreDrainHooks => {
-                tracing::info!(machine = %self.key, "waiting for preDrain lifecycle hooks");
-                Ok(Action::await_change())
-            }
-            Step::WaitForPreTerminateHooks => {
-                tracing::info!(machine = %self.key, "waiting for preTerminate lifecycle hooks");
-                Ok(Action::await_change())
-            }
-            Step::MarkDrained => {
-                let why = if self
-                    .machine
-                    .annotations()
-                    .contains_key(crate::api::EXCLUDE_NODE_DRAINING_ANNOTATION)
-                {
-                    "draining excluded by annotation"
-                } else {
-                    "no Node to drain"
+                .collect(),
+            of_machine: (slot == ListingSlot::Marker)
+                .then(|| listing.vm_of_machine(&facts.identity.uid))
+                .flatten()
+                .and_then(|vm| vm.uuid())
+                .map(str::to_owned),
+        }
+    }
+
+    async fn read(&mut self, read: Read) -> Result<(), Error> {
+        match read {
+            Read::Environment => {
+                let seen = match environment(self.shared(), &self.machine).await {
+                    Ok(found) => {
+                        let poll = self.shared().settings.poll_interval;
+                        let first_task_read =
+                            self.snapshot
+                                .status
+                                .pending_task
+                                .as_ref()
+                                .map_or(poll, |task| {
+                                    found
+                                        .connection
+                                        .first_task_read_after(&task.operation, poll)
+                                });
+                        self.environment = Some(found);
+                        EnvironmentSeen::Ready { first_task_read }
+                    }
+                    Err(error) => {
+                        tracing::warn!(machine = %self.key, %error, "no Prism connection");
+                        self.failure = Some(error);
+                        EnvironmentSeen::Unavailable
+                    }
                 };
-                self.set_drained(true, conditions::DRAIN_SKIPPED, why.into())
-                    .await?;
-                Ok(Action::await_change())
+                self.snapshot.seen.environment = Some(seen);
             }
-            Step::Drain { node } => match drain_round(self.shared(), &node).await? {
-                DrainProgress::Done => {
-                    self.set_drained(true, conditions::DRAINED, format!("Node {node} drained"))
-                        .await?;
-                    let machine = self.machine.clone();
-                    self.shared()
-                        .event(&machine, false, "Drained", format!("Node {node} drained"))
-                        .await;
-                    Ok(Action::await_change())
-                }
-                DrainProgress::Pending(why) => {
-                    let blocked = why.contains("blocked");
-                    let reason = if blocked {
-                        conditions::DRAIN_BLOCKED
-                    } else {
-                        conditions::DRAIN_IN_PROGRESS
-                    };
-                    self.set_drained(false, reason, why.clone()).await?;
-                    if blocked {
-                        let machine = self.machine.clone();
-                        self.shared()
-                            .event(&machine, true, "FailedDrain", format!("Node {node}: {why}"))
-                            .await;
+            Read::Listing { slot, source } => {
+                let connection = self.connection()?;
+                let client = connection.client();
+                let listing = match source {
+                    ListingSource::Inventory => Some(connection.inventory.snapshot(client).await?),
+                    ListingSource::Within(age) => {
+                        Some(connection.inventory.snapshot_within(client, age).await?)
                     }
-                    Ok(Action::requeue(poll))
+                    ListingSource::ForWaiter {
+                        waiter,
+                        window,
+                        max_age,
+                    } => {
+                        connection
+                            .listing_for_waiter(&waiter, window, max_age)
+                            .await?
+                    }
+                };
+                let projected = listing.map(|listing| self.project(slot, &listing));
+                let seen = &mut self.snapshot.seen;
+                match slot {
+                    ListingSlot::Task => seen.task_listing = Some(projected),
+                    ListingSlot::Deploy => seen.deploy_listing = Some(projected),
+                    ListingSlot::Vm => seen.vm_listing = Some(projected),
+                    ListingSlot::Marker => seen.marker_listing = Some(projected),
                 }
-            },
-            Step::DeleteVm => self.delete_vm().await,
-            Step::WaitForVmDeletion | Step::WaitForCreate => Ok(Action::requeue(
-                step.requeue_after(&intervals(self.shared()))
-                    .unwrap_or(poll),
-            )),
-            Step::FinishDeletion { node } => self.finish_deletion(node).await,
-            Step::Stop => Ok(Action::await_change()),
-            Step::UpdateFromVm { phase } => match vm {
-                Some(vm) => self.update_from_vm(phase, *vm).await,
-                None => Ok(Action::requeue(requeue)),
-            },
-            Step::ReportVmError { message } => {
-                let mut status = self.provider_status();
-                status.set_condition(provider_condition(
-                    conditions::MACHINE_UPDATE,
-                    false,
-                    conditions::UPDATE_FAILED,
-                    message.clone(),
-                    &now(),
-                ));
-                self.patch_status(StatusUpdate {
-                    provider_status: Some(status),
-                    ..StatusUpdate::default()
-                })
-                .await?;
-                self.count_failure(FailureKind::Update, "VmError");
-                let machine = self.machine.clone();
-                self.shared()
-                    .event(&machine, true, "FailedUpdate", message.clone())
-                    .await;
-                Err(Error::VmError(message))
             }
-            Step::Fail { reason, message } => self.fail(reason, message).await,
-            Step::Create => self.create().await,
-            Step::ConfirmDeploy => self.confirm_deploy().await,
-            // `run` looks the VM up and asks again; reaching here would be a bug: look later.
-            Step::LookUpVm => Ok(Action::requeue(poll)),
-            Step::RetryCreate { message } => self.retry_create(message).await,
+            Read::Task(task) => {
+                let progress = self.connection()?.read_task(&task).await?;
+                self.snapshot.seen.task = Some(progress);
+            }
+            Read::Vm { uuid, fresh } => {
+                let connection = self.connection()?;
+                let vm = if fresh {
+                    connection.get_vm(&uuid).await?
+                } else {
+                    connection.get_vm_recent(&uuid).await?
+                };
+                self.snapshot.seen.vm = Some(vm);
+            }
+            Read::Confirm { uuid } => {
+                let vm = self.connection()?.get_vm(&uuid).await?;
+                self.snapshot.seen.confirm = Some(vm);
+            }
+            Read::Node(name) => {
+                let nodes: Api<Node> = Api::all(self.shared().client.clone());
+                let node = nodes.get_opt(&name).await.map_err(|e| {
+                    Error::kube(format!("read Node {name} for its attached volumes"), e)
+                })?;
+                self.snapshot.seen.node = Some(node);
+            }
+            Read::AddressContext { primary_subnet } => {
+                let context = self.address_context(primary_subnet.as_deref()).await?;
+                self.snapshot.seen.address_context = Some(context);
+            }
+            Read::Prepare => {
+                let environment = self.environment.as_ref().ok_or_else(|| {
+                    Error::Configuration(format!(
+                        "Machine {}: a create was planned before the connection",
+                        self.key
+                    ))
+                })?;
+                let prepared = prepare(self.shared(), &self.machine, environment).await;
+                self.snapshot.seen.prepared = Some(prepared);
+            }
         }
+        Ok(())
     }
 
-    /// The providerStatus as read (an unreadable one is started afresh, with a warning).
-    pub(super) fn provider_status(&self) -> NutanixMachineProviderStatus {
-        self.machine.provider_status().unwrap_or_else(|error| {
-            tracing::warn!(machine = %self.key, %error, "status.providerStatus cannot be read; starting a new one");
-            NutanixMachineProviderStatus::default()
+    /// The primary subnet's CIDR, the cluster's networks and the region label; a lookup that
+    /// fails leaves its part out, with a warning.
+    async fn address_context(&self, primary_subnet: Option<&str>) -> Result<AddressContext, Error> {
+        let connection = self.connection()?;
+        let primary_cidr = match primary_subnet {
+            Some(subnet) => match connection
+                .lookups
+                .subnet_cidr(connection.client(), subnet)
+                .await
+            {
+                Ok(cidr) => cidr,
+                Err(error) => {
+                    tracing::warn!(machine = %self.key, %error, "cannot read the primary subnet's CIDR; addresses ordered without it");
+                    None
+                }
+            },
+            None => None,
+        };
+        let networks = self.shared().networks.get().await?;
+        let region = match connection
+            .lookups
+            .prism_central_name(connection.client())
+            .await
+        {
+            Ok(region) => region,
+            Err(error) => {
+                tracing::warn!(machine = %self.key, %error, "cannot read the Prism Central name for the region label");
+                None
+            }
+        };
+        Ok(AddressContext {
+            primary_cidr,
+            cluster_networks: networks.excluded.clone(),
+            excluded_flag: self.shared().settings.excluded_cidrs.clone(),
+            ipv6_primary: networks.ipv6_primary,
+            region,
         })
     }
 
-    /// Writes the status change, if any, and keeps the updated Machine. Returns whether
-    /// anything was written.
-    pub(super) async fn patch_status(&mut self, update: StatusUpdate) -> Result<bool, Error> {
-        let Some(patch) = status_patch(&self.machine, &update, &now()) else {
-            return Ok(false);
-        };
-        let updated = self
-            .api()
-            .patch_status(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| Error::kube(format!("patch status of Machine {}", self.key), e))?;
-        if let Some(phase) = update.phase
-            && phase != self.machine.phase()
-        {
-            let created = self
-                .machine
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0);
-            if let Some(created) = created {
-                let age = Timestamp::now().duration_since(created).as_secs_f64();
-                self.shared()
+    async fn send(&mut self, change: Change) -> Result<(), Error> {
+        match change {
+            Change::ReserveUuid => {
+                let connection = self.connection()?;
+                let uuid = connection.uuids.take(connection.client()).await?;
+                self.snapshot.seen.reserved = Some(uuid);
+            }
+            Change::Create {
+                request,
+                deploy_request_id,
+            } => {
+                let answer = self
+                    .connection()?
+                    .send_create(&request, deploy_request_id.as_deref())
+                    .await;
+                let outcome = match answer {
+                    Ok(sent) => {
+                        tracing::info!(machine = %self.key, "create sent");
+                        SendOutcome::Accepted { task: sent.task }
+                    }
+                    Err(error) => {
+                        let outcome =
+                            match classify_create_error(&error, deploy_request_id.is_none()) {
+                                CreateCallOutcome::Conflict => {
+                                    SendOutcome::Conflict(error.to_string())
+                                }
+                                CreateCallOutcome::ReservationRejected => {
+                                    SendOutcome::ReservationRejected
+                                }
+                                CreateCallOutcome::Invalid(message) => {
+                                    SendOutcome::Invalid(message)
+                                }
+                                CreateCallOutcome::SourceMissing(message) => {
+                                    SendOutcome::SourceMissing(message)
+                                }
+                                CreateCallOutcome::Retry => SendOutcome::Retry,
+                            };
+                        self.failure = Some(error.into());
+                        outcome
+                    }
+                };
+                self.snapshot.seen.sent = Some(outcome);
+            }
+            Change::FollowUp { uuid, update, vm } => {
+                let answer = self
+                    .connection()?
+                    .apply_follow_up(&uuid, &update, Some(*vm))
+                    .await;
+                let outcome = match answer {
+                    Ok(actuator::FollowUpOutcome::Sent { task: Some(task) }) => {
+                        FollowUpOutcome::Task(task)
+                    }
+                    Ok(
+                        actuator::FollowUpOutcome::Sent { task: None }
+                        | actuator::FollowUpOutcome::NothingLeft,
+                    ) => FollowUpOutcome::Done,
+                    Err(FollowUpFailure::Prism(error)) if error.is_conflict() => {
+                        FollowUpOutcome::Conflict
+                    }
+                    Err(FollowUpFailure::Prism(error)) => {
+                        let outcome = match classify_create_error(&error, false) {
+                            CreateCallOutcome::Invalid(message) => {
+                                FollowUpOutcome::Invalid(message)
+                            }
+                            _ => FollowUpOutcome::Retry,
+                        };
+                        self.failure = Some(error.into());
+                        outcome
+                    }
+                    Err(
+                        failure @ (FollowUpFailure::Impossible(..) | FollowUpFailure::NoSpec(_)),
+                    ) => FollowUpOutcome::Impossible(failure.to_string()),
+                };
+                self.snapshot.seen.follow_up = Some(outcome);
+            }
+            Change::DeleteVm { uuid } => {
+                let outcome = match self.connection()?.delete_vm(&uuid).await {
+                    Ok(actuator::DeleteOutcome::Accepted) => DeleteOutcome::Accepted,
+                    Ok(actuator::DeleteOutcome::AlreadyGone) => DeleteOutcome::Gone,
+                    Err(error) => {
+                        let outcome = DeleteOutcome::Failed(error.to_string());
+                        self.failure = Some(error.into());
+                        outcome
+                    }
+                };
+                self.snapshot.seen.deleted = Some(outcome);
+            }
+            Change::Drain { node } => {
+                let progress = drain_round(self.shared(), &node).await?;
+                self.snapshot.seen.drain = Some(progress);
+            }
+            Change::DeleteNode { node } => {
+                let nodes: Api<Node> = Api::all(self.shared().client.clone());
+                match nodes.delete(&node, &Default::default()).await {
+                    Ok(_) => tracing::info!(machine = %self.key, node, "deleted the Node"),
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(error) => return Err(Error::kube(format!("delete Node {node}"), error)),
+                }
+                self.snapshot.seen.node_deleted = true;
+            }
+            Change::NodeProviderId { node, provider_id } => {
+                ensure_node_provider_id(
+                    &self.shared().client,
+                    &self.context.provider_ids,
+                    &self.machine,
+                    &node,
+                    &provider_id,
+                )
+                .await?;
+                self.snapshot.seen.node_provider_id_set = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what is left (a finalizer removed last: the Machine may be gone after it), then
+    /// publishes the events and applies the effects.
+    async fn flush(&mut self) -> Result<(), Error> {
+        if self.metadata == Some(MetadataChange::RemoveFinalizer) {
+            self.write_status().await?;
+            self.write_metadata().await?;
+        } else {
+            self.write_metadata().await?;
+            self.write_status().await?;
+        }
+        let machine = self.machine.clone();
+        for event in std::mem::take(&mut self.events) {
+            if event.only_if_written && !self.wrote {
+                continue;
+            }
+            if event.warning {
+                tracing::warn!(machine = %self.key, reason = event.reason, note = %event.note, "event");
+            } else {
+                tracing::info!(machine = %self.key, reason = event.reason, note = %event.note, "event");
+            }
+            self.shared()
+                .event(&machine, event.warning, event.reason, event.note)
+                .await;
+        }
+        for effect in std::mem::take(&mut self.effects) {
+            self.apply(effect);
+        }
+        Ok(())
+    }
+
+    fn apply(&self, effect: Effect) {
+        let shared = self.shared();
+        match effect {
+            Effect::Failure { kind, reason } => {
+                let metrics = &shared.metrics;
+                let counter = match kind {
+                    FailureKind::Create => &metrics.create_failed,
+                    FailureKind::Update => &metrics.update_failed,
+                    FailureKind::Delete => &metrics.delete_failed,
+                };
+                let namespace = self.machine.namespace().unwrap_or_default();
+                counter
+                    .with_label_values(&[&self.machine.name_any(), &namespace, reason])
+                    .inc();
+            }
+            Effect::TaskEnded {
+                operation,
+                succeeded,
+                elapsed,
+            } => {
+                shared
+                    .metrics
+                    .task_ended(operation.as_str(), succeeded, elapsed);
+                if succeeded && let Some(environment) = &self.environment {
+                    environment.connection.task_took(&operation, elapsed);
+                }
+            }
+            Effect::PhaseEntered { phase, age } => {
+                shared
                     .metrics
                     .phase_transition
                     .with_label_values(&[phase])
-                    .observe(age.max(0.0));
+                    .observe(age.as_secs_f64());
+                tracing::info!(machine = %self.key, phase, "phase");
             }
-            tracing::info!(machine = %self.key, phase, "phase");
+            Effect::ForgetRead(uuid) => {
+                if let Some(environment) = &self.environment {
+                    environment.connection.forget_read(&uuid);
+                }
+            }
+            Effect::InvalidateLookups => {
+                if let Some(environment) = &self.environment {
+                    environment.connection.lookups.invalidate();
+                }
+            }
+            Effect::ResetBackoff => shared.backoff.reset(&self.key),
+            Effect::Finished => {
+                self.context.superseded.forget(&self.key);
+                tracing::info!(machine = %self.key, "deleted");
+            }
         }
-        self.replace_machine(updated);
-        Ok(true)
     }
 
-    /// Writes the providerStatus.
-    pub(super) async fn write_provider_status(
-        &mut self,
-        status: NutanixMachineProviderStatus,
-    ) -> Result<bool, Error> {
-        self.patch_status(StatusUpdate {
-            provider_status: Some(status),
-            ..StatusUpdate::default()
-        })
-        .await
+    fn api(&self) -> Api<Machine> {
+        Api::namespaced(
+            self.shared().client.clone(),
+            &self.machine.namespace().unwrap_or_default(),
+        )
     }
 
-    /// Writes labels, annotations and providerID that differ. Returns whether anything was
-    /// written.
-    pub(super) async fn patch_metadata(
-        &mut self,
-        labels: &std::collections::BTreeMap<String, String>,
-        annotations: &std::collections::BTreeMap<String, String>,
-        provider_id: Option<&str>,
-    ) -> Result<bool, Error> {
-        let Some(patch) = metadata_patch(&self.machine, labels, annotations, provider_id) else {
-            return Ok(false);
+    /// Writes the pending status change, if it changes anything.
+    async fn write_status(&mut self) -> Result<(), Error> {
+        let update = std::mem::take(&mut self.status);
+        let Some(patch) = status_patch(&self.machine, &update, &now()) else {
+            return Ok(());
         };
         let updated = self
             .api()
-            .patch(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_status(
+                &self.machine.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await
-            .map_err(|e| Error::kube(format!("patch Machine {}", self.key), e))?;
+            .map_err(|e| Error::kube(format!("patch status of Machine {}", self.key), e))?;
         self.replace_machine(updated);
-        Ok(true)
+        Ok(())
     }
 
-    async fn patch_finalizers(&mut self, finalizers: Vec<String>) -> Result<(), Error> {
-        let patch = json!({"metadata": {
-            "finalizers": finalizers,
-            "resourceVersion": self.machine.metadata.resource_version,
-        }});
+    /// Writes the pending metadata change, if it changes anything. A finalizer change carries
+    /// the resourceVersion (the finalizer list is replaced whole).
+    async fn write_metadata(&mut self) -> Result<(), Error> {
+        let Some(change) = self.metadata.take() else {
+            return Ok(());
+        };
+        let (patch, what) = match change {
+            MetadataChange::AddFinalizer | MetadataChange::RemoveFinalizer => {
+                let mut finalizers: Vec<String> = self
+                    .machine
+                    .finalizers()
+                    .iter()
+                    .filter(|f| *f != MACHINE_FINALIZER)
+                    .cloned()
+                    .collect();
+                if change == MetadataChange::AddFinalizer {
+                    finalizers.push(MACHINE_FINALIZER.to_owned());
+                }
+                let patch = json!({"metadata": {
+                    "finalizers": finalizers,
+                    "resourceVersion": self.machine.metadata.resource_version,
+                }});
+                (patch, "update finalizers of")
+            }
+            MetadataChange::Merge {
+                labels,
+                annotations,
+                provider_id,
+            } => {
+                let Some(patch) =
+                    metadata_patch(&self.machine, &labels, &annotations, provider_id.as_deref())
+                else {
+                    return Ok(());
+                };
+                (patch, "patch")
+            }
+        };
         let updated = self
             .api()
-            .patch(&self.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(
+                &self.machine.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await
-            .map_err(|e| Error::kube(format!("update finalizers of Machine {}", self.key), e))?;
+            .map_err(|e| Error::kube(format!("{what} Machine {}", self.key), e))?;
         self.replace_machine(updated);
         Ok(())
     }
@@ -545,304 +853,16 @@ impl MachineReconcile {
             .superseded
             .record(&self.key, self.machine.metadata.resource_version.as_ref());
         self.machine = updated;
-    }
-
-    async fn unpause(&mut self) -> Result<(), Error> {
-        let paused = self.machine.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == PAUSED_CONDITION && c.status == "True")
-        });
-        if paused {
-            let condition = machine_condition(
-                PAUSED_CONDITION,
-                false,
-                Some("AuthoritativeAPIMachineAPI"),
-                Some("the Machine API owns the Machine".into()),
-                &now(),
-            );
-            self.patch_status(StatusUpdate {
-                conditions: vec![condition],
-                ..StatusUpdate::default()
-            })
-            .await?;
-        }
-        Ok(())
-    }
-
-    async fn set_drained(
-        &mut self,
-        drained: bool,
-        reason: &str,
-        message: String,
-    ) -> Result<(), Error> {
-        let condition = machine_condition(
-            DRAINED_CONDITION,
-            drained,
-            Some(reason),
-            Some(message),
-            &now(),
-        );
-        self.patch_status(StatusUpdate {
-            conditions: vec![condition],
-            ..StatusUpdate::default()
-        })
-        .await?;
-        Ok(())
-    }
-
-    pub(super) fn count_failure(&self, kind: FailureKind, reason: &str) {
-        let metrics = &self.shared().metrics;
-        let counter = match kind {
-            FailureKind::Create => &metrics.create_failed,
-            FailureKind::Update => &metrics.update_failed,
-            FailureKind::Delete => &metrics.delete_failed,
-        };
-        let namespace = self.machine.namespace().unwrap_or_default();
-        counter
-            .with_label_values(&[&self.name(), &namespace, reason])
-            .inc();
-    }
-
-    /// Phase Failed with the reason and message; `instance-state: Unknown`, as MAO writes.
-    pub(super) async fn fail(
-        &mut self,
-        reason: Option<&'static str>,
-        message: String,
-    ) -> Result<Action, Error> {
-        let status = self.provider_status();
-        self.fail_with(reason, message, status).await
-    }
-
-    /// [`Self::fail`], writing `status` as the providerStatus (with its conditions added).
-    pub(super) async fn fail_with(
-        &mut self,
-        reason: Option<&'static str>,
-        message: String,
-        mut status: NutanixMachineProviderStatus,
-    ) -> Result<Action, Error> {
-        let missing = reason.is_none() && message == INSTANCE_MISSING_MESSAGE;
-        let mut machine_conditions = Vec::new();
-        if missing {
-            machine_conditions.push(machine_condition(
-                conditions::INSTANCE_EXISTS,
-                false,
-                Some(conditions::INSTANCE_MISSING),
-                Some(message.clone()),
-                &now(),
-            ));
-        } else {
-            status.set_condition(provider_condition(
-                conditions::MACHINE_CREATION,
-                false,
-                conditions::CREATION_FAILED,
-                message.clone(),
-                &now(),
-            ));
-        }
-        let annotations = [(
-            INSTANCE_STATE_ANNOTATION.to_owned(),
-            UNKNOWN_INSTANCE_STATE.to_owned(),
-        )]
-        .into();
-        self.patch_metadata(&Default::default(), &annotations, None)
-            .await?;
-        self.patch_status(StatusUpdate {
-            phase: Some(phase::FAILED),
-            error: Some((reason.map(str::to_owned), message.clone())),
-            provider_status: Some(status),
-            conditions: machine_conditions,
-            ..StatusUpdate::default()
-        })
-        .await?;
-        let (kind, event, metric_reason) = if missing {
-            (FailureKind::Update, "FailedUpdate", "InstanceMissing")
-        } else {
-            (
-                FailureKind::Create,
-                "FailedCreate",
-                reason.unwrap_or("Failed"),
-            )
-        };
-        self.count_failure(kind, metric_reason);
-        tracing::warn!(machine = %self.key, %message, "Machine failed");
-        let machine = self.machine.clone();
-        self.shared().event(&machine, true, event, message).await;
-        Ok(Action::await_change())
-    }
-
-    /// A create that cannot be made now: condition, event, metric, and a retry with backoff.
-    pub(super) async fn retry_create(&mut self, message: String) -> Result<Action, Error> {
-        let mut status = self.provider_status();
-        status.set_condition(provider_condition(
-            conditions::MACHINE_CREATION,
-            false,
-            conditions::CREATION_FAILED,
-            message.clone(),
-            &now(),
-        ));
-        self.write_provider_status(status).await?;
-        self.count_failure(FailureKind::Create, "Unresolved");
-        let machine = self.machine.clone();
-        self.shared()
-            .event(&machine, true, "FailedCreate", message.clone())
-            .await;
-        Err(Error::CreateRetry(message))
-    }
-
-    async fn delete_vm(&mut self) -> Result<Action, Error> {
-        let Some(uuid) = self.provider_status().vm_uuid else {
-            return Ok(Action::requeue(self.shared().settings.poll_interval));
-        };
-        if let Some(wait) = self.wait_for_volumes().await? {
-            return Ok(wait);
-        }
-        let mut status = self.provider_status();
-        let environment = super::inputs::environment(self.shared(), &self.machine).await?;
-        match environment.connection.delete_vm(&uuid).await {
-            // Gone already: the next look finds it missing and finishes the deletion.
-            Ok(DeleteOutcome::AlreadyGone) => Ok(Action::requeue(Duration::ZERO)),
-            Ok(DeleteOutcome::Accepted) => {
-                status.set_condition(provider_condition(
-                    conditions::MACHINE_DELETION,
-                    false,
-                    conditions::DELETION_IN_PROGRESS,
-                    format!("deleting VM {uuid}"),
-                    &now(),
-                ));
-                self.write_provider_status(status).await?;
-                let machine = self.machine.clone();
-                self.shared()
-                    .event(&machine, false, "Delete", format!("deleting VM {uuid}"))
-                    .await;
-                Ok(Action::requeue(self.shared().settings.poll_interval))
-            }
-            Err(error) => {
-                status.set_condition(provider_condition(
-                    conditions::MACHINE_DELETION,
-                    false,
-                    conditions::DELETION_FAILED,
-                    error.to_string(),
-                    &now(),
-                ));
-                self.write_provider_status(status).await?;
-                self.count_failure(FailureKind::Delete, "PrismError");
-                // The event is the reconcile wrapper's (publish_failure), with the fix.
-                Err(error.into())
-            }
-        }
-    }
-
-    /// Holds the VM's deletion while the linked Node lists attached volumes
-    /// ([`check_volumes`]); `Some` with the requeue while it waits.
-    async fn wait_for_volumes(&mut self) -> Result<Option<Action>, Error> {
-        let Some(node_name) = MachineState::of(&self.machine).node else {
-            return Ok(None);
-        };
-        let nodes: Api<Node> = Api::all(self.shared().client.clone());
-        let node = nodes.get_opt(&node_name).await.map_err(|e| {
-            Error::kube(format!("read Node {node_name} for its attached volumes"), e)
-        })?;
-        let check = check_volumes(
-            &node_name,
-            node.as_ref(),
-            drained_at(&self.machine),
-            Timestamp::now(),
-        );
-        let machine = self.machine.clone();
-        match check {
-            VolumeCheck::Clear => Ok(None),
-            VolumeCheck::NodeGone { node } => {
-                let note = format!(
-                    "Node {node} is gone: nothing reports its attached volumes any more; deleting the VM"
-                );
-                self.shared()
-                    .event(&machine, false, volume_events::NODE_GONE, note)
-                    .await;
-                Ok(None)
-            }
-            VolumeCheck::Wait {
-                node,
-                volumes,
-                unreachable_until,
-            } => {
-                let volumes = volumes.join(", ");
-                let message = match unreachable_until {
-                    None => format!(
-                        "Node {node} still lists attached volumes ({volumes}): the VM is deleted once they are detached"
-                    ),
-                    Some(until) => format!(
-                        "Node {node} is unreachable and still lists attached volumes ({volumes}): the VM is deleted once they are detached, or at {until}"
-                    ),
-                };
-                let mut status = self.provider_status();
-                status.set_condition(provider_condition(
-                    conditions::MACHINE_DELETION,
-                    false,
-                    volume_events::WAITING,
-                    message.clone(),
-                    &now(),
-                ));
-                self.write_provider_status(status).await?;
-                self.shared()
-                    .event(&machine, false, volume_events::WAITING, message)
-                    .await;
-                tracing::info!(machine = %self.key, node, "waiting for the Node's volumes to be detached");
-                Ok(Some(Action::requeue(VOLUME_RECHECK)))
-            }
-            VolumeCheck::GiveUp {
-                node,
-                volumes,
-                unreachable_since,
-            } => {
-                let note = format!(
-                    "Node {node} has been unreachable since {unreachable_since} and still lists attached volumes ({}): deleting the VM without waiting longer (the attach/detach controller force-detaches the volumes of a Node that is not Ready after {:#})",
-                    volumes.join(", "),
-                    UNREACHABLE_VOLUME_WAIT
-                );
-                tracing::warn!(machine = %self.key, node, "deleting the VM with volumes still listed on its unreachable Node");
-                self.shared()
-                    .event(&machine, true, volume_events::TIMED_OUT, note)
-                    .await;
-                Ok(None)
-            }
-        }
-    }
-
-    async fn finish_deletion(&mut self, node: Option<String>) -> Result<Action, Error> {
-        if let Some(node) = node {
-            let nodes: Api<Node> = Api::all(self.shared().client.clone());
-            match nodes.delete(&node, &Default::default()).await {
-                Ok(_) => tracing::info!(machine = %self.key, node, "deleted the Node"),
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(error) => return Err(Error::kube(format!("delete Node {node}"), error)),
-            }
-        }
-        let finalizers: Vec<String> = self
-            .machine
-            .finalizers()
-            .iter()
-            .filter(|f| *f != MACHINE_FINALIZER)
-            .cloned()
-            .collect();
-        self.patch_finalizers(finalizers).await?;
-        self.shared().backoff.reset(&self.key);
-        self.context.superseded.forget(&self.key);
-        tracing::info!(machine = %self.key, "deleted");
-        Ok(Action::await_change())
+        self.wrote = true;
     }
 }
 
-/// Which `mapi_instance_*_failed` counter a failure counts in.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum FailureKind {
-    Create,
-    Update,
-    Delete,
+fn now() -> Time {
+    Time(Timestamp::now())
 }
 
-/// The intervals of the settings, for [`Step::requeue_after`].
-pub(super) fn intervals(shared: &Shared) -> Intervals {
+/// The intervals of the settings.
+fn intervals(shared: &Shared) -> Intervals {
     let settings = &shared.settings;
     Intervals {
         poll: settings.poll_interval,

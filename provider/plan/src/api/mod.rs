@@ -17,8 +17,8 @@ pub use machine::{
     ProviderSpec,
 };
 pub use provider::{
-    BootType, DiskAdapterType, DiskDeviceType, DiskMode, GpuIdentifierType, GuestCustomizationSpec,
-    GuestCustomizationType, IdentifierType, ImageKind, NutanixCategory,
+    BootType, DeletionSent, DiskAdapterType, DiskDeviceType, DiskMode, GpuIdentifierType,
+    GuestCustomizationSpec, GuestCustomizationType, IdentifierType, ImageKind, NutanixCategory,
     NutanixFailureDomainReference, NutanixGpu, NutanixMachineProviderConfig,
     NutanixMachineProviderStatus, NutanixResourceIdentifier, NutanixStorageResourceIdentifier,
     NutanixVmDisk, NutanixVmDiskDeviceProperties, NutanixVmStorageConfig, PROVIDER_API_VERSION,

@@ -377,8 +377,21 @@ pub struct NutanixMachineProviderStatus {
     /// Holds no secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_follow_up: Option<Value>,
+    /// Ours: the delete of the VM this controller sent, so that the deletion waits for Prism
+    /// to finish it rather than sending it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_sent: Option<DeletionSent>,
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
+}
+
+/// Ours: a VM delete this controller sent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletionSent {
+    #[serde(rename = "vmUUID")]
+    pub vm_uuid: String,
+    pub at: Time,
 }
 
 /// Ours: a Prism task recorded on the Machine so that a reconcile reads it once and requeues

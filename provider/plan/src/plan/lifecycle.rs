@@ -210,6 +210,9 @@ pub enum Step {
     ReportVmError {
         message: String,
     },
+    /// The VM is gone but the Machine was provisioned: phase `Failed` with
+    /// [`INSTANCE_MISSING_MESSAGE`] and `InstanceExists=False`.
+    InstanceMissing,
     /// Set phase `Failed` with this `errorReason` and `errorMessage`.
     Fail {
         reason: Option<&'static str>,
@@ -313,10 +316,7 @@ pub fn next_step(state: &MachineState, vm: &VmObservation, migration_gate: bool)
             },
         },
         VmObservation::Creating => Step::WaitForCreate,
-        VmObservation::Missing if state.is_provisioned() => Step::Fail {
-            reason: None,
-            message: INSTANCE_MISSING_MESSAGE.into(),
-        },
+        VmObservation::Missing if state.is_provisioned() => Step::InstanceMissing,
         VmObservation::Missing | VmObservation::DeployUnconfirmed if state.phase.is_empty() => {
             Step::SetPhase(phase::PROVISIONING)
         }

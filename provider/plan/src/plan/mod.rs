@@ -13,6 +13,7 @@ pub mod guest;
 pub mod identity;
 pub mod join;
 pub mod lifecycle;
+pub mod machine;
 pub mod machine_status;
 pub mod machineset;
 pub mod networks;

@@ -14,7 +14,6 @@ use prism_types::v3::EntityState;
 use prism_types::{Error, TaskEntity, TaskFailure, TaskProgress};
 
 use super::identity::MachineIdentity;
-use super::machine_status::conditions;
 use super::request::FollowUpUpdate;
 use crate::api::{NutanixMachineProviderStatus, PendingTask, TaskOperation};
 
@@ -523,16 +522,6 @@ pub fn listing_says(
 /// up to a second after it.
 pub fn listed_after(listed_at: Timestamp, started: Option<Timestamp>) -> bool {
     started.is_some_and(|started| listed_at.duration_since(started) > SignedDuration::from_secs(1))
-}
-
-/// Whether this controller has sent the delete of VM `uuid` (its `MachineDeletion` condition
-/// says so).
-pub fn delete_sent(status: &NutanixMachineProviderStatus, uuid: &str) -> bool {
-    status.conditions.iter().any(|condition| {
-        condition.type_ == conditions::MACHINE_DELETION
-            && condition.reason == conditions::DELETION_IN_PROGRESS
-            && condition.message.contains(uuid)
-    })
 }
 
 #[cfg(test)]

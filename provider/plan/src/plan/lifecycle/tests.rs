@@ -331,10 +331,7 @@ fn steps_in_the_machine_api_operator_order() {
             running(),
             VmObservation::Missing,
             false,
-            Step::Fail {
-                reason: None,
-                message: INSTANCE_MISSING_MESSAGE.into(),
-            },
+            Step::InstanceMissing,
         ),
         (
             "gone with addresses only",
@@ -346,10 +343,7 @@ fn steps_in_the_machine_api_operator_order() {
             },
             VmObservation::Missing,
             false,
-            Step::Fail {
-                reason: None,
-                message: INSTANCE_MISSING_MESSAGE.into(),
-            },
+            Step::InstanceMissing,
         ),
         // 8. Provisioning before create.
         (

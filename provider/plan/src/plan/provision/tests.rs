@@ -463,35 +463,6 @@ fn a_listing_counts_as_after_a_task_only_a_second_past_its_recorded_time() {
     assert!(!listed_after(at("2026-11-30T00:10:00Z"), None));
 }
 
-#[test]
-fn a_delete_counts_as_sent_for_the_vm_its_condition_names() {
-    let condition = |reason: &str, message: &str| {
-        crate::plan::machine_status::provider_condition(
-            conditions::MACHINE_DELETION,
-            false,
-            reason,
-            message,
-            &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
-        )
-    };
-    let mut status = NutanixMachineProviderStatus::default();
-    assert!(!delete_sent(&status, "vm-1"));
-    status.set_condition(condition(
-        conditions::DELETION_IN_PROGRESS,
-        "deleting VM vm-1",
-    ));
-    assert!(delete_sent(&status, "vm-1"));
-    assert!(!delete_sent(&status, "vm-2"));
-    status.set_condition(condition(
-        conditions::DELETION_FAILED,
-        "deleting VM vm-1: 500",
-    ));
-    assert!(
-        !delete_sent(&status, "vm-1"),
-        "a failed delete was not accepted"
-    );
-}
-
 fn vm_entity(uuid: &str) -> TaskEntity {
     TaskEntity {
         kind: "vm".into(),

@@ -1,0 +1,225 @@
+//! What [`super::decide`] returns: the changes to write, at most one Prism (or Kubernetes)
+//! action, the events, the metrics and when to look again.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use prism_types::v3::Vm;
+
+use crate::api::TaskOperation;
+use crate::plan::machine_status::StatusUpdate;
+use crate::plan::request::{FollowUpUpdate, VmRequest};
+
+/// One step of a reconcile.
+#[derive(Clone, Debug, Default)]
+pub struct Decision {
+    /// The status change (empty: none).
+    pub status: StatusUpdate,
+    pub metadata: Option<MetadataChange>,
+    /// What the executor does next and feeds back; `None` ends the reconcile.
+    pub action: Option<Action>,
+    pub events: Vec<Event>,
+    pub effects: Vec<Effect>,
+    pub next: Next,
+}
+
+/// A change to the Machine's metadata.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MetadataChange {
+    AddFinalizer,
+    RemoveFinalizer,
+    /// Labels, annotations and providerID, merged.
+    Merge {
+        labels: BTreeMap<String, String>,
+        annotations: BTreeMap<String, String>,
+        provider_id: Option<String>,
+    },
+}
+
+/// What the executor does, then calls [`super::decide`] again with the result.
+#[derive(Clone, Debug)]
+pub enum Action {
+    Read(Read),
+    /// Changes something; the status change of the same decision is written first.
+    Send(Change),
+}
+
+impl Action {
+    /// What the action is, for logs: no request body (user data and passwords stay out).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Read(Read::Environment) => "read the environment",
+            Self::Read(Read::Listing { .. }) => "read a listing",
+            Self::Read(Read::Task(_)) => "read the task",
+            Self::Read(Read::Vm { .. }) => "read the VM",
+            Self::Read(Read::Confirm { .. }) => "read the VM to confirm",
+            Self::Read(Read::Node(_)) => "read the Node",
+            Self::Read(Read::AddressContext { .. }) => "read the address context",
+            Self::Read(Read::Prepare) => "plan the VM",
+            Self::Send(Change::ReserveUuid) => "reserve a UUID",
+            Self::Send(Change::Create { .. }) => "send the create",
+            Self::Send(Change::FollowUp { .. }) => "send the follow-up",
+            Self::Send(Change::DeleteVm { .. }) => "delete the VM",
+            Self::Send(Change::Drain { .. }) => "drain",
+            Self::Send(Change::DeleteNode { .. }) => "delete the Node",
+            Self::Send(Change::NodeProviderId { .. }) => "set the Node's providerID",
+        }
+    }
+}
+
+/// A read; its result fills the [`super::Seen`] slot named.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Read {
+    /// Credentials and Prism connection → `environment`.
+    Environment,
+    Listing {
+        slot: ListingSlot,
+        source: ListingSource,
+    },
+    /// The pending task → `task`.
+    Task(crate::api::PendingTask),
+    /// `GET` of the recorded VM → `vm`; `fresh`: Prism as it is now, else a read of the last
+    /// few seconds will do.
+    Vm { uuid: String, fresh: bool },
+    /// `GET` now → `confirm`.
+    Confirm { uuid: String },
+    /// The linked Node, for its attached volumes → `node`.
+    Node(String),
+    /// Subnet CIDR, networks, region → `address_context`.
+    AddressContext { primary_subnet: Option<String> },
+    /// Secrets, lookups and the VM plan → `prepared`.
+    Prepare,
+}
+
+/// Which slot a listing fills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListingSlot {
+    Task,
+    Deploy,
+    Vm,
+    Marker,
+}
+
+/// Which listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListingSource {
+    /// The shared inventory as it is.
+    Inventory,
+    /// The shared inventory, no older than this.
+    Within(Duration),
+    /// The shared listing for a Machine waiting on `waiter` (counted within `window`), no
+    /// older than `max_age`, when enough Machines wait for it to pay; otherwise none.
+    ForWaiter {
+        waiter: String,
+        window: Duration,
+        max_age: Duration,
+    },
+}
+
+/// A change in Prism or Kubernetes.
+#[derive(Clone, Debug)]
+pub enum Change {
+    ReserveUuid,
+    /// The create, clone or deploy (`deploy_request_id` for a deploy) → `sent`.
+    Create {
+        request: Box<VmRequest>,
+        deploy_request_id: Option<String>,
+    },
+    /// → `follow_up`.
+    FollowUp {
+        uuid: String,
+        update: Box<FollowUpUpdate>,
+        vm: Box<Vm>,
+    },
+    /// → `deleted`.
+    DeleteVm {
+        uuid: String,
+    },
+    /// One drain round → `drain`.
+    Drain {
+        node: String,
+    },
+    /// → `node_deleted` (a Node already gone is success).
+    DeleteNode {
+        node: String,
+    },
+    /// The Node's `spec.providerID` → `node_provider_id_set`.
+    NodeProviderId {
+        node: String,
+        provider_id: String,
+    },
+}
+
+/// An event on the Machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub note: String,
+    /// Published only when this reconcile wrote the Machine.
+    pub only_if_written: bool,
+}
+
+/// Bookkeeping the executor does: metrics and its caches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// A `mapi_instance_*_failed` counter.
+    Failure {
+        kind: FailureKind,
+        reason: &'static str,
+    },
+    /// A recorded task ended: its metric, and (succeeded) how soon the next is first read.
+    TaskEnded {
+        operation: TaskOperation,
+        succeeded: bool,
+        elapsed: Duration,
+    },
+    /// `mapi_machine_phase_transition_seconds`, once the status is written.
+    PhaseEntered {
+        phase: &'static str,
+        age: Duration,
+    },
+    /// The VM is known to have changed: drop its recent read.
+    ForgetRead(String),
+    /// A source or cluster is gone: drop the cached lookups.
+    InvalidateLookups,
+    ResetBackoff,
+    /// The Machine is gone: forget what the executor remembers of it.
+    Finished,
+}
+
+/// Which `mapi_instance_*_failed` counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    Create,
+    Update,
+    Delete,
+}
+
+/// How the reconcile ends.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Next {
+    /// Until the Machine changes (a write of this reconcile triggers the next).
+    #[default]
+    AwaitChange,
+    Requeue(Duration),
+    /// Failed: retried with backoff.
+    Retry(Failure),
+}
+
+/// Why a reconcile failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// A create cannot be made now; published (condition, event).
+    CreateRetry(String),
+    /// The Machine lacks what every Machine needs; published.
+    InvalidMachine(String),
+    /// The VM is in state ERROR; published.
+    VmError(String),
+    /// A deletion cannot confirm a template deploy yet; published.
+    DeployUnconfirmed(String),
+    /// The Prism connection could not be made (the executor's error).
+    Environment,
+    /// The action just sent failed (the executor's error).
+    ActionFailed,
+}

@@ -1,0 +1,245 @@
+//! What [`super::decide`] decides on: the Machine parsed once, what this reconcile has observed
+//! and sent so far, and the clock. Everything is a typed value the executor filled in; nothing
+//! here is a Prism or Kubernetes error.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, NodeAddress};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use prism_types::TaskProgress;
+use prism_types::v3::Vm;
+
+use crate::api::{Machine, NutanixMachineProviderStatus};
+use crate::plan::drain::drained_at;
+use crate::plan::lifecycle::{Intervals, MachineState};
+use crate::plan::provision::{DeployCandidate, secure_boot_customized};
+use crate::plan::{MachineIdentity, ValidationErrors, VmPlan};
+
+/// Machine condition of a paused Machine (migration to the Cluster API).
+pub const PAUSED_CONDITION: &str = "Paused";
+
+/// One Machine at one moment of one reconcile.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub machine: MachineFacts,
+    /// The providerStatus as the reconcile read it: what the VM is looked up by.
+    pub status: NutanixMachineProviderStatus,
+    /// The providerStatus as this reconcile has changed it so far (`None`: unchanged).
+    pub recorded: Option<NutanixMachineProviderStatus>,
+    pub seen: Seen,
+    pub now: Timestamp,
+    pub settings: Settings,
+}
+
+impl Snapshot {
+    /// A snapshot of `machine` before anything is observed.
+    pub fn of(machine: &Machine, now: Timestamp, settings: Settings) -> Self {
+        Self {
+            machine: MachineFacts::of(machine),
+            status: machine.provider_status().unwrap_or_default(),
+            recorded: None,
+            seen: Seen::default(),
+            now,
+            settings,
+        }
+    }
+
+    /// The providerStatus with this reconcile's changes.
+    pub fn current_status(&self) -> &NutanixMachineProviderStatus {
+        self.recorded.as_ref().unwrap_or(&self.status)
+    }
+}
+
+/// What the protocol reads of the Machine object, parsed once.
+#[derive(Clone, Debug)]
+pub struct MachineFacts {
+    pub state: MachineState,
+    pub name: String,
+    pub identity: MachineIdentity,
+    /// `metadata.creationTimestamp`.
+    pub created: Option<Timestamp>,
+    /// `metadata.deletionTimestamp`.
+    pub deletion_started: Option<Timestamp>,
+    /// When the `Drained` condition became true.
+    pub drained_at: Option<Timestamp>,
+    /// Condition `Paused` is `True`.
+    pub paused: bool,
+    /// `status.addresses`.
+    pub addresses: Vec<NodeAddress>,
+    /// The providerSpec asks for Secure Boot with guest customization.
+    pub secure_boot_customized: bool,
+}
+
+impl MachineFacts {
+    pub fn of(machine: &Machine) -> Self {
+        let status = machine.status.as_ref();
+        Self {
+            state: MachineState::of(machine),
+            name: machine.name_any(),
+            identity: MachineIdentity {
+                namespace: machine.namespace().unwrap_or_default(),
+                name: machine.name_any(),
+                uid: machine.uid().unwrap_or_default(),
+            },
+            created: machine.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            deletion_started: machine.metadata.deletion_timestamp.as_ref().map(|t| t.0),
+            drained_at: drained_at(machine),
+            paused: status.is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == PAUSED_CONDITION && c.status == "True")
+            }),
+            addresses: status.map(|s| s.addresses.clone()).unwrap_or_default(),
+            secure_boot_customized: machine
+                .provider_config()
+                .and_then(Result::ok)
+                .is_some_and(|config| secure_boot_customized(&config)),
+        }
+    }
+}
+
+/// What the executor knows beyond the Machine.
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    pub intervals: Intervals,
+    /// The `MachineAPIMigration` feature gate.
+    pub migration_gate: bool,
+    /// How long the per-Machine backoff still holds a create back.
+    pub create_backoff: Option<Duration>,
+    /// A request id for a template deploy, should one be recorded now.
+    pub new_request_id: String,
+}
+
+/// What this reconcile has observed and sent so far; each slot is filled by the executor
+/// performing the action [`super::decide`] asked for.
+#[derive(Clone, Debug, Default)]
+pub struct Seen {
+    pub environment: Option<EnvironmentSeen>,
+    /// The shared listing looked at before reading the pending task (`Some(None)`: too few
+    /// Machines wait for a listing to pay).
+    pub task_listing: Option<Option<Listing>>,
+    pub task: Option<TaskProgress>,
+    /// A fresh listing, looked through for a deployed VM by name.
+    pub deploy_listing: Option<Option<Listing>>,
+    /// The listing the recorded VM is looked for in.
+    pub vm_listing: Option<Option<Listing>>,
+    /// `GET /vms/{uuid}` of the recorded VM (`Some(None)`: 404).
+    pub vm: Option<Option<Vm>>,
+    /// The listing a VM carrying the Machine's identity marker is looked for in.
+    pub marker_listing: Option<Option<Listing>>,
+    /// `GET /vms/{uuid}` confirming what a send or a failed task left.
+    pub confirm: Option<Option<Vm>>,
+    pub prepared: Option<Prepared>,
+    /// A UUID reserved for the create.
+    pub reserved: Option<String>,
+    pub sent: Option<SendOutcome>,
+    pub follow_up: Option<FollowUpOutcome>,
+    pub deleted: Option<DeleteOutcome>,
+    /// The linked Node, read for its attached volumes (`Some(None)`: it is gone).
+    pub node: Option<Option<Node>>,
+    pub drain: Option<DrainProgress>,
+    pub address_context: Option<AddressContext>,
+    pub node_deleted: bool,
+    pub node_provider_id_set: bool,
+}
+
+/// Whether the Prism connection (credentials, endpoint) could be made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnvironmentSeen {
+    /// `first_task_read`: how soon after being recorded the pending task is first read (the
+    /// connection's recent task durations), if there is one.
+    Ready {
+        first_task_read: Duration,
+    },
+    Unavailable,
+}
+
+/// What a VM listing shows about this Machine.
+#[derive(Clone, Debug)]
+pub struct Listing {
+    pub listed_at: Timestamp,
+    /// The VM with the recorded UUID.
+    pub vm: Option<Vm>,
+    /// VMs with the Machine's name.
+    pub named: Vec<DeployCandidate>,
+    /// The UUID of a VM carrying the Machine's identity marker.
+    pub of_machine: Option<String>,
+}
+
+/// What a create needs, or why it cannot be made now.
+#[derive(Clone, Debug)]
+pub enum Prepared {
+    Ready(Box<VmPlan>),
+    /// Validation refused the Machine (wrong in itself, or a lookup that failed).
+    Refused(ValidationErrors),
+    /// A Secret the create needs is missing or unusable: retry later.
+    Unresolved(String),
+}
+
+/// How Prism answered a create, clone or template deploy
+/// ([`crate::plan::provision::classify_create_error`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SendOutcome {
+    Accepted {
+        task: Option<String>,
+    },
+    /// 409 to a request with the reserved UUID; Prism's words.
+    Conflict(String),
+    ReservationRejected,
+    Invalid(String),
+    SourceMissing(String),
+    /// The create may or may not have happened (the executor keeps the error).
+    Retry,
+}
+
+/// How Prism answered the follow-up update of a clone or deploy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FollowUpOutcome {
+    Task(String),
+    /// Applied without a task, or nothing was left to change.
+    Done,
+    /// The VM changed since it was read.
+    Conflict,
+    /// Prism refused the update as invalid.
+    Invalid(String),
+    /// The update cannot be applied to this VM.
+    Impossible(String),
+    /// Anything else (the executor keeps the error).
+    Retry,
+}
+
+/// How Prism answered `DELETE /vms/{uuid}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    Accepted,
+    /// 404: no VM has the UUID.
+    Gone,
+    /// Anything else, with Prism's words (the executor keeps the error).
+    Failed(String),
+}
+
+/// How a drain round ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DrainProgress {
+    /// Nothing left on the Node but pods that are never evicted (or the Node is gone).
+    Done,
+    /// Pods are going; what remains, in one line.
+    InProgress { note: String },
+    /// An eviction was refused (a PodDisruptionBudget); what blocks, in one line.
+    Blocked { note: String },
+}
+
+/// What the Machine's addresses and labels are computed with besides the VM.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AddressContext {
+    /// The primary subnet's CIDR, when Prism manages its addresses.
+    pub primary_cidr: Option<ipnet::IpNet>,
+    /// The cluster's own networks.
+    pub cluster_networks: Vec<ipnet::IpNet>,
+    /// `--excluded-address-cidrs`, which overrides them when given.
+    pub excluded_flag: Vec<ipnet::IpNet>,
+    pub ipv6_primary: bool,
+    /// The Prism Central's name (the region label).
+    pub region: Option<String>,
+}

@@ -1,0 +1,1235 @@
+//! The protocol in memory: a simulated world of a few lines (the stored Machine, Prism's VMs and
+//! tasks) answers every action [`decide`] asks for, as the executor would perform it, and the
+//! tests assert the sequence of actions and writes of whole creates and deletes, and what a
+//! controller that stopped at any point does next.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use pretty_assertions::assert_eq;
+use prism_types::v3::Vm;
+use prism_types::{PrismMessages, TaskEnd, TaskEntity, TaskFailure, TaskProgress};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::api::{Machine, NutanixMachineProviderStatus, phase};
+use crate::plan::lifecycle::{INSTANCE_MISSING_MESSAGE, Intervals};
+use crate::plan::machine_status::{
+    StatusUpdate, conditions, metadata_patch, provider_condition, status_patch,
+};
+use crate::plan::provision::DeployCandidate;
+use crate::plan::request::VmRequest;
+use crate::plan::{PlanContext, ResolutionMode, ResolvedReferences, UserData, plan_vm};
+
+const UID: &str = "11111111-2222-4333-8444-555555555555";
+const NAME: &str = "worker-0";
+const CLUSTER: &str = "0005b0f1-8f43-a0f2-02b7-3cecef193712";
+const SUBNET: &str = "c7938dc6-7659-453e-a688-e26020c68e43";
+
+fn machine_json(source: &str) -> Value {
+    let (kind, image) = match source {
+        "template" => ("Template", "win-template"),
+        "clone" => ("VM", "win-golden"),
+        _ => ("", "rhcos"),
+    };
+    let mut value = json!({
+        "apiVersion": "machine.openshift.io/v1beta1",
+        "kind": "Machine",
+        "metadata": {
+            "name": NAME, "namespace": "openshift-machine-api", "uid": UID,
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": {"machine.openshift.io/cluster-api-cluster": "ocp-7x2kq"}
+        },
+        "spec": {"providerSpec": {"value": {
+            "apiVersion": "machine.openshift.io/v1",
+            "kind": "NutanixMachineProviderConfig",
+            "cluster": {"type": "uuid", "uuid": CLUSTER},
+            "image": {"type": "name", "name": image},
+            "subnets": [{"type": "uuid", "uuid": SUBNET}],
+            "vcpuSockets": 2, "vcpusPerSocket": 1,
+            "memorySize": "8Gi", "systemDiskSize": "120Gi",
+            "credentialsSecret": {"name": "nutanix-credentials"},
+            "userDataSecret": {"name": "worker-user-data"}
+        }}}
+    });
+    if !kind.is_empty() {
+        value["spec"]["providerSpec"]["value"]["imageKind"] = json!(kind);
+    }
+    value
+}
+
+fn plan_of(machine: &Value) -> Prepared {
+    let resolved: ResolvedReferences = serde_json::from_value(json!({
+        "clusters": {CLUSTER: {"uuid": CLUSTER}},
+        "images": {"rhcos": {"uuid": "f2a1c0de-0000-4000-8000-000000000001", "sizeBytes": 16u64 << 30}},
+        "templates": {"win-template": {"uuid": "7e3b0d9a-1111-4000-8000-000000000002", "sizeBytes": 64u64 << 30, "bootType": "UEFI"}},
+        "sourceVms": {"win-golden": {"uuid": "9c1d2e3f-2222-4000-8000-000000000003", "sizeBytes": 64u64 << 30}},
+        "subnets": {SUBNET: {"uuid": SUBNET, "clusterUuid": CLUSTER}},
+        "categories": {"kubernetes-io-cluster-ocp-7x2kq": {"owned": true}}
+    }))
+    .unwrap();
+    let machine: Machine = serde_json::from_value(machine.clone()).unwrap();
+    let user_data = UserData::new(br#"{"ignition":{"version":"3.2.0"}}"#.to_vec());
+    let plan = plan_vm(
+        &machine,
+        &PlanContext {
+            resolved: &resolved,
+            mode: ResolutionMode::Strict,
+            user_data: Some(&user_data),
+            admin_password: None,
+        },
+    )
+    .unwrap();
+    Prepared::Ready(Box::new(plan))
+}
+
+/// How Prism answers the next create, clone or deploy.
+#[derive(Clone, Debug)]
+enum Answer {
+    /// Accepted: the VM is made, its task runs until [`World::tick`].
+    Accept,
+    /// Made, but the answer is lost (a 500 after Prism accepted it).
+    Lost,
+    /// Refused: nothing is made.
+    Refuse(SendOutcome),
+    /// 409: an earlier attempt made the VM, which a GET now finds.
+    ConflictWithEarlier,
+}
+
+/// Prism and the stored Machine, as the executor would meet them.
+struct World {
+    machine: Value,
+    vms: BTreeMap<String, Value>,
+    /// VMs the listing does not show yet (list lag).
+    unlisted: BTreeSet<String>,
+    tasks: BTreeMap<String, (TaskProgress, Option<String>)>,
+    /// Deploy request id → its task (Prism answers a repeat with the first task).
+    deploys: BTreeMap<String, String>,
+    listing_pays: bool,
+    environment: EnvironmentSeen,
+    now: Timestamp,
+    prepared: Prepared,
+    gate: bool,
+    answers: VecDeque<Answer>,
+    /// A UUID Prism gives the next VM instead of the reserved one.
+    gives_uuid: Option<String>,
+    /// A succeeded deploy task names no VM (only its subtask would).
+    deploy_names_no_vm: bool,
+    /// The next task of a create ends with this failure.
+    task_fails: Option<TaskFailure>,
+    /// The next drain round's outcome.
+    drain: DrainProgress,
+    counter: u32,
+    log: Vec<String>,
+}
+
+impl World {
+    fn new(source: &str) -> Self {
+        let machine = machine_json(source);
+        Self {
+            prepared: plan_of(&machine),
+            machine,
+            vms: BTreeMap::new(),
+            unlisted: BTreeSet::new(),
+            tasks: BTreeMap::new(),
+            deploys: BTreeMap::new(),
+            listing_pays: false,
+            environment: EnvironmentSeen::Ready {
+                first_task_read: Duration::ZERO,
+            },
+            now: "2026-01-01T00:01:00Z".parse().unwrap(),
+            gate: false,
+            answers: VecDeque::new(),
+            gives_uuid: None,
+            deploy_names_no_vm: false,
+            task_fails: None,
+            drain: DrainProgress::Done,
+            counter: 0,
+            log: Vec::new(),
+        }
+    }
+
+    fn stored(&self) -> Machine {
+        serde_json::from_value(self.machine.clone()).unwrap()
+    }
+
+    fn status(&self) -> NutanixMachineProviderStatus {
+        self.stored().provider_status().unwrap()
+    }
+
+    fn phase(&self) -> String {
+        self.stored().phase().to_owned()
+    }
+
+    fn next_id(&mut self, what: &str) -> String {
+        self.counter += 1;
+        format!("{what}-{}", self.counter)
+    }
+
+    fn vm(&self, uuid: &str) -> Option<Vm> {
+        self.vms
+            .get(uuid)
+            .map(|vm| serde_json::from_value(vm.clone()).unwrap())
+    }
+
+    fn make_vm(&mut self, uuid: &str, power: &str) {
+        let vm = json!({
+            "metadata": {"kind": "vm", "uuid": uuid, "creation_time": "2026-01-01T00:01:00Z"},
+            "spec": {"name": NAME, "resources": {"nic_list": [{"subnet_reference": {"kind": "subnet", "uuid": SUBNET}}]}},
+            "status": {"state": "COMPLETE", "resources": {"power_state": power}}
+        });
+        self.vms.insert(uuid.to_owned(), vm);
+        self.unlisted.insert(uuid.to_owned());
+    }
+
+    /// Time passes: running tasks end, deletes finish, listings catch up.
+    fn tick(&mut self) {
+        self.now += SignedDuration::from_secs(60);
+        for (progress, vm) in self.tasks.values_mut() {
+            if let TaskProgress::Running { .. } = progress {
+                *progress = match self.task_fails.take() {
+                    Some(failure) => TaskProgress::Failed(Box::new(failure)),
+                    None => TaskProgress::Succeeded {
+                        entities: vm
+                            .iter()
+                            .map(|uuid| TaskEntity {
+                                kind: "vm".into(),
+                                uuid: uuid.clone(),
+                            })
+                            .collect(),
+                        unread_subtasks: Vec::new(),
+                    },
+                };
+            }
+        }
+        self.vms
+            .retain(|_, vm| vm["status"]["state"] != json!("DELETE_PENDING"));
+        self.unlisted.clear();
+    }
+
+    fn listing(
+        &self,
+        source: &ListingSource,
+        status: &NutanixMachineProviderStatus,
+    ) -> Option<Listing> {
+        if matches!(source, ListingSource::ForWaiter { .. }) && !self.listing_pays {
+            return None;
+        }
+        let listed: Vec<Vm> = self
+            .vms
+            .keys()
+            .filter(|uuid| !self.unlisted.contains(*uuid))
+            .filter_map(|uuid| self.vm(uuid))
+            .collect();
+        Some(Listing {
+            listed_at: self.now,
+            vm: status
+                .vm_uuid
+                .as_deref()
+                .and_then(|uuid| listed.iter().find(|vm| vm.uuid() == Some(uuid)).cloned()),
+            named: listed
+                .iter()
+                .map(|vm| DeployCandidate {
+                    uuid: vm.uuid().unwrap().to_owned(),
+                    created: Some("2026-01-01T00:01:00Z".parse().unwrap()),
+                    identity: None,
+                })
+                .collect(),
+            of_machine: None,
+        })
+    }
+
+    fn read(&mut self, snapshot: &mut Snapshot, read: Read) {
+        let seen = &mut snapshot.seen;
+        // A listing that does not pay is not made: nothing to log.
+        let paid = !matches!(
+            &read,
+            Read::Listing {
+                source: ListingSource::ForWaiter { .. },
+                ..
+            }
+        ) || self.listing_pays;
+        self.log.push(match &read {
+            _ if !paid => String::new(),
+            Read::Environment => "env".into(),
+            Read::Listing { slot, .. } => format!("list {slot:?}"),
+            Read::Task(_) => "task".into(),
+            Read::Vm { .. } => "GET".into(),
+            Read::Confirm { .. } => "GET confirm".into(),
+            Read::Node(_) => "node".into(),
+            Read::AddressContext { .. } => "addresses".into(),
+            Read::Prepare => "prepare".into(),
+        });
+        self.log.retain(|step| !step.is_empty());
+        match read {
+            Read::Environment => seen.environment = Some(self.environment),
+            Read::Listing { slot, source } => {
+                let listing = self.listing(&source, &snapshot.status);
+                match slot {
+                    ListingSlot::Task => seen.task_listing = Some(listing),
+                    ListingSlot::Deploy => seen.deploy_listing = Some(listing),
+                    ListingSlot::Vm => seen.vm_listing = Some(listing),
+                    ListingSlot::Marker => seen.marker_listing = Some(listing),
+                }
+            }
+            Read::Task(task) => seen.task = Some(self.tasks[&task.id].0.clone()),
+            Read::Vm { uuid, .. } => seen.vm = Some(self.vm(&uuid)),
+            Read::Confirm { uuid } => seen.confirm = Some(self.vm(&uuid)),
+            Read::Node(_) => seen.node = Some(None),
+            Read::AddressContext { .. } => seen.address_context = Some(AddressContext::default()),
+            Read::Prepare => seen.prepared = Some(self.prepared.clone()),
+        }
+    }
+
+    fn send(&mut self, snapshot: &mut Snapshot, change: Change) {
+        let seen = &mut snapshot.seen;
+        match change {
+            Change::ReserveUuid => {
+                self.log.push("reserve".into());
+                seen.reserved = Some(self.next_id("vm"));
+            }
+            Change::Create {
+                request,
+                deploy_request_id,
+            } => {
+                self.log.push(
+                    if deploy_request_id.is_some() {
+                        "deploy"
+                    } else {
+                        "create"
+                    }
+                    .into(),
+                );
+                if let Some(task) = deploy_request_id
+                    .as_ref()
+                    .and_then(|id| self.deploys.get(id))
+                {
+                    seen.sent = Some(SendOutcome::Accepted {
+                        task: Some(task.clone()),
+                    });
+                    return;
+                }
+                let answer = self.answers.pop_front().unwrap_or(Answer::Accept);
+                if let Answer::Refuse(outcome) = answer {
+                    seen.sent = Some(outcome);
+                    return;
+                }
+                if let (Answer::ConflictWithEarlier, VmRequest::Create(body)) = (&answer, &*request)
+                {
+                    let uuid = body.metadata.uuid.clone().unwrap();
+                    self.make_vm(&uuid, "ON");
+                    snapshot.seen.sent = Some(SendOutcome::Conflict("409".into()));
+                    return;
+                }
+                let requested = match &*request {
+                    VmRequest::Create(body) => body.metadata.uuid.clone(),
+                    VmRequest::Clone { body, .. } => {
+                        body.metadata.as_ref().and_then(|m| m.uuid.clone())
+                    }
+                    VmRequest::Deploy { .. } => None,
+                };
+                let uuid = self
+                    .gives_uuid
+                    .take()
+                    .or(requested)
+                    .unwrap_or_else(|| self.next_id("deployed"));
+                let power = if matches!(*request, VmRequest::Create(_)) {
+                    "ON"
+                } else {
+                    "OFF"
+                };
+                self.make_vm(&uuid, power);
+                let task = self.next_id("task");
+                let named = (!(deploy_request_id.is_some() && self.deploy_names_no_vm))
+                    .then(|| uuid.clone());
+                self.tasks.insert(task.clone(), (running(), named));
+                if let Some(id) = deploy_request_id {
+                    self.deploys.insert(id, task.clone());
+                }
+                seen.sent = Some(match answer {
+                    Answer::Lost => SendOutcome::Retry,
+                    _ => SendOutcome::Accepted { task: Some(task) },
+                });
+            }
+            Change::FollowUp { uuid, .. } => {
+                self.log.push("follow-up".into());
+                if let Some(vm) = self.vms.get_mut(&uuid) {
+                    vm["status"]["resources"]["power_state"] = json!("ON");
+                }
+                seen.follow_up = Some(FollowUpOutcome::Done);
+            }
+            Change::DeleteVm { uuid } => {
+                self.log.push("DELETE".into());
+                seen.deleted = Some(match self.vms.get_mut(&uuid) {
+                    Some(vm) => {
+                        vm["status"]["state"] = json!("DELETE_PENDING");
+                        DeleteOutcome::Accepted
+                    }
+                    None => DeleteOutcome::Gone,
+                });
+            }
+            Change::Drain { .. } => {
+                self.log.push("drain".into());
+                seen.drain = Some(self.drain.clone());
+            }
+            Change::DeleteNode { .. } => {
+                self.log.push("delete node".into());
+                seen.node_deleted = true;
+            }
+            Change::NodeProviderId { .. } => {
+                self.log.push("node providerID".into());
+                seen.node_provider_id_set = true;
+            }
+        }
+    }
+
+    /// Writes a status change as the executor does (a merge patch), when it changes anything.
+    fn write_status(&mut self, update: &StatusUpdate) {
+        if let Some(patch) = status_patch(&self.stored(), update, &Time(self.now)) {
+            merge(&mut self.machine, &patch);
+            self.log.push("write status".into());
+        }
+    }
+
+    fn write_metadata(&mut self, change: &MetadataChange) {
+        let machine = self.stored();
+        let patch = match change {
+            MetadataChange::AddFinalizer => {
+                Some(json!({"metadata": {"finalizers": ["machine.machine.openshift.io"]}}))
+            }
+            MetadataChange::RemoveFinalizer => Some(json!({"metadata": {"finalizers": []}})),
+            MetadataChange::Merge {
+                labels,
+                annotations,
+                provider_id,
+            } => metadata_patch(&machine, labels, annotations, provider_id.as_deref()),
+        };
+        if let Some(patch) = patch {
+            merge(&mut self.machine, &patch);
+            self.log.push("write metadata".into());
+        }
+    }
+
+    /// One reconcile; `stop_after`: the controller stops after this many writes and sends.
+    fn reconcile_until(&mut self, stop_after: Option<usize>) -> Outcome {
+        let settings = Settings {
+            intervals: Intervals::default(),
+            migration_gate: self.gate,
+            create_backoff: None,
+            new_request_id: self.next_id("request"),
+        };
+        let mut snapshot = Snapshot::of(&self.stored(), self.now, settings);
+        let mut pending = StatusUpdate::default();
+        let mut metadata = None;
+        let mut outcome = Outcome::default();
+        let mut done = 0;
+        let mut events = Vec::new();
+        let writes_before = self.writes();
+        for _ in 0..8 {
+            let decision = decide(&snapshot);
+            if let Some(status) = &decision.status.provider_status {
+                snapshot.recorded = Some(status.clone());
+            }
+            absorb(&mut pending, decision.status);
+            metadata = decision.metadata.or(metadata);
+            events.extend(decision.events);
+            outcome.effects.extend(decision.effects);
+            match decision.action {
+                None => {
+                    if let Some(change) = &metadata {
+                        self.write_metadata(change);
+                    }
+                    self.write_status(&pending);
+                    // As the executor publishes them: some only after a write.
+                    let wrote = self.writes() > writes_before;
+                    outcome.events = events
+                        .iter()
+                        .filter(|event| wrote || !event.only_if_written)
+                        .map(|event| event.reason)
+                        .collect();
+                    outcome.next = Some(decision.next);
+                    return outcome;
+                }
+                Some(Action::Read(read)) => self.read(&mut snapshot, read),
+                Some(Action::Send(change)) => {
+                    self.write_status(&std::mem::take(&mut pending));
+                    done += 1;
+                    if stop_after == Some(done) {
+                        return outcome;
+                    }
+                    self.send(&mut snapshot, change);
+                    done += 1;
+                    if stop_after == Some(done) {
+                        return outcome;
+                    }
+                }
+            }
+        }
+        panic!("no decision after 8 rounds: {:?}", self.log);
+    }
+
+    fn writes(&self) -> usize {
+        self.log
+            .iter()
+            .filter(|step| step.starts_with("write"))
+            .count()
+    }
+
+    fn reconcile(&mut self) -> Outcome {
+        self.reconcile_until(None)
+    }
+
+    /// The log of one reconcile.
+    fn steps(&mut self) -> (Vec<String>, Outcome) {
+        self.log.clear();
+        let outcome = self.reconcile();
+        (std::mem::take(&mut self.log), outcome)
+    }
+
+    /// Reconciles (time passing between) until `done`, at most `limit` times.
+    fn run_until(&mut self, limit: usize, done: impl Fn(&World) -> bool) {
+        for _ in 0..limit {
+            if done(self) {
+                return;
+            }
+            self.reconcile();
+            if done(self) {
+                return;
+            }
+            self.tick();
+        }
+        assert!(
+            done(self),
+            "not done after {limit} reconciles: {:?}",
+            self.log
+        );
+    }
+
+    fn link_node(&mut self) {
+        self.machine["status"]["nodeRef"] = json!({"kind": "Node", "name": "node-0"});
+    }
+
+    fn delete(&mut self) {
+        self.machine["metadata"]["deletionTimestamp"] = json!(self.now.to_string());
+    }
+
+    fn finalized(&self) -> bool {
+        self.machine["metadata"]["finalizers"] == json!([])
+    }
+
+    fn prism_calls(log: &[String]) -> usize {
+        log.iter()
+            .filter(|step| {
+                [
+                    "GET",
+                    "GET confirm",
+                    "DELETE",
+                    "create",
+                    "deploy",
+                    "reserve",
+                    "task",
+                    "follow-up",
+                ]
+                .contains(&step.as_str())
+            })
+            .count()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Outcome {
+    next: Option<Next>,
+    events: Vec<&'static str>,
+    effects: Vec<Effect>,
+}
+
+fn running() -> TaskProgress {
+    TaskProgress::Running {
+        status: "RUNNING".into(),
+        percentage_complete: None,
+    }
+}
+
+fn absorb(pending: &mut StatusUpdate, update: StatusUpdate) {
+    pending.phase = update.phase.or(pending.phase);
+    pending.error = update.error.or(pending.error.take());
+    pending.addresses = update.addresses.or(pending.addresses.take());
+    pending.provider_status = update.provider_status.or(pending.provider_status.take());
+    pending.conditions.extend(update.conditions);
+}
+
+/// A JSON merge patch (RFC 7386), as the API server applies it.
+fn merge(target: &mut Value, patch: &Value) {
+    match (target.as_object_mut(), patch.as_object()) {
+        (Some(target), Some(patch)) => {
+            for (key, value) in patch {
+                if value.is_null() {
+                    target.remove(key);
+                } else {
+                    merge(target.entry(key.clone()).or_insert(Value::Null), value);
+                }
+            }
+        }
+        _ => *target = patch.clone(),
+    }
+}
+
+fn strings(steps: &[&str]) -> Vec<String> {
+    steps.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn vm_failure(detail: &str) -> TaskFailure {
+    TaskFailure {
+        task: "task".into(),
+        end: TaskEnd::Failed,
+        error_code: None,
+        error_detail: Some(detail.into()),
+        progress_message: None,
+        messages: PrismMessages::default(),
+        subtask_errors: Vec::new(),
+    }
+}
+
+fn has_condition(world: &World, type_: &str, reason: &str) -> bool {
+    world.machine["status"]["conditions"]
+        .as_array()
+        .is_some_and(|all| {
+            all.iter()
+                .any(|c| c["type"] == type_ && c["reason"] == reason)
+        })
+}
+
+#[test]
+fn a_whole_create_from_an_image_and_a_whole_delete_in_order() {
+    let mut world = World::new("image");
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["write metadata"]), "the finalizer first");
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "list Marker", "write status"]));
+    assert_eq!(world.phase(), phase::PROVISIONING);
+    let (steps, outcome) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&[
+            "env",
+            "list Marker",
+            "prepare",
+            "reserve",
+            "write status",
+            "create",
+            "write status"
+        ]),
+        "the UUID is recorded before the create is sent"
+    );
+    assert_eq!(outcome.events, ["Create"]);
+    let status = world.status();
+    assert!(status.vm_uuid.is_some() && status.pending_task.is_some());
+    world.tick();
+    let (steps, outcome) = world.steps();
+    assert_eq!(steps, strings(&["env", "task", "write status"]));
+    assert!(matches!(
+        outcome.effects[0],
+        Effect::TaskEnded {
+            succeeded: true,
+            ..
+        }
+    ));
+    let (steps, _) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&["env", "GET", "addresses", "write metadata", "write status"])
+    );
+    assert_eq!(world.phase(), phase::PROVISIONED);
+    world.link_node();
+    let (steps, _) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&["env", "GET", "addresses", "write status", "node providerID"])
+    );
+    assert_eq!(world.phase(), phase::RUNNING);
+    assert_eq!(world.vms.len(), 1);
+
+    world.delete();
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["write status"]), "phase Deleting");
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["drain", "write status"]));
+    let mut deletion = Vec::new();
+    while !world.finalized() {
+        let (steps, _) = world.steps();
+        deletion.extend(steps);
+        world.tick();
+    }
+    assert_eq!(
+        deletion,
+        strings(&[
+            "node",
+            "env",
+            "DELETE",
+            "write status",
+            "env",
+            "GET",
+            "delete node",
+            "write metadata"
+        ]),
+        "no GET before the DELETE; the GET that finds it gone ends the deletion"
+    );
+    assert!(World::prism_calls(&deletion) <= 3);
+    assert!(world.vms.is_empty());
+}
+
+#[test]
+fn a_running_machine_in_steady_state_writes_nothing_and_calls_prism_for_nothing_of_its_own() {
+    let mut world = World::new("image");
+    world.link_node();
+    world.run_until(12, |w| w.phase() == phase::RUNNING);
+    world.tick();
+    let (steps, outcome) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&["env", "list Vm", "addresses", "node providerID"])
+    );
+    assert_eq!(
+        outcome.next,
+        Some(Next::Requeue(Intervals::default().running))
+    );
+    assert!(
+        outcome.events.is_empty(),
+        "the Update event only follows a write"
+    );
+}
+
+#[test]
+fn a_controller_stopped_after_any_write_or_send_ends_with_one_vm() {
+    for source in ["image", "clone", "template"] {
+        for stop in 1..=6 {
+            for reconcile in 0..6 {
+                let mut world = World::new(source);
+                world.link_node();
+                for _ in 0..reconcile {
+                    world.reconcile();
+                }
+                world.reconcile_until(Some(stop));
+                world.tick();
+                world.run_until(12, |w| w.phase() == phase::RUNNING);
+                assert_eq!(
+                    world.vms.len(),
+                    1,
+                    "{source}: stopped after {stop} writes and sends of reconcile {reconcile}"
+                );
+                let status = world.status();
+                assert!(status.pending_task.is_none() && status.pending_follow_up.is_none());
+                assert_eq!(
+                    status.vm_uuid.as_deref(),
+                    world.vms.keys().next().map(String::as_str)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_deletion_stopped_after_any_write_or_send_never_finishes_while_the_vm_exists() {
+    for source in ["image", "clone", "template"] {
+        for stop in 1..=4 {
+            for reconcile in 0..5 {
+                let mut world = World::new(source);
+                world.link_node();
+                world.run_until(12, |w| w.phase() == phase::RUNNING);
+                world.delete();
+                for _ in 0..reconcile {
+                    world.reconcile();
+                    assert!(!world.finalized() || world.vms.is_empty());
+                }
+                world.reconcile_until(Some(stop));
+                assert!(!world.finalized() || world.vms.is_empty());
+                for _ in 0..8 {
+                    if world.finalized() {
+                        break;
+                    }
+                    world.tick();
+                    world.reconcile();
+                    assert!(
+                        !world.finalized() || world.vms.is_empty(),
+                        "{source}: finished with the VM there"
+                    );
+                }
+                assert!(
+                    world.finalized(),
+                    "{source}: stopped after {stop} of reconcile {reconcile}"
+                );
+                assert!(world.vms.is_empty());
+            }
+        }
+    }
+}
+
+#[test]
+fn a_vm_missing_from_the_listing_is_confirmed_by_a_get_not_failed() {
+    let mut world = World::new("image");
+    world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+    world.listing_pays = true;
+    world.unlisted = world.vms.keys().cloned().collect();
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "list Vm", "GET", "addresses"]));
+    assert_eq!(world.phase(), phase::PROVISIONED);
+    world.vms.clear();
+    let (steps, outcome) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&["env", "list Vm", "GET", "write metadata", "write status"])
+    );
+    assert_eq!(world.phase(), phase::FAILED);
+    assert_eq!(
+        world.machine["status"]["errorMessage"],
+        INSTANCE_MISSING_MESSAGE
+    );
+    assert_eq!(outcome.events, ["FailedUpdate"]);
+    assert!(outcome.effects.contains(&Effect::Failure {
+        kind: FailureKind::Update,
+        reason: "InstanceMissing"
+    }));
+    assert!(has_condition(&world, "InstanceExists", "InstanceMissing"));
+}
+
+#[test]
+fn a_409_on_create_is_confirmed_by_a_get() {
+    // The VM exists: an earlier create got through, and shows up once Prism answers 409.
+    let mut world = World::new("image");
+    world.run_until(4, |w| w.phase() == phase::PROVISIONING);
+    world.reconcile_until(Some(3));
+    assert!(
+        world.status().vm_uuid.is_some(),
+        "stopped after recording the UUID"
+    );
+    world.answers.push_back(Answer::ConflictWithEarlier);
+    let (steps, outcome) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&["env", "GET", "prepare", "create", "GET confirm"])
+    );
+    assert_eq!(outcome.next, Some(Next::Requeue(Intervals::default().poll)));
+    assert!(outcome.events.is_empty());
+    world.run_until(4, |w| w.phase() == phase::PROVISIONED);
+    assert_eq!(world.vms.len(), 1);
+
+    // No VM has the UUID: a conflict of Prism's own, retried with backoff.
+    let mut world = World::new("image");
+    world.run_until(4, |w| w.phase() == phase::PROVISIONING);
+    world
+        .answers
+        .push_back(Answer::Refuse(SendOutcome::Conflict("409".into())));
+    let (steps, outcome) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&[
+            "env",
+            "list Marker",
+            "prepare",
+            "reserve",
+            "write status",
+            "create",
+            "GET confirm"
+        ])
+    );
+    assert!(matches!(
+        outcome.next,
+        Some(Next::Retry(Failure::CreateRetry(_)))
+    ));
+    assert_eq!(outcome.events, ["FailedCreate"]);
+    assert!(outcome.effects.contains(&Effect::Failure {
+        kind: FailureKind::Create,
+        reason: "PrismConflict"
+    }));
+    assert!(world.vms.is_empty());
+}
+
+#[test]
+fn a_rejected_reservation_is_replaced_once_no_vm_has_it() {
+    let mut world = World::new("image");
+    world.run_until(4, |w| w.phase() == phase::PROVISIONING);
+    world
+        .answers
+        .push_back(Answer::Refuse(SendOutcome::ReservationRejected));
+    let (steps, _) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&[
+            "env",
+            "list Marker",
+            "prepare",
+            "reserve",
+            "write status",
+            "create",
+            "GET confirm",
+            "write status"
+        ])
+    );
+    assert_eq!(
+        world.status().vm_uuid,
+        None,
+        "a new UUID is taken next time"
+    );
+    let (steps, _) = world.steps();
+    assert!(steps.contains(&"reserve".to_owned()));
+    world.run_until(6, |w| w.phase() == phase::PROVISIONED);
+    assert_eq!(world.vms.len(), 1);
+}
+
+#[test]
+fn a_create_refused_as_invalid_fails_the_machine() {
+    let mut world = World::new("image");
+    world.run_until(4, |w| w.phase() == phase::PROVISIONING);
+    world
+        .answers
+        .push_back(Answer::Refuse(SendOutcome::Invalid("422: bad".into())));
+    let (_, outcome) = world.steps();
+    assert_eq!(world.phase(), phase::FAILED);
+    assert_eq!(
+        world.machine["status"]["errorReason"],
+        "InvalidConfiguration"
+    );
+    assert_eq!(
+        world.machine["metadata"]["annotations"]["machine.openshift.io/instance-state"],
+        "Unknown"
+    );
+    assert_eq!(outcome.events, ["FailedCreate"]);
+}
+
+#[test]
+fn a_500_after_prism_made_the_vm_finds_it_and_creates_no_second() {
+    for source in ["image", "clone", "template"] {
+        let mut world = World::new(source);
+        world.run_until(4, |w| w.phase() == phase::PROVISIONING);
+        world.answers.push_back(Answer::Lost);
+        let (_, outcome) = world.steps();
+        assert_eq!(
+            outcome.next,
+            Some(Next::Retry(Failure::ActionFailed)),
+            "{source}"
+        );
+        world.tick();
+        world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+        assert_eq!(world.vms.len(), 1, "{source}");
+    }
+}
+
+#[test]
+fn a_clone_that_prism_gave_another_uuid_is_recorded_with_it() {
+    let mut world = World::new("clone");
+    world.gives_uuid = Some("other-uuid".into());
+    world.run_until(4, |w| w.status().pending_task.is_some());
+    world.tick();
+    let (_, outcome) = world.steps();
+    assert_eq!(outcome.events, ["Adopted"]);
+    assert_eq!(world.status().vm_uuid.as_deref(), Some("other-uuid"));
+    world.run_until(6, |w| w.phase() == phase::PROVISIONED);
+    assert_eq!(world.vms.len(), 1);
+    assert_eq!(
+        world.vms["other-uuid"]["status"]["resources"]["power_state"], "ON",
+        "the follow-up powered it on"
+    );
+}
+
+#[test]
+fn a_deploy_is_found_through_its_task_or_by_name() {
+    // The task (with its subtasks, as prism-client reads them) names the VM.
+    let mut world = World::new("template");
+    world.run_until(4, |w| w.status().pending_task.is_some());
+    assert!(world.status().deploy_request_id.is_some());
+    world.tick();
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "task", "write status"]));
+    assert!(world.status().vm_uuid.is_some());
+
+    // It names none: the VM is looked for by name in a fresh listing.
+    let mut world = World::new("template");
+    world.deploy_names_no_vm = true;
+    world.run_until(4, |w| w.status().pending_task.is_some());
+    world.tick();
+    let (steps, _) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&["env", "task", "list Deploy", "write status"])
+    );
+    assert_eq!(
+        world.status().vm_uuid.as_deref(),
+        world.vms.keys().next().map(String::as_str)
+    );
+
+    // The shared listing shows it by name: recorded without reading the task.
+    let mut world = World::new("template");
+    world.listing_pays = true;
+    world.run_until(4, |w| w.status().pending_task.is_some());
+    world.tick();
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "list Task", "write status"]));
+    assert!(world.status().vm_uuid.is_some());
+    world.run_until(6, |w| w.phase() == phase::PROVISIONED);
+    assert_eq!(world.vms.len(), 1);
+}
+
+#[test]
+fn a_failed_create_task_that_left_the_vm_powers_it_on_again() {
+    let mut world = World::new("image");
+    world.run_until(4, |w| w.status().pending_task.is_some());
+    world.task_fails = Some(vm_failure("power on failed: host busy"));
+    world.tick();
+    let uuid = world.status().vm_uuid.unwrap();
+    world.vms.get_mut(&uuid).unwrap()["status"]["resources"]["power_state"] = json!("OFF");
+    let (steps, outcome) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&["env", "task", "GET confirm", "write status"])
+    );
+    assert!(matches!(
+        outcome.next,
+        Some(Next::Retry(Failure::CreateRetry(_)))
+    ));
+    assert_eq!(outcome.events, ["FailedCreate"]);
+    let status = world.status();
+    assert_eq!(
+        status.vm_uuid.as_deref(),
+        Some(uuid.as_str()),
+        "the VM is kept"
+    );
+    assert!(status.pending_follow_up.is_some(), "power ON asked again");
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "GET", "follow-up", "write status"]));
+    assert_eq!(world.vms[&uuid]["status"]["resources"]["power_state"], "ON");
+    assert_eq!(world.vms.len(), 1);
+}
+
+#[test]
+fn a_failed_create_task_without_its_vm_takes_a_new_uuid() {
+    let mut world = World::new("image");
+    world.run_until(4, |w| w.status().pending_task.is_some());
+    world.task_fails = Some(vm_failure("host busy"));
+    world.tick();
+    world.vms.clear();
+    let (steps, _) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&["env", "task", "GET confirm", "write status"])
+    );
+    assert_eq!(world.status().vm_uuid, None);
+}
+
+#[test]
+fn a_deletion_waits_for_a_running_create_then_deletes_its_vm() {
+    let mut world = World::new("image");
+    world.run_until(4, |w| w.status().pending_task.is_some());
+    world.delete();
+    world.reconcile();
+    world.reconcile();
+    let (steps, outcome) = world.steps();
+    assert_eq!(steps, strings(&["env", "task"]));
+    assert_eq!(outcome.next, Some(Next::Requeue(Intervals::default().poll)));
+    world.tick();
+    world.run_until(6, World::finalized);
+    assert!(world.vms.is_empty());
+}
+
+#[test]
+fn a_delete_just_sent_is_not_looked_at_before_a_poll_interval() {
+    let mut world = World::new("image");
+    world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+    world.delete();
+    world.reconcile();
+    world.reconcile();
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "DELETE", "write status"]));
+    assert!(world.status().deletion_sent.is_some());
+    // The reconcile its own write triggers, at once.
+    let (steps, outcome) = world.steps();
+    assert!(steps.is_empty(), "{steps:?}");
+    assert_eq!(outcome.next, Some(Next::Requeue(Intervals::default().poll)));
+    // Recorded in whole seconds: a second after it, the delete may be a moment old.
+    world.now += SignedDuration::from_secs(1);
+    let (steps, outcome) = world.steps();
+    assert!(steps.is_empty(), "{steps:?}");
+    assert_eq!(outcome.next, Some(Next::Requeue(Intervals::default().poll)));
+    world.tick();
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "GET", "write metadata"]));
+}
+
+#[test]
+fn a_deletion_before_anything_was_recorded_needs_no_prism() {
+    let mut world = World::new("image");
+    world.run_until(4, |w| w.phase() == phase::PROVISIONING);
+    world.environment = EnvironmentSeen::Unavailable;
+    world.delete();
+    world.run_until(5, World::finalized);
+    assert!(!world.log.contains(&"DELETE".to_owned()));
+}
+
+#[test]
+fn a_deletion_whose_vm_is_already_gone_finishes_on_the_delete_404() {
+    let mut world = World::new("image");
+    world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+    world.vms.clear();
+    world.delete();
+    world.reconcile();
+    world.reconcile();
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "DELETE", "write metadata"]));
+    assert!(world.finalized());
+}
+
+#[test]
+fn a_deletion_sent_by_an_older_controller_is_waited_for_not_sent_again() {
+    let mut world = World::new("image");
+    world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+    let uuid = world.status().vm_uuid.unwrap();
+    world.delete();
+    world.reconcile();
+    world.reconcile();
+    // An older controller recorded the delete only in its condition.
+    let mut status = world.status();
+    status.set_condition(provider_condition(
+        conditions::MACHINE_DELETION,
+        false,
+        conditions::DELETION_IN_PROGRESS,
+        format!("deleting VM {uuid}"),
+        &Time(world.now),
+    ));
+    world.machine["status"]["providerStatus"] = status.to_value();
+    world.vms.get_mut(&uuid).unwrap()["status"]["state"] = json!("DELETE_PENDING");
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "GET"]));
+    world.tick();
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "GET", "write metadata"]));
+}
+
+#[test]
+fn a_recorded_deletion_names_its_vm() {
+    let mut status = NutanixMachineProviderStatus::default();
+    assert!(!deletion_sent(&status, "vm-1"));
+    let condition = |reason: &str, message: &str| {
+        provider_condition(
+            conditions::MACHINE_DELETION,
+            false,
+            reason,
+            message,
+            &Time(Timestamp::now()),
+        )
+    };
+    status.set_condition(condition(
+        conditions::DELETION_IN_PROGRESS,
+        "deleting VM vm-1",
+    ));
+    assert!(
+        deletion_sent(&status, "vm-1"),
+        "an older controller's condition"
+    );
+    assert!(!deletion_sent(&status, "vm-2"));
+    status.set_condition(condition(
+        conditions::DELETION_FAILED,
+        "deleting VM vm-1: 500",
+    ));
+    assert!(
+        !deletion_sent(&status, "vm-1"),
+        "a failed delete was not accepted"
+    );
+    status.deletion_sent = Some(crate::api::DeletionSent {
+        vm_uuid: "VM-2".into(),
+        at: Time(Timestamp::now()),
+    });
+    assert!(deletion_sent(&status, "vm-2"), "the recorded field wins");
+    assert!(!deletion_sent(&status, "vm-1"));
+}
+
+#[test]
+fn an_unconfirmed_deploy_is_sent_again_when_deleting_and_its_vm_deleted() {
+    let mut world = World::new("template");
+    world.run_until(4, |w| w.phase() == phase::PROVISIONING);
+    // The deploy got through but its answer was lost before the task was recorded.
+    world.reconcile_until(Some(2));
+    assert!(world.status().deploy_request_id.is_some() && world.status().pending_task.is_none());
+    assert_eq!(world.vms.len(), 1);
+    world.delete();
+    world.reconcile();
+    world.reconcile();
+    let (steps, _) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&["env", "prepare", "deploy", "write status"]),
+        "the same request id: the same task"
+    );
+    assert_eq!(world.tasks.len(), 1);
+    world.tick();
+    world.run_until(8, World::finalized);
+    assert!(
+        world.vms.is_empty(),
+        "the deployed VM is deleted, not left behind"
+    );
+}
+
+#[test]
+fn a_drain_blocked_by_a_budget_is_typed_and_reported() {
+    let mut world = World::new("image");
+    world.link_node();
+    world.run_until(12, |w| w.phase() == phase::RUNNING);
+    world.delete();
+    world.reconcile();
+    world.drain = DrainProgress::Blocked {
+        note: "eviction blocked: default/web: budget".into(),
+    };
+    let (_, outcome) = world.steps();
+    assert_eq!(outcome.events, ["FailedDrain"]);
+    assert!(has_condition(&world, "Drained", conditions::DRAIN_BLOCKED));
+    world.drain = DrainProgress::InProgress {
+        note: "1 pods terminating".into(),
+    };
+    let (_, outcome) = world.steps();
+    assert!(outcome.events.is_empty());
+    assert!(has_condition(
+        &world,
+        "Drained",
+        conditions::DRAIN_IN_PROGRESS
+    ));
+    world.drain = DrainProgress::Done;
+    let (_, outcome) = world.steps();
+    assert_eq!(outcome.events, ["Drained"]);
+}
+
+#[test]
+fn a_paused_machine_gets_its_condition_and_nothing_else() {
+    let mut world = World::new("image");
+    world.gate = true;
+    world.machine["spec"]["authoritativeAPI"] = json!("ClusterAPI");
+    let (steps, outcome) = world.steps();
+    assert_eq!(steps, strings(&["write status"]));
+    assert_eq!(outcome.next, Some(Next::AwaitChange));
+    assert!(has_condition(
+        &world,
+        "Paused",
+        "AuthoritativeAPINotMachineAPI"
+    ));
+    let (steps, _) = world.steps();
+    assert!(steps.is_empty(), "written once");
+    world.machine["spec"]["authoritativeAPI"] = json!("MachineAPI");
+    world.reconcile();
+    assert!(has_condition(
+        &world,
+        "Paused",
+        "AuthoritativeAPIMachineAPI"
+    ));
+}
+
+#[test]
+fn a_machine_without_its_cluster_label_is_rejected_without_a_call() {
+    let mut world = World::new("image");
+    world.machine["metadata"]["labels"] = json!({});
+    let (steps, outcome) = world.steps();
+    assert!(steps.is_empty());
+    assert_eq!(outcome.events, ["FailedValidate"]);
+    assert!(matches!(
+        outcome.next,
+        Some(Next::Retry(Failure::InvalidMachine(_)))
+    ));
+}
