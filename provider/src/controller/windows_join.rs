@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, NodeStatus, NodeSystemInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
@@ -93,19 +93,15 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
         return;
     };
     let client = shared.client.clone();
-    // Cached without what is never read here: a real Node's image list and managed fields are
-    // most of its size, and a cluster has one per Machine.
+    // Cached as the projection the join reads (name, labels, annotations, taints, providerID,
+    // addresses, systemUUID): a real Node's image list and managed fields are most of its size,
+    // and a cluster has one per Machine.
     let (nodes, node_writer) = reflector::store();
     let node_events = reflector::reflector(
         node_writer,
         watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
             .default_backoff()
-            .modify(|node: &mut Node| {
-                node.managed_fields_mut().clear();
-                if let Some(status) = node.status.as_mut() {
-                    status.images = None;
-                }
-            }),
+            .modify(project_node),
     )
     .touched_objects();
     let (csrs, csr_writer) = reflector::store();
@@ -116,7 +112,7 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
             watcher::Config::default(),
         )
         .default_backoff()
-        .modify(|csr: &mut CertificateSigningRequest| csr.managed_fields_mut().clear()),
+        .modify(project_csr),
     )
     .touched_objects();
     let controller = Controller::for_shared_stream(changes, store.clone());
@@ -149,6 +145,42 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
             }
         })
         .await;
+}
+
+/// A Node as the join reads it: every field [`crate::plan::join`] and
+/// [`crate::plan::node_link`] never look at is dropped before it is cached.
+fn project_node(node: &mut Node) {
+    node.managed_fields_mut().clear();
+    node.metadata.owner_references = None;
+    if let Some(spec) = node.spec.as_mut() {
+        spec.config_source = None;
+        spec.pod_cidr = None;
+        spec.pod_cidrs = None;
+    }
+    if let Some(status) = node.status.as_mut() {
+        let system_uuid = status
+            .node_info
+            .take()
+            .map(|info| info.system_uuid)
+            .unwrap_or_default();
+        *status = NodeStatus {
+            addresses: status.addresses.take(),
+            node_info: Some(NodeSystemInfo {
+                system_uuid,
+                ..NodeSystemInfo::default()
+            }),
+            ..NodeStatus::default()
+        };
+    }
+}
+
+/// A CSR as the join reads it: the request, signer, requester, usages and conditions; not the
+/// issued certificate nor the managed fields.
+fn project_csr(csr: &mut CertificateSigningRequest) {
+    csr.managed_fields_mut().clear();
+    if let Some(status) = csr.status.as_mut() {
+        status.certificate = None;
+    }
 }
 
 /// The Windows Machines among `machines` for which `keep` holds.
@@ -724,5 +756,54 @@ mod tests {
                 "status": {"providerStatus": {"conditions": [creation], STATUS_FIELD: old}},
             })
         );
+    }
+}
+
+#[cfg(test)]
+mod projection_tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_node_keeps_what_the_join_reads_and_nothing_else() {
+        let mut node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "win-1",
+                "labels": {"kubernetes.io/os": "windows"},
+                "annotations": {"machine.openshift.io/machine": "openshift-machine-api/win-1"},
+                "managedFields": [{"manager": "kubelet"}],
+            },
+            "spec": {
+                "providerID": "nutanix://0d2d9c8e",
+                "taints": [{"key": "os", "value": "Windows", "effect": "NoSchedule"}],
+                "podCIDR": "10.128.2.0/24",
+            },
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": "10.40.15.20"}],
+                "nodeInfo": {"systemUUID": "0D2D9C8E", "machineID": "m", "bootID": "b",
+                    "kernelVersion": "10.0.20348", "osImage": "Windows Server 2022",
+                    "containerRuntimeVersion": "containerd://1.7", "kubeletVersion": "v1.33.2",
+                    "kubeProxyVersion": "", "operatingSystem": "windows", "architecture": "amd64"},
+                "capacity": {"cpu": "4", "memory": "16Gi"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "images": [{"names": ["registry/pause"], "sizeBytes": 1}],
+            },
+        }))
+        .unwrap();
+        let before = node.clone();
+        project_node(&mut node);
+        assert_eq!(node.metadata.name, before.metadata.name);
+        assert_eq!(node.metadata.labels, before.metadata.labels);
+        assert_eq!(node.metadata.annotations, before.metadata.annotations);
+        assert!(node.metadata.managed_fields.is_none_or(|f| f.is_empty()));
+        let (spec, was) = (node.spec.unwrap(), before.spec.unwrap());
+        assert_eq!(spec.provider_id, was.provider_id);
+        assert_eq!(spec.taints, was.taints);
+        assert_eq!(spec.pod_cidr, None);
+        let status = node.status.unwrap();
+        assert_eq!(status.addresses, before.status.as_ref().unwrap().addresses);
+        assert_eq!(status.node_info.unwrap().system_uuid, "0D2D9C8E");
+        assert_eq!(status.capacity, None);
+        assert_eq!(status.conditions, None);
+        assert_eq!(status.images, None);
     }
 }
