@@ -36,7 +36,12 @@ async fn a_small_benchmark_runs_every_phase_within_the_call_budget() {
     assert_eq!(up.calls.per_vm_min, 1, "{:?}", up.calls);
     assert!(up.calls.per_vm_max <= 3, "{:?}", up.calls);
     let restart = report.restart.as_ref().unwrap();
-    assert_eq!((restart.prism_writes, restart.kube_writes), (0, 0));
+    assert_eq!(
+        (restart.prism_writes, restart.kube_writes),
+        (0, 0),
+        "writes after a restart: {:?}",
+        restart.kube_write_targets
+    );
     let delete = report.delete.as_ref().unwrap();
     assert_eq!(delete.calls.machines, 6);
     // A deletion sends DELETE without reading the VM first; a GET (or the shared listing)

@@ -11,7 +11,7 @@ use nutanix_machine_controller::plan::join;
 use prism_mock::GuestBehaviour;
 use sandbox::manifests::{WINDOWS_IMAGE_SET, WINDOWS_TEMPLATE_SET};
 use sandbox::node_agent::{JoinBehaviour, NodeIpChoice};
-use sandbox::world::{Snapshot, provider_condition};
+use sandbox::world::{Snapshot, join_condition};
 
 use crate::support::{TIMEOUT, options, start, wait_event};
 
@@ -22,7 +22,7 @@ fn mismatch(snapshot: &Snapshot, set: &str) -> Result<(String, String), String> 
     let machines = snapshot.machines_of(set);
     let machine = machines.first().ok_or(format!("no Machine in {set}"))?;
     let name = machine.name_any();
-    match provider_condition(machine, join::CONDITION) {
+    match join_condition(machine) {
         Some((status, reason, message)) if reason == join::reasons::NODE_IP_MISMATCH => {
             assert_eq!(status, "False");
             Ok((name, message))

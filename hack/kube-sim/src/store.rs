@@ -32,6 +32,50 @@ pub struct Stored {
     pub value: Arc<Value>,
     /// `serde_json` serialization of `value`.
     pub json: Bytes,
+    /// What the garbage collector asks of it, read once per write.
+    gc: Arc<GcFacts>,
+}
+
+/// The fields of an object that decide whether a garbage-collection pass has work.
+#[derive(Debug, Default)]
+struct GcFacts {
+    uid: String,
+    /// The uids of its owner references.
+    owners: Vec<String>,
+    /// Being deleted, and held by a finalizer the collector itself removes (`orphan`,
+    /// `foregroundDeletion`), or a namespace being emptied.
+    awaits_collector: bool,
+}
+
+impl GcFacts {
+    fn of(object: &Value) -> Self {
+        let owners = object
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .map(|refs| {
+                refs.iter()
+                    .map(|r| {
+                        r.get("uid")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let namespace = object.get("apiVersion").and_then(Value::as_str) == Some("v1")
+            && object.get("kind").and_then(Value::as_str) == Some("Namespace");
+        let awaits_collector = is_deleting(object)
+            && (namespace
+                || finalizers(object)
+                    .iter()
+                    .any(|f| f == "orphan" || f == "foregroundDeletion"));
+        Self {
+            uid: meta_str(object, "uid").to_owned(),
+            owners,
+            awaits_collector,
+        }
+    }
 }
 
 impl Stored {
@@ -39,6 +83,7 @@ impl Stored {
         let json = serde_json::to_vec(&value)
             .map_err(|e| ApiError::internal(format!("cannot serialize object: {e}")))?;
         Ok(Self {
+            gc: Arc::new(GcFacts::of(&value)),
             value: Arc::new(value),
             json: Bytes::from(json),
         })
@@ -1085,22 +1130,25 @@ impl Store {
         changed
     }
 
-    /// Whether a pass could change anything: some object is being deleted or has an owner reference to a
-    /// missing uid. Checked under the read lock so that idle passes do not block writers.
+    /// Whether a pass could change anything: a namespace being emptied, an object being deleted that
+    /// holds a finalizer only the collector removes (`orphan`, `foregroundDeletion`: its dependents are
+    /// orphaned or deleted first), or an owner reference to a missing uid. An object held by any other
+    /// finalizer waits for that finalizer's controller, not for the collector, so it gives a pass
+    /// nothing to do: the real collector also acts only on changes to its dependency graph
+    /// (kubernetes/kubernetes `pkg/controller/garbagecollector/graph_builder.go`), not on every
+    /// deleting object. Checked under the read lock from facts read at each write, so that idle checks
+    /// neither block writers nor cost more than a set of uids.
     fn gc_needed(&self) -> bool {
         let inner = self.read();
         let objects = || inner.collections.values().flat_map(|c| c.objects.values());
-        let uids: HashSet<&str> = objects().map(|s| meta_str(&s.value, "uid")).collect();
+        if objects().any(|s| s.gc.awaits_collector) {
+            return true;
+        }
+        let uids: HashSet<&str> = objects().map(|s| s.gc.uid.as_str()).collect();
         objects().any(|s| {
-            is_deleting(&s.value)
-                || s.value
-                    .pointer("/metadata/ownerReferences")
-                    .and_then(Value::as_array)
-                    .is_some_and(|refs| {
-                        refs.iter().any(|r| {
-                            !uids.contains(r.get("uid").and_then(Value::as_str).unwrap_or_default())
-                        })
-                    })
+            s.gc.owners
+                .iter()
+                .any(|owner| !uids.contains(owner.as_str()))
         })
     }
 
@@ -1633,4 +1681,71 @@ pub fn pdb_status(pdb: &Value, pods: &[Arc<Value>]) -> Value {
         "expectedPods": expected,
         "conditions": [{"type": "DisruptionAllowed", "status": status, "reason": reason, "message": "", "observedGeneration": pdb.pointer("/metadata/generation").cloned().unwrap_or(json!(1)), "lastTransitionTime": since}],
     })
+}
+
+#[cfg(test)]
+mod gc_tests {
+    use super::*;
+
+    fn store() -> Store {
+        Store::new(StoreConfig {
+            history_limit: 100,
+            broadcast_capacity: 100,
+        })
+    }
+
+    fn config_map(name: &str, metadata: Value) -> Value {
+        let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata});
+        object["metadata"]["name"] = json!(name);
+        object
+    }
+
+    #[test]
+    fn an_object_held_by_another_controllers_finalizer_gives_the_collector_nothing_to_do() {
+        let store = store();
+        let def = store.resource("", "configmaps").unwrap();
+        let held = config_map("held", json!({"finalizers": ["example.com/held"]}));
+        store.create(&def, "default", held, false).unwrap();
+        store
+            .delete(&def, "default", "held", &DeleteOptions::default())
+            .unwrap();
+        assert!(is_deleting(
+            &store.get(&def, "default", "held").unwrap().value
+        ));
+        assert!(!store.gc_needed(), "only the finalizer's owner can end it");
+
+        // A dependent whose owner is gone is the collector's work, once.
+        let dependent = config_map(
+            "dependent",
+            json!({"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "no-such-uid"}]}),
+        );
+        store.create(&def, "default", dependent, false).unwrap();
+        assert!(store.gc_needed());
+        assert_eq!(store.collect_garbage(), 1);
+        assert!(store.get(&def, "default", "dependent").is_err());
+        assert!(!store.gc_needed());
+    }
+
+    #[test]
+    fn an_owner_deleted_with_orphan_or_foreground_propagation_waits_for_the_collector() {
+        for propagation in ["Orphan", "Foreground"] {
+            let store = store();
+            let def = store.resource("", "configmaps").unwrap();
+            store
+                .create(&def, "default", config_map("owner", json!({})), false)
+                .unwrap();
+            let options = DeleteOptions {
+                propagation: Some(propagation.to_owned()),
+                ..DeleteOptions::default()
+            };
+            store.delete(&def, "default", "owner", &options).unwrap();
+            assert!(store.gc_needed(), "{propagation}");
+            store.collect_garbage();
+            assert!(
+                store.get(&def, "default", "owner").is_err(),
+                "{propagation}: no dependents, so the owner goes"
+            );
+            assert!(!store.gc_needed(), "{propagation}");
+        }
+    }
 }

@@ -7,8 +7,9 @@
 //! patch and one status patch, publish the events and count the metrics. Which read to make,
 //! what an answer means and what to write are `decide`'s alone.
 //!
-//! Watched: Machines (in `--namespace`, or all), wrapped in `DeserializeGuard` so a malformed
-//! one is logged and skipped instead of stalling the watch; Nodes, mapped to their Machine.
+//! Watched: Machines (in `--namespace`, or all) through the cache it shares with the Windows join
+//! reconciler ([`super::machine_cache`]), wrapped in `DeserializeGuard` so a malformed one is
+//! logged and skipped instead of stalling the watch; Nodes, mapped to their Machine.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,6 +30,7 @@ use super::Shared;
 use super::drain::drain_round;
 use super::error::Error;
 use super::inputs::{Environment, environment, secrets_named_by};
+use super::machine_cache::MachineFeed;
 use super::nodes::{ProviderIdsDone, ensure_node_provider_id, machine_to_requeue};
 use super::provision::prepare;
 use crate::actuator::inventory::InventorySnapshot;
@@ -104,21 +106,20 @@ impl Superseded {
 /// triggers it sooner).
 const STALE_RETRY: Duration = Duration::from_secs(1);
 
-/// Runs the Machine controller until its watch ends.
-pub async fn run(shared: Arc<Shared>) {
-    let client = shared.client.clone();
-    let machines: Api<GuardedMachine> = match &shared.settings.namespace {
-        Some(namespace) => Api::namespaced(client.clone(), namespace),
-        None => Api::all(client.clone()),
+/// Runs the Machine controller on the shared Machine cache until its watch ends.
+pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
+    let Some((store, changes)) = machines.when_ready().await else {
+        tracing::error!("the Machine cache can never be filled; the Machine controller stops");
+        return;
     };
+    let client = shared.client.clone();
     let config = controller::Config::default().concurrency(shared.settings.concurrency);
     let context = Arc::new(Context {
         shared,
         provider_ids: ProviderIdsDone::default(),
         superseded: Superseded::default(),
     });
-    let controller = Controller::new(machines, watcher::Config::default());
-    let store = controller.store();
+    let controller = Controller::for_shared_stream(changes, store.clone());
     let secret_changes = secret_change_stream(context.shared.secret_changes.subscribe());
     let (for_secrets, shared) = (store.clone(), context.shared.clone());
     controller

@@ -3,7 +3,8 @@
 //! [`controllers`] lists them; the runtime starts every one of them under the leader lease (and
 //! only there): the Machine controller ([`machine`]: lifecycle, drain, node link), the
 //! MachineSet controller ([`machineset`]: capacity annotations) and the Windows join reconciler
-//! ([`windows_join`]: the `WindowsJoin` condition).
+//! ([`windows_join`]: the `WindowsJoin` condition); the first and the last share one Machine
+//! cache ([`machine_cache`]).
 //! Another controller is added by writing a function `fn(Arc<Shared>) -> ControllerFuture` and
 //! listing it in [`controllers`].
 
@@ -12,6 +13,7 @@ pub mod drain;
 pub mod error;
 pub mod inputs;
 pub mod machine;
+pub mod machine_cache;
 pub mod machineset;
 pub mod nodes;
 pub mod provision;
@@ -27,15 +29,16 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Resource, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use tokio::sync::broadcast;
 
 use crate::actuator::Actuator;
-use crate::api::Machine;
+use crate::api::{GuardedMachine, Machine};
 use crate::metrics::Metrics;
 use backoff::Backoff;
 use error::Error;
 use inputs::{InfrastructureCache, NetworkCache};
+use machine_cache::MachineCache;
 
 /// Name under which events are reported.
 pub const CONTROLLER_NAME: &str = "nutanix-machine-controller";
@@ -218,10 +221,25 @@ impl Shared {
 pub type ControllerFuture = BoxFuture<'static, ()>;
 
 /// Every controller of the binary, by name. The runtime runs them all while it leads.
+/// The Machine controller and the Windows join reconciler read one Machine cache, whose watch
+/// runs beside them ("machine-cache").
 pub fn controllers(shared: Arc<Shared>) -> Vec<(&'static str, ControllerFuture)> {
+    let machines: Api<GuardedMachine> = match &shared.settings.namespace {
+        Some(namespace) => Api::namespaced(shared.client.clone(), namespace),
+        None => Api::all(shared.client.clone()),
+    };
+    let cache = MachineCache::new();
+    let (for_machine, for_join) = (cache.subscribe(), cache.subscribe());
     vec![
-        ("machine", Box::pin(machine::run(shared.clone()))),
+        ("machine-cache", Box::pin(cache.run(machines))),
+        (
+            "machine",
+            Box::pin(machine::run(shared.clone(), for_machine)),
+        ),
         ("machineset", Box::pin(machineset::run(shared.clone()))),
-        ("windows-join", Box::pin(windows_join::run(shared))),
+        (
+            "windows-join",
+            Box::pin(windows_join::run(shared, for_join)),
+        ),
     ]
 }

@@ -7,8 +7,15 @@
 //!
 //! It reads Machines, Nodes, CertificateSigningRequests and the shared VM inventory (the VM's
 //! addresses as Prism reports them). It approves no CSR, logs in to no VM, and writes nothing
-//! WMCO owns: its only writes are the Machine's status (the condition, or Failed), the
-//! `instance-state` annotation of a Machine it fails, and an empty Node providerID.
+//! WMCO owns: its only writes are the condition, phase Failed and the `instance-state`
+//! annotation of a Machine it fails, and an empty Node providerID.
+//!
+//! The condition has a key of the providerStatus to itself, `windowsJoin` ([`STATUS_FIELD`]),
+//! which the Machine controller never writes (it keeps unknown keys as they are, and a merge
+//! patch of its own fields leaves this one alone); so the condition is written without a
+//! resourceVersion and never conflicts with the Machine controller's writes, nor they with it
+//! over the same list. A condition left in `providerStatus.conditions` by an earlier version is
+//! moved once, by a patch that names the resourceVersion it was computed from.
 //!
 //! Nodes and CSRs are watched into stores that also trigger the reconcile of the Machines they
 //! concern (a CSR under an unknown host name concerns every Windows Machine still waiting for its
@@ -21,21 +28,25 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::{Node, NodeStatus, NodeSystemInfo};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
 
 use super::Shared;
 use super::error::Error;
 use super::inputs::environment;
+use super::machine_cache::MachineFeed;
 use super::nodes::apply_provider_id_action;
 use super::stores_ready::StoresReady;
-use crate::api::{GuardedMachine, INSTANCE_STATE_ANNOTATION, Machine, phase};
+use crate::api::{
+    GuardedMachine, INSTANCE_STATE_ANNOTATION, Machine, NutanixMachineProviderStatus, phase,
+};
 use crate::plan::addresses::nics_of;
 use crate::plan::csr::{CLIENT_SIGNER, SERVING_SIGNER};
 use crate::plan::csr_pem::{CsrObjectError, csr_of, csr_state};
@@ -50,6 +61,9 @@ use crate::plan::node_link::{
     ProviderIdAction, machine_node_names, machine_of_node, node_ref, provider_id_action,
     same_dns_name,
 };
+
+/// The providerStatus key of the `WindowsJoin` condition, written by this reconciler only.
+pub const STATUS_FIELD: &str = "windowsJoin";
 
 /// Label of this controller in metrics.
 const CONTROLLER: &str = "windows-join";
@@ -72,26 +86,22 @@ pub struct Context {
     unreadable: Mutex<HashSet<String>>,
 }
 
-/// Runs the Windows join reconciler until its watch ends.
-pub async fn run(shared: Arc<Shared>) {
-    let client = shared.client.clone();
-    let machines: Api<GuardedMachine> = match &shared.settings.namespace {
-        Some(namespace) => Api::namespaced(client.clone(), namespace),
-        None => Api::all(client.clone()),
+/// Runs the Windows join reconciler on the shared Machine cache until its watch ends.
+pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
+    let Some((store, changes)) = machines.when_ready().await else {
+        tracing::error!("the Machine cache can never be filled; the Windows join reconciler stops");
+        return;
     };
-    // Cached without what is never read here: a real Node's image list and managed fields are
-    // most of its size, and a cluster has one per Machine.
+    let client = shared.client.clone();
+    // Cached as the projection the join reads (name, labels, annotations, taints, providerID,
+    // addresses, systemUUID): a real Node's image list and managed fields are most of its size,
+    // and a cluster has one per Machine.
     let (nodes, node_writer) = reflector::store();
     let node_events = reflector::reflector(
         node_writer,
         watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
             .default_backoff()
-            .modify(|node: &mut Node| {
-                node.managed_fields_mut().clear();
-                if let Some(status) = node.status.as_mut() {
-                    status.images = None;
-                }
-            }),
+            .modify(project_node),
     )
     .touched_objects();
     let (csrs, csr_writer) = reflector::store();
@@ -102,14 +112,13 @@ pub async fn run(shared: Arc<Shared>) {
             watcher::Config::default(),
         )
         .default_backoff()
-        .modify(|csr: &mut CertificateSigningRequest| csr.managed_fields_mut().clear()),
+        .modify(project_csr),
     )
     .touched_objects();
-    let controller = Controller::new(machines, watcher::Config::default());
-    let store = controller.store();
+    let controller = Controller::for_shared_stream(changes, store.clone());
     let config = controller::Config::default().concurrency(shared.settings.concurrency);
-    // The Machine store is not waited on here: the controller itself holds every reconcile until
-    // that store is filled, and a second waiter on it could leave the controller's wait unwoken.
+    // The Machine store is filled already (`when_ready`); a second waiter on it could leave the
+    // controller's own wait unwoken.
     let stores_ready = {
         let (nodes, csrs) = (nodes.clone(), csrs.clone());
         StoresReady::spawn(async move {
@@ -136,6 +145,42 @@ pub async fn run(shared: Arc<Shared>) {
             }
         })
         .await;
+}
+
+/// A Node as the join reads it: every field [`crate::plan::join`] and
+/// [`crate::plan::node_link`] never look at is dropped before it is cached.
+fn project_node(node: &mut Node) {
+    node.managed_fields_mut().clear();
+    node.metadata.owner_references = None;
+    if let Some(spec) = node.spec.as_mut() {
+        spec.config_source = None;
+        spec.pod_cidr = None;
+        spec.pod_cidrs = None;
+    }
+    if let Some(status) = node.status.as_mut() {
+        let system_uuid = status
+            .node_info
+            .take()
+            .map(|info| info.system_uuid)
+            .unwrap_or_default();
+        *status = NodeStatus {
+            addresses: status.addresses.take(),
+            node_info: Some(NodeSystemInfo {
+                system_uuid,
+                ..NodeSystemInfo::default()
+            }),
+            ..NodeStatus::default()
+        };
+    }
+}
+
+/// A CSR as the join reads it: the request, signer, requester, usages and conditions; not the
+/// issued certificate nor the managed fields.
+fn project_csr(csr: &mut CertificateSigningRequest) {
+    csr.managed_fields_mut().clear();
+    if let Some(status) = csr.status.as_mut() {
+        status.certificate = None;
+    }
 }
 
 /// The Windows Machines among `machines` for which `keep` holds.
@@ -314,7 +359,7 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
     if !context.stores_ready.is_ready() {
         return Ok(Action::requeue(STORES_NOT_READY_RETRY));
     }
-    let mut status = match machine.provider_status() {
+    let status = match machine.provider_status() {
         Ok(status) => status,
         Err(error) => {
             tracing::warn!(machine = %key, %error, "status.providerStatus cannot be read; no WindowsJoin condition");
@@ -338,11 +383,7 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
         Some(_) => context.prism_ips(machine).await,
         None => None,
     };
-    let previous = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == CONDITION)
-        .cloned();
+    let previous = recorded_condition(&status);
     let now = Time(Timestamp::now());
     let input = JoinInput {
         machine,
@@ -368,41 +409,31 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
         }
     }
 
-    status.set_condition(decision.condition.clone());
-    let update = match &decision.fail {
-        Some(message) => StatusUpdate {
-            phase: Some(phase::FAILED),
-            error: Some((Some(JOIN_TIMED_OUT_ERROR.to_owned()), message.clone())),
-            provider_status: Some(status),
-            ..StatusUpdate::default()
-        },
-        None => StatusUpdate {
-            provider_status: Some(status),
-            ..StatusUpdate::default()
-        },
-    };
     let api: Api<Machine> = Api::namespaced(
         context.shared.client.clone(),
         &machine.namespace().unwrap_or_default(),
     );
+    let condition = next_condition(previous.as_ref(), decision.condition.clone());
     let mut written = None;
-    if let Some(patch) = status_patch(machine, &update, &now) {
-        match api
-            .patch_status(
-                &machine.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(updated) => written = Some(updated),
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                tracing::debug!(machine = %key, "the Machine changed meanwhile; looking again");
-                return Ok(Action::requeue(CONFLICT_RETRY));
-            }
-            Err(error) => {
-                return Err(Error::kube(format!("patch status of Machine {key}"), error));
-            }
+    if let Some(patch) = condition_patch(machine, &status, &condition) {
+        written = match write_status(&api, &machine.name_any(), &key, &patch).await? {
+            Written::Updated(updated) => Some(*updated),
+            Written::Conflict => return Ok(Action::requeue(CONFLICT_RETRY)),
+        };
+    }
+    if let Some(message) = &decision.fail {
+        // Failing the Machine is a change of its phase, the Machine controller's field too:
+        // made from the version just written, and refused (409) if another writer came between.
+        let update = StatusUpdate {
+            phase: Some(phase::FAILED),
+            error: Some((Some(JOIN_TIMED_OUT_ERROR.to_owned()), message.clone())),
+            ..StatusUpdate::default()
+        };
+        if let Some(patch) = status_patch(written.as_ref().unwrap_or(machine), &update, &now) {
+            written = match write_status(&api, &machine.name_any(), &key, &patch).await? {
+                Written::Updated(updated) => Some(*updated),
+                Written::Conflict => return Ok(Action::requeue(CONFLICT_RETRY)),
+            };
         }
     }
     if let Some(updated) = &written {
@@ -441,4 +472,338 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
         settings.requeue_interval
     };
     Ok(Action::requeue(wait))
+}
+
+/// The `WindowsJoin` condition as last written: from [`STATUS_FIELD`], else where an earlier
+/// version kept it (`providerStatus.conditions`). An unreadable one counts as none (it is
+/// written afresh).
+fn recorded_condition(status: &NutanixMachineProviderStatus) -> Option<Condition> {
+    match status.other.get(STATUS_FIELD) {
+        Some(value) => serde_json::from_value(value.clone()).ok(),
+        None => status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION)
+            .cloned(),
+    }
+}
+
+/// `condition` as it is to be written: `lastTransitionTime` moves only when the status changes.
+fn next_condition(previous: Option<&Condition>, mut condition: Condition) -> Condition {
+    if let Some(previous) = previous
+        && previous.status == condition.status
+    {
+        condition
+            .last_transition_time
+            .clone_from(&previous.last_transition_time);
+    }
+    condition
+}
+
+/// The status merge patch that writes `condition` into [`STATUS_FIELD`]; `None` when it is
+/// there already. It touches no other key, so it carries no resourceVersion, except when it also
+/// takes an earlier version's copy out of `providerStatus.conditions` (the Machine controller's
+/// list): then it names the version it was computed from, and a write in between makes it fail.
+fn condition_patch(
+    machine: &Machine,
+    status: &NutanixMachineProviderStatus,
+    condition: &Condition,
+) -> Option<Value> {
+    let legacy = status.conditions.iter().any(|c| c.type_ == CONDITION);
+    let written = status
+        .other
+        .get(STATUS_FIELD)
+        .and_then(|value| serde_json::from_value::<Condition>(value.clone()).ok());
+    if !legacy && written.as_ref() == Some(condition) {
+        return None;
+    }
+    let mut provider_status = json!({ STATUS_FIELD: condition });
+    let mut patch = json!({});
+    if legacy {
+        let kept: Vec<&Condition> = status
+            .conditions
+            .iter()
+            .filter(|c| c.type_ != CONDITION)
+            .collect();
+        provider_status["conditions"] = json!(kept);
+        patch["metadata"] = json!({"resourceVersion": machine.metadata.resource_version});
+    }
+    patch["status"] = json!({"providerStatus": provider_status});
+    Some(patch)
+}
+
+/// How a status write ended.
+enum Written {
+    Updated(Box<Machine>),
+    /// Another writer changed the Machine since the version the patch named (409).
+    Conflict,
+}
+
+async fn write_status(
+    api: &Api<Machine>,
+    name: &str,
+    key: &str,
+    patch: &Value,
+) -> Result<Written, Error> {
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Ok(updated) => Ok(Written::Updated(Box::new(updated))),
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            tracing::debug!(machine = %key, "the Machine changed meanwhile; looking again");
+            Ok(Written::Conflict)
+        }
+        Err(error) => Err(Error::kube(format!("patch status of Machine {key}"), error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::PostParams;
+
+    use super::*;
+    use crate::plan::machine_status::provider_condition;
+
+    const NS: &str = "openshift-machine-api";
+
+    fn at(text: &str) -> Time {
+        Time(text.parse().unwrap())
+    }
+
+    fn join(reason: &str, ok: bool, when: &str) -> Condition {
+        provider_condition(CONDITION, ok, reason, format!("stage {reason}"), &at(when))
+    }
+
+    /// kube-sim with the Machine CRD and one Machine whose providerStatus has a VM and the
+    /// Machine controller's `MachineCreation` condition.
+    async fn machine_on_server() -> (kube_sim::RunningKubeSim, Api<Machine>, Machine) {
+        let sim = kube_sim::KubeSim::start(kube_sim::Config {
+            namespaces: vec![NS.to_owned()],
+            ..kube_sim::Config::default()
+        })
+        .await
+        .unwrap();
+        let crd = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../manifests/crds/machine.openshift.io_machines.yaml"
+        );
+        let text = std::fs::read_to_string(crd).unwrap();
+        for document in serde_saphyr::from_multiple::<Value>(&text).unwrap() {
+            if !document.is_null() {
+                sim.create(document).unwrap();
+            }
+        }
+        let api: Api<Machine> = Api::namespaced(sim.client().unwrap(), NS);
+        let machine: Machine = serde_json::from_value(json!({
+            "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+            "metadata": {"name": "win-1", "namespace": NS},
+            "spec": {},
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &machine).await.unwrap();
+        let status = json!({"status": {"phase": "Provisioned", "providerStatus": {
+            "vmUUID": "0d2d9c8e-4d2b-4b4f-8d53-7a1f3c2f8a11",
+            "conditions": [provider_condition(
+                "MachineCreation", true, "MachineCreationSucceeded", "created", &at("2026-12-01T10:00:00Z"),
+            )],
+        }}});
+        let machine = api
+            .patch_status("win-1", &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+        (sim, api, machine)
+    }
+
+    /// The Machine controller's write of one more provider condition, from `machine` as its
+    /// cache had it.
+    fn machine_controller_patch(machine: &Machine, reason: &str) -> Value {
+        let mut status = machine.provider_status().unwrap();
+        status.set_condition(provider_condition(
+            "MachineUpdate",
+            true,
+            reason,
+            "updated",
+            &at("2026-12-01T10:05:00Z"),
+        ));
+        let update = StatusUpdate {
+            provider_status: Some(status),
+            ..StatusUpdate::default()
+        };
+        status_patch(machine, &update, &at("2026-12-01T10:05:00Z")).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_join_condition_never_conflicts_with_the_machine_controllers_writes() {
+        let (sim, api, seen) = machine_on_server().await;
+        // Both writers start from the same version: the Machine controller writes first.
+        api.patch_status(
+            "win-1",
+            &PatchParams::default(),
+            &Patch::Merge(&machine_controller_patch(&seen, "Updated")),
+        )
+        .await
+        .unwrap();
+        let condition = join("VMCreated", false, "2026-12-01T10:06:00Z");
+        let status = seen.provider_status().unwrap();
+        // Written into the Machine controller's list, as before, it would be refused: the list
+        // is sent whole, so the patch must name the version it was merged into.
+        let mut in_the_list = status.clone();
+        in_the_list.set_condition(condition.clone());
+        let update = StatusUpdate {
+            provider_status: Some(in_the_list),
+            ..StatusUpdate::default()
+        };
+        let racing = status_patch(&seen, &update, &condition.last_transition_time).unwrap();
+        assert!(matches!(
+            write_status(&api, "win-1", "ns/win-1", &racing)
+                .await
+                .unwrap(),
+            Written::Conflict
+        ));
+        let patch = condition_patch(&seen, &status, &condition).unwrap();
+        let written = match write_status(&api, "win-1", "ns/win-1", &patch)
+            .await
+            .unwrap()
+        {
+            Written::Updated(machine) => *machine,
+            Written::Conflict => panic!("the join condition lost a race it has no part in"),
+        };
+        let status = written.provider_status().unwrap();
+        assert_eq!(recorded_condition(&status), Some(condition.clone()));
+        let types: Vec<&str> = status.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["MachineCreation", "MachineUpdate"]);
+
+        // The Machine controller's next write, from the version with the join condition, leaves
+        // the join's key alone; so does one from an older version (refused by its own
+        // resourceVersion, never taking the condition away).
+        let next = machine_controller_patch(&written, "UpdatedAgain");
+        assert!(next["status"]["providerStatus"].get(STATUS_FIELD).is_none());
+        let stale = machine_controller_patch(&seen, "UpdatedAgain");
+        assert!(
+            stale["status"]["providerStatus"]
+                .get(STATUS_FIELD)
+                .is_none()
+        );
+        let after = api
+            .patch_status("win-1", &PatchParams::default(), &Patch::Merge(&next))
+            .await
+            .unwrap();
+        assert_eq!(
+            recorded_condition(&after.provider_status().unwrap()),
+            Some(condition)
+        );
+        sim.shutdown().await;
+    }
+
+    #[test]
+    fn an_unchanged_condition_is_not_written_again_and_keeps_its_transition_time() {
+        let first = join("VMCreated", false, "2026-12-01T10:00:00Z");
+        let later = join("AddressReported", false, "2026-12-01T10:09:00Z");
+        let next = next_condition(Some(&first), later);
+        assert_eq!(next.last_transition_time, first.last_transition_time);
+        assert_eq!(next.reason, "AddressReported");
+        let done = next_condition(
+            Some(&next),
+            join("Configured", true, "2026-12-01T10:20:00Z"),
+        );
+        assert_eq!(done.last_transition_time, at("2026-12-01T10:20:00Z"));
+
+        let mut status = NutanixMachineProviderStatus::default();
+        status
+            .other
+            .insert(STATUS_FIELD.to_owned(), json!(next.clone()));
+        let machine: Machine = serde_json::from_value(json!({
+            "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+            "metadata": {"name": "win-1", "namespace": NS, "resourceVersion": "7"},
+            "spec": {},
+        }))
+        .unwrap();
+        assert_eq!(condition_patch(&machine, &status, &next), None);
+        let patch = condition_patch(&machine, &status, &done).unwrap();
+        assert_eq!(
+            patch,
+            json!({"status": {"providerStatus": {STATUS_FIELD: done}}})
+        );
+    }
+
+    #[test]
+    fn a_condition_an_earlier_version_kept_in_the_list_is_moved_once_against_its_version() {
+        let old = join("NodeLinked", false, "2026-12-01T10:00:00Z");
+        let creation = provider_condition(
+            "MachineCreation",
+            true,
+            "MachineCreationSucceeded",
+            "created",
+            &at("2026-12-01T09:00:00Z"),
+        );
+        let status = NutanixMachineProviderStatus {
+            conditions: vec![creation.clone(), old.clone()],
+            ..NutanixMachineProviderStatus::default()
+        };
+        assert_eq!(recorded_condition(&status), Some(old.clone()));
+        let machine: Machine = serde_json::from_value(json!({
+            "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+            "metadata": {"name": "win-1", "namespace": NS, "resourceVersion": "7"},
+            "spec": {},
+        }))
+        .unwrap();
+        let patch = condition_patch(&machine, &status, &old).unwrap();
+        assert_eq!(
+            patch,
+            json!({
+                "metadata": {"resourceVersion": "7"},
+                "status": {"providerStatus": {"conditions": [creation], STATUS_FIELD: old}},
+            })
+        );
+    }
+}
+
+#[cfg(test)]
+mod projection_tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_node_keeps_what_the_join_reads_and_nothing_else() {
+        let mut node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "win-1",
+                "labels": {"kubernetes.io/os": "windows"},
+                "annotations": {"machine.openshift.io/machine": "openshift-machine-api/win-1"},
+                "managedFields": [{"manager": "kubelet"}],
+            },
+            "spec": {
+                "providerID": "nutanix://0d2d9c8e",
+                "taints": [{"key": "os", "value": "Windows", "effect": "NoSchedule"}],
+                "podCIDR": "10.128.2.0/24",
+            },
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": "10.40.15.20"}],
+                "nodeInfo": {"systemUUID": "0D2D9C8E", "machineID": "m", "bootID": "b",
+                    "kernelVersion": "10.0.20348", "osImage": "Windows Server 2022",
+                    "containerRuntimeVersion": "containerd://1.7", "kubeletVersion": "v1.33.2",
+                    "kubeProxyVersion": "", "operatingSystem": "windows", "architecture": "amd64"},
+                "capacity": {"cpu": "4", "memory": "16Gi"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "images": [{"names": ["registry/pause"], "sizeBytes": 1}],
+            },
+        }))
+        .unwrap();
+        let before = node.clone();
+        project_node(&mut node);
+        assert_eq!(node.metadata.name, before.metadata.name);
+        assert_eq!(node.metadata.labels, before.metadata.labels);
+        assert_eq!(node.metadata.annotations, before.metadata.annotations);
+        assert!(node.metadata.managed_fields.is_none_or(|f| f.is_empty()));
+        let (spec, was) = (node.spec.unwrap(), before.spec.unwrap());
+        assert_eq!(spec.provider_id, was.provider_id);
+        assert_eq!(spec.taints, was.taints);
+        assert_eq!(spec.pod_cidr, None);
+        let status = node.status.unwrap();
+        assert_eq!(status.addresses, before.status.as_ref().unwrap().addresses);
+        assert_eq!(status.node_info.unwrap().system_uuid, "0D2D9C8E");
+        assert_eq!(status.capacity, None);
+        assert_eq!(status.conditions, None);
+        assert_eq!(status.images, None);
+    }
 }

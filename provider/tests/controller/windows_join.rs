@@ -26,11 +26,17 @@ fn windows_image_spec() -> Value {
     )
 }
 
+/// The condition, in the providerStatus key only the join reconciler writes; never in the
+/// Machine controller's `conditions` list.
 fn join_condition(machine: &Value) -> Option<&Value> {
-    machine["status"]["providerStatus"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == "WindowsJoin")
+    let provider_status = &machine["status"]["providerStatus"];
+    let in_list = provider_status["conditions"]
+        .as_array()
+        .is_some_and(|list| list.iter().any(|c| c["type"] == "WindowsJoin"));
+    assert!(!in_list, "WindowsJoin in providerStatus.conditions");
+    provider_status
+        .get("windowsJoin")
+        .filter(|c| c["type"] == "WindowsJoin")
 }
 
 async fn wait_join(env: &Env, name: &str, reason: &str) -> Value {

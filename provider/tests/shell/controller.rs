@@ -12,6 +12,8 @@ use kube::Api;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use nutanix_machine_controller::actuator::{Actuator, ActuatorSettings};
+use nutanix_machine_controller::api::GuardedMachine;
+use nutanix_machine_controller::controller::machine_cache::MachineCache;
 use nutanix_machine_controller::controller::{ControllerSettings, Shared, WatchedSecrets, machine};
 use nutanix_machine_controller::metrics::Metrics;
 use tokio::sync::broadcast;
@@ -98,11 +100,17 @@ impl InProcessController {
             },
             user.to_owned(),
         ));
-        let machine_task = tokio::spawn(machine::run(shared));
+        // The Machine cache the binary shares between its controllers (`controller::controllers`);
+        // only the Machine controller reads it here.
+        let machines: Api<GuardedMachine> = Api::namespaced(shared.client.clone(), NS);
+        let cache = MachineCache::new();
+        let feed = cache.subscribe();
+        let cache_task = tokio::spawn(cache.run(machines));
+        let machine_task = tokio::spawn(machine::run(shared, feed));
         Self {
             user: user.to_owned(),
             metrics,
-            tasks: vec![secret_task, machine_task],
+            tasks: vec![secret_task, cache_task, machine_task],
         }
     }
 

@@ -360,9 +360,11 @@ impl Bench<'_> {
         attribute(&records[..count], vms, self.options.machines)
     }
 
-    fn kube_requests(&self) -> (BTreeMap<String, u64>, u64) {
+    /// Requests by user since the log was last cleared, and the controller's writes among them
+    /// (`verb resource namespace/name`).
+    fn kube_requests(&self) -> (BTreeMap<String, u64>, Vec<String>) {
         let mut by_user: BTreeMap<String, u64> = BTreeMap::new();
-        let mut controller_writes = 0;
+        let mut controller_writes = Vec::new();
         for record in self.world.sim().requests() {
             *by_user.entry(record.user.clone()).or_default() += 1;
             if record.user == CONTROLLER_USER
@@ -371,7 +373,13 @@ impl Bench<'_> {
                     "create" | "update" | "patch" | "delete"
                 )
             {
-                controller_writes += 1;
+                controller_writes.push(format!(
+                    "{} {} {}/{}",
+                    record.verb,
+                    record.rbac_resource(),
+                    record.namespace,
+                    record.name
+                ));
             }
         }
         (by_user, controller_writes)
@@ -721,11 +729,13 @@ async fn phases(
             .take(steady_end.prism_log - restart_from.prism_log)
             .filter(|r| is_write(&r.method, &r.endpoint))
             .count() as u64;
+        let kube_writes = bench.kube_requests().1;
         restart = Some(Restart {
             converge_seconds,
             calls: bench.calls_since(&restart_from, converged.prism_log, &vms),
             prism_writes,
-            kube_writes: bench.kube_requests().1,
+            kube_writes: kube_writes.len() as u64,
+            kube_write_targets: kube_writes,
         });
         steady = Some(Steady {
             seconds: steady_seconds,

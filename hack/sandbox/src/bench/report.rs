@@ -125,6 +125,8 @@ pub struct Restart {
     /// steady-state window.
     pub prism_writes: u64,
     pub kube_writes: u64,
+    /// What those Kubernetes writes were (`verb resource namespace/name`), to tell why there are any.
+    pub kube_write_targets: Vec<String>,
 }
 
 /// Steady state with N Machines Running, production intervals.
@@ -324,6 +326,9 @@ impl BenchReport {
                 "\nRestart with {} Machines Running: converged (every Machine reconciled) {:.2} s after the start; Prism writes {}, controller Kubernetes writes {} (through the steady-state window)",
                 s.machines, restart.converge_seconds, restart.prism_writes, restart.kube_writes
             );
+            for target in &restart.kube_write_targets {
+                let _ = writeln!(out, "  controller wrote: {target}");
+            }
             calls_table(&mut out, "  start → converged", &restart.calls);
         }
         if let Some(steady) = &self.steady {

@@ -56,10 +56,9 @@ pub(crate) fn running_guests(admin: &Admin) -> Vec<Guest> {
 
 /// The addresses the guest has now (all NICs, in order); `None` when the VM is gone.
 pub(crate) fn addresses_of(admin: &Admin, uuid: &str) -> Option<Vec<IpAddr>> {
+    // The one VM, not a summary of every VM of the mock per waiting guest and poll.
     admin
-        .vms()
-        .into_iter()
-        .find(|vm| vm.uuid == uuid)
+        .vm_summary(uuid)
         .map(|vm| vm.addresses.iter().filter_map(|a| a.parse().ok()).collect())
 }
 

@@ -46,7 +46,7 @@ use crate::nodelink::{self, NodeLinkConfig};
 pub use controller::{ControllerCommand, ControllerIntervals};
 use controller::{ControllerLaunch, ControllerProcess};
 pub use history::{History, MachineRecord};
-pub use snapshot::{Snapshot, machine_set_of, provider_condition, stage_label};
+pub use snapshot::{Snapshot, join_condition, machine_set_of, provider_condition, stage_label};
 
 /// A distinctive part of the Windows user data (the sandbox WMCO's key): it must never show in a
 /// log line.

@@ -9,6 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use nutanix_machine_controller::api::{Machine, MachineSet};
+use nutanix_machine_controller::controller::windows_join;
 use nutanix_machine_controller::plan::join;
 use prism_mock::VmSummary;
 
@@ -39,6 +40,19 @@ pub fn provider_condition(machine: &Machine, type_: &str) -> Option<(String, Str
         .get("conditions")?
         .as_array()?;
     let condition = conditions.iter().find(|c| c["type"] == type_)?;
+    let text = |key: &str| condition[key].as_str().unwrap_or_default().to_owned();
+    Some((text("status"), text("reason"), text("message")))
+}
+
+/// The controller's `WindowsJoin` condition: (status, reason, message). It has a key of the
+/// providerStatus to itself ([`windows_join::STATUS_FIELD`]), which only the join reconciler writes.
+pub fn join_condition(machine: &Machine) -> Option<(String, String, String)> {
+    let condition = machine
+        .status
+        .as_ref()?
+        .provider_status
+        .as_ref()?
+        .get(windows_join::STATUS_FIELD)?;
     let text = |key: &str| condition[key].as_str().unwrap_or_default().to_owned();
     Some((text("status"), text("reason"), text("message")))
 }
@@ -133,7 +147,7 @@ impl Snapshot {
             if !node.annotations().contains_key(WMCO_VERSION_ANNOTATION) {
                 return Some(format!("Node {node_name}: not configured by WMCO yet"));
             }
-            match provider_condition(machine, join::CONDITION) {
+            match join_condition(machine) {
                 Some((status, reason, _))
                     if status == "True" && reason == join::reasons::CONFIGURED => {}
                 Some((status, reason, message)) => {
@@ -227,8 +241,8 @@ mod tests {
             "metadata": {"name": name, "namespace": "ns", "labels": labels},
             "spec": {"providerID": format!("nutanix://{name}")},
             "status": {"phase": phase, "nodeRef": node.map(|n| json!({"kind": "Node", "name": n})),
-                "providerStatus": {"conditions": [{"type": "WindowsJoin", "status": "False",
-                    "reason": "NodeLinked", "message": "waiting for the serving CSR"}]}},
+                "providerStatus": {"windowsJoin": {"type": "WindowsJoin", "status": "False",
+                    "reason": "NodeLinked", "message": "waiting for the serving CSR"}}},
         }))
         .unwrap()
     }
@@ -241,8 +255,8 @@ mod tests {
             .provider_status
             .as_mut()
             .unwrap();
-        provider_status["conditions"][0]["status"] = json!(status);
-        provider_status["conditions"][0]["reason"] = json!(reason);
+        provider_status["windowsJoin"]["status"] = json!(status);
+        provider_status["windowsJoin"]["reason"] = json!(reason);
     }
 
     fn node(name: &str, provider_id: &str, wmco: bool) -> Node {
