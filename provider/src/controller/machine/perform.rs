@@ -1,0 +1,301 @@
+//! The executor's hands: each read and each change [`decide`] asks for, performed against
+//! Prism and Kubernetes, its result put into the snapshot for the next round. Nothing here
+//! chooses what to do next.
+
+use super::*;
+
+impl Scope {
+    /// What a listing shows about this Machine, for the slot it fills.
+    pub(super) fn project(&self, slot: ListingSlot, listing: &InventorySnapshot) -> Listing {
+        let facts = &self.snapshot.machine;
+        let by_name = matches!(slot, ListingSlot::Task | ListingSlot::Deploy);
+        Listing {
+            listed_at: listing.listed_at(),
+            vm: self
+                .snapshot
+                .status
+                .vm_uuid
+                .as_deref()
+                .and_then(|uuid| listing.vm(uuid))
+                .cloned(),
+            named: listing
+                .vms()
+                .filter(|_| by_name)
+                .filter(|vm| vm.spec.as_ref().is_some_and(|spec| spec.name == facts.name))
+                .filter_map(|vm| {
+                    Some(DeployCandidate {
+                        uuid: vm.uuid()?.to_owned(),
+                        created: vm
+                            .metadata
+                            .creation_time
+                            .as_deref()
+                            .and_then(|time| time.parse().ok()),
+                        identity: vm
+                            .spec
+                            .as_ref()
+                            .and_then(|spec| spec.description.as_deref())
+                            .and_then(identity_of),
+                    })
+                })
+                .collect(),
+            of_machine: (slot == ListingSlot::Marker)
+                .then(|| listing.vm_of_machine(&facts.identity.uid))
+                .flatten()
+                .and_then(|vm| vm.uuid())
+                .map(str::to_owned),
+        }
+    }
+
+    pub(super) async fn read(&mut self, read: Read) -> Result<(), Error> {
+        match read {
+            Read::Environment => {
+                let seen = match environment(self.shared(), &self.machine).await {
+                    Ok(found) => {
+                        let poll = self.shared().settings.poll_interval;
+                        let first_task_read =
+                            self.snapshot
+                                .status
+                                .pending_task
+                                .as_ref()
+                                .map_or(poll, |task| {
+                                    found
+                                        .connection
+                                        .first_task_read_after(&task.operation, poll)
+                                });
+                        self.environment = Some(found);
+                        EnvironmentSeen::Ready { first_task_read }
+                    }
+                    Err(error) => {
+                        tracing::warn!(machine = %self.key, %error, "no Prism connection");
+                        self.failure = Some(error);
+                        EnvironmentSeen::Unavailable
+                    }
+                };
+                self.snapshot.seen.environment = Some(seen);
+            }
+            Read::Listing { slot, source } => {
+                let connection = self.connection()?;
+                let client = connection.client();
+                let listing = match source {
+                    ListingSource::Inventory => Some(connection.inventory.snapshot(client).await?),
+                    ListingSource::Within(age) => {
+                        Some(connection.inventory.snapshot_within(client, age).await?)
+                    }
+                    ListingSource::ForWaiter {
+                        waiter,
+                        window,
+                        max_age,
+                    } => {
+                        connection
+                            .listing_for_waiter(&waiter, window, max_age)
+                            .await?
+                    }
+                };
+                let projected = listing.map(|listing| self.project(slot, &listing));
+                let seen = &mut self.snapshot.seen;
+                match slot {
+                    ListingSlot::Task => seen.task_listing = Some(projected),
+                    ListingSlot::Deploy => seen.deploy_listing = Some(projected),
+                    ListingSlot::Vm => seen.vm_listing = Some(projected),
+                    ListingSlot::Marker => seen.marker_listing = Some(projected),
+                }
+            }
+            Read::Task(task) => {
+                let progress = self.connection()?.read_task(&task).await?;
+                self.snapshot.seen.task = Some(progress);
+            }
+            Read::Vm { uuid, fresh } => {
+                let connection = self.connection()?;
+                let vm = if fresh {
+                    connection.get_vm(&uuid).await?
+                } else {
+                    connection.get_vm_recent(&uuid).await?
+                };
+                self.snapshot.seen.vm = Some(vm);
+            }
+            Read::Confirm { uuid } => {
+                let vm = self.connection()?.get_vm(&uuid).await?;
+                self.snapshot.seen.confirm = Some(vm);
+            }
+            Read::Node(name) => {
+                let nodes: Api<Node> = Api::all(self.shared().client.clone());
+                let node = nodes.get_opt(&name).await.map_err(|e| {
+                    Error::kube(format!("read Node {name} for its attached volumes"), e)
+                })?;
+                self.snapshot.seen.node = Some(node);
+            }
+            Read::AddressContext { primary_subnet } => {
+                let context = self.address_context(primary_subnet.as_deref()).await?;
+                self.snapshot.seen.address_context = Some(context);
+            }
+            Read::Prepare => {
+                let environment = self.environment.as_ref().ok_or_else(|| {
+                    Error::Configuration(format!(
+                        "Machine {}: a create was planned before the connection",
+                        self.key
+                    ))
+                })?;
+                let prepared = prepare(self.shared(), &self.machine, environment).await;
+                self.snapshot.seen.prepared = Some(prepared);
+            }
+        }
+        Ok(())
+    }
+
+    /// The primary subnet's CIDR, the cluster's networks and the region label; a lookup that
+    /// fails leaves its part out, with a warning.
+    pub(super) async fn address_context(
+        &self,
+        primary_subnet: Option<&str>,
+    ) -> Result<AddressContext, Error> {
+        let connection = self.connection()?;
+        let primary_cidr = match primary_subnet {
+            Some(subnet) => match connection
+                .lookups
+                .subnet_cidr(connection.client(), subnet)
+                .await
+            {
+                Ok(cidr) => cidr,
+                Err(error) => {
+                    tracing::warn!(machine = %self.key, %error, "cannot read the primary subnet's CIDR; addresses ordered without it");
+                    None
+                }
+            },
+            None => None,
+        };
+        let networks = self.shared().networks.get().await?;
+        let region = match connection
+            .lookups
+            .prism_central_name(connection.client())
+            .await
+        {
+            Ok(region) => region,
+            Err(error) => {
+                tracing::warn!(machine = %self.key, %error, "cannot read the Prism Central name for the region label");
+                None
+            }
+        };
+        Ok(AddressContext {
+            primary_cidr,
+            cluster_networks: networks.excluded.clone(),
+            excluded_flag: self.shared().settings.excluded_cidrs.clone(),
+            ipv6_primary: networks.ipv6_primary,
+            region,
+        })
+    }
+
+    pub(super) async fn send(&mut self, change: Change) -> Result<(), Error> {
+        match change {
+            Change::ReserveUuid => {
+                let connection = self.connection()?;
+                let uuid = connection.uuids.take(connection.client()).await?;
+                self.snapshot.seen.reserved = Some(uuid);
+            }
+            Change::Create {
+                request,
+                deploy_request_id,
+            } => {
+                let answer = self
+                    .connection()?
+                    .send_create(&request, deploy_request_id.as_deref())
+                    .await;
+                let outcome = match answer {
+                    Ok(sent) => {
+                        tracing::info!(machine = %self.key, "create sent");
+                        SendOutcome::Accepted { task: sent.task }
+                    }
+                    Err(error) => {
+                        let outcome =
+                            match classify_create_error(&error, deploy_request_id.is_none()) {
+                                CreateCallOutcome::Conflict => {
+                                    SendOutcome::Conflict(error.to_string())
+                                }
+                                CreateCallOutcome::ReservationRejected => {
+                                    SendOutcome::ReservationRejected
+                                }
+                                CreateCallOutcome::Invalid(message) => {
+                                    SendOutcome::Invalid(message)
+                                }
+                                CreateCallOutcome::SourceMissing(message) => {
+                                    SendOutcome::SourceMissing(message)
+                                }
+                                CreateCallOutcome::Retry => SendOutcome::Retry,
+                            };
+                        self.failure = Some(error.into());
+                        outcome
+                    }
+                };
+                self.snapshot.seen.sent = Some(outcome);
+            }
+            Change::FollowUp { uuid, update, vm } => {
+                let answer = self
+                    .connection()?
+                    .apply_follow_up(&uuid, &update, Some(*vm))
+                    .await;
+                let outcome = match answer {
+                    Ok(actuator::FollowUpOutcome::Sent { task: Some(task) }) => {
+                        FollowUpOutcome::Task(task)
+                    }
+                    Ok(
+                        actuator::FollowUpOutcome::Sent { task: None }
+                        | actuator::FollowUpOutcome::NothingLeft,
+                    ) => FollowUpOutcome::Done,
+                    Err(FollowUpFailure::Prism(error)) if error.is_conflict() => {
+                        FollowUpOutcome::Conflict
+                    }
+                    Err(FollowUpFailure::Prism(error)) => {
+                        let outcome = match classify_create_error(&error, false) {
+                            CreateCallOutcome::Invalid(message) => {
+                                FollowUpOutcome::Invalid(message)
+                            }
+                            _ => FollowUpOutcome::Retry,
+                        };
+                        self.failure = Some(error.into());
+                        outcome
+                    }
+                    Err(
+                        failure @ (FollowUpFailure::Impossible(..) | FollowUpFailure::NoSpec(_)),
+                    ) => FollowUpOutcome::Impossible(failure.to_string()),
+                };
+                self.snapshot.seen.follow_up = Some(outcome);
+            }
+            Change::DeleteVm { uuid } => {
+                let outcome = match self.connection()?.delete_vm(&uuid).await {
+                    Ok(actuator::DeleteOutcome::Accepted) => DeleteOutcome::Accepted,
+                    Ok(actuator::DeleteOutcome::AlreadyGone) => DeleteOutcome::Gone,
+                    Err(error) => {
+                        let outcome = DeleteOutcome::Failed(error.to_string());
+                        self.failure = Some(error.into());
+                        outcome
+                    }
+                };
+                self.snapshot.seen.deleted = Some(outcome);
+            }
+            Change::Drain { node } => {
+                let progress = drain_round(self.shared(), &node).await?;
+                self.snapshot.seen.drain = Some(progress);
+            }
+            Change::DeleteNode { node } => {
+                let nodes: Api<Node> = Api::all(self.shared().client.clone());
+                match nodes.delete(&node, &Default::default()).await {
+                    Ok(_) => tracing::info!(machine = %self.key, node, "deleted the Node"),
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(error) => return Err(Error::kube(format!("delete Node {node}"), error)),
+                }
+                self.snapshot.seen.node_deleted = true;
+            }
+            Change::NodeProviderId { node, provider_id } => {
+                ensure_node_provider_id(
+                    &self.shared().client,
+                    &self.context.provider_ids,
+                    &self.machine,
+                    &node,
+                    &provider_id,
+                )
+                .await?;
+                self.snapshot.seen.node_provider_id_set = true;
+            }
+        }
+        Ok(())
+    }
+}
