@@ -210,6 +210,9 @@ struct Inner {
     history: VecDeque<Arc<Change>>,
     history_limit: usize,
     collections: HashMap<ResKey, Collection>,
+    /// The uid of every stored object, kept with each write, so that the collector's check for
+    /// owner references to missing uids does not gather them all again.
+    uids: HashSet<String>,
 }
 
 /// The shared store.
@@ -275,6 +278,7 @@ impl Store {
                 history: VecDeque::new(),
                 history_limit: config.history_limit.max(1),
                 collections,
+                uids: HashSet::new(),
             }),
             events,
             gc_wakeup: Notify::new(),
@@ -915,7 +919,10 @@ impl Store {
             .collections
             .get_mut(&key)
             .and_then(|c| c.objects.remove(&(namespace.to_string(), name.to_string())))
-            .map(|s| s.value);
+            .map(|s| {
+                inner.uids.remove(&s.gc.uid);
+                s.value
+            });
         if def.group == "apiextensions.k8s.io" {
             self.unregister_crd(inner, &last);
         }
@@ -933,6 +940,7 @@ impl Store {
             return;
         };
         for ((ns, _), stored) in collection.objects {
+            inner.uids.remove(&stored.gc.uid);
             let last = (*stored.value).clone();
             // Serialization of a stored object cannot fail.
             let _ = self.record(
@@ -963,6 +971,9 @@ impl Store {
         if let Some(c) = inner.collections.get_mut(&key) {
             c.objects
                 .insert((namespace.to_string(), name.to_string()), stored.clone());
+            if !inner.uids.contains(&stored.gc.uid) {
+                inner.uids.insert(stored.gc.uid.clone());
+            }
         }
         Ok(stored)
     }
@@ -1136,20 +1147,21 @@ impl Store {
     /// finalizer waits for that finalizer's controller, not for the collector, so it gives a pass
     /// nothing to do: the real collector also acts only on changes to its dependency graph
     /// (kubernetes/kubernetes `pkg/controller/garbagecollector/graph_builder.go`), not on every
-    /// deleting object. Checked under the read lock from facts read at each write, so that idle checks
-    /// neither block writers nor cost more than a set of uids.
+    /// deleting object. Checked under the read lock from facts read at each write and the uids kept
+    /// with them, so that idle checks neither block writers nor rebuild anything.
     fn gc_needed(&self) -> bool {
         let inner = self.read();
-        let objects = || inner.collections.values().flat_map(|c| c.objects.values());
-        if objects().any(|s| s.gc.awaits_collector) {
-            return true;
-        }
-        let uids: HashSet<&str> = objects().map(|s| s.gc.uid.as_str()).collect();
-        objects().any(|s| {
-            s.gc.owners
-                .iter()
-                .any(|owner| !uids.contains(owner.as_str()))
-        })
+        inner
+            .collections
+            .values()
+            .flat_map(|c| c.objects.values())
+            .any(|s| {
+                s.gc.awaits_collector
+                    || s.gc
+                        .owners
+                        .iter()
+                        .any(|owner| !inner.uids.contains(owner.as_str()))
+            })
     }
 
     fn gc_pass(&self) -> usize {
@@ -1723,6 +1735,28 @@ mod gc_tests {
         assert!(store.gc_needed());
         assert_eq!(store.collect_garbage(), 1);
         assert!(store.get(&def, "default", "dependent").is_err());
+        assert!(!store.gc_needed());
+    }
+
+    #[test]
+    fn a_dependent_becomes_the_collectors_work_when_its_owner_is_removed() {
+        let store = store();
+        let def = store.resource("", "configmaps").unwrap();
+        let owner = store
+            .create(&def, "default", config_map("owner", json!({})), false)
+            .unwrap();
+        let uid = meta_str(&owner.value, "uid").to_owned();
+        let dependent = config_map(
+            "dependent",
+            json!({"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid}]}),
+        );
+        store.create(&def, "default", dependent, false).unwrap();
+        assert!(!store.gc_needed(), "the owner is there");
+        store
+            .delete(&def, "default", "owner", &DeleteOptions::default())
+            .unwrap();
+        assert!(store.gc_needed(), "the owner's uid is gone");
+        assert_eq!(store.collect_garbage(), 1);
         assert!(!store.gc_needed());
     }
 
