@@ -201,6 +201,7 @@ impl Actuator {
             recent_reads: RecentReads::new(self.settings.vm_read_ttl),
             waiting: WaitingVms::default(),
             task_durations: TaskDurations::default(),
+            deletes: DeleteDurations::default(),
         });
         connections.insert(key, (Instant::now(), connection.clone()));
         Ok(connection)
@@ -218,6 +219,7 @@ pub struct Connection {
     recent_reads: RecentReads,
     waiting: WaitingVms,
     task_durations: TaskDurations,
+    deletes: DeleteDurations,
 }
 
 /// VMs read by UUID in the last few seconds.
@@ -300,6 +302,47 @@ impl TaskDurations {
     }
 }
 
+/// When each VM's DELETE was accepted, until a 404 confirms it, and how long recent deletions
+/// took from one to the other: a deletion is first looked at when deletions usually end, as a
+/// task is first read when tasks of its kind usually end.
+#[derive(Debug, Default)]
+struct DeleteDurations {
+    sent: Mutex<HashMap<String, Instant>>,
+    recent: Mutex<VecDeque<Duration>>,
+}
+
+/// Deletions whose 404 never came (the Machine went another way) are forgotten after this.
+const DELETE_SENT_KEPT: Duration = Duration::from_secs(600);
+
+impl DeleteDurations {
+    fn sent(&self, uuid: &str, at: Instant) {
+        let mut sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
+        sent.retain(|_, when| at.saturating_duration_since(*when) < DELETE_SENT_KEPT);
+        sent.insert(uuid.to_owned(), at);
+    }
+
+    /// A read found `uuid` gone at `at`: if its DELETE was sent, remember how long it took.
+    fn gone(&self, uuid: &str, at: Instant) {
+        let sent = self
+            .sent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uuid);
+        if let Some(sent) = sent {
+            let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+            if recent.len() == TASK_DURATIONS_KEPT {
+                recent.pop_front();
+            }
+            recent.push_back(at.saturating_duration_since(sent));
+        }
+    }
+
+    fn minimum(&self) -> Option<Duration> {
+        let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        recent.iter().min().copied()
+    }
+}
+
 /// Whether Machines waiting on their VMs should look in the shared listing rather than each read
 /// its own VM or task: when one refresh (`pages` list calls) serves at least as many Machines as
 /// it costs calls.
@@ -356,7 +399,10 @@ impl Connection {
     pub async fn get_vm(&self, uuid: &str) -> Result<Option<Vm>, Error> {
         let vm = match self.client.get_vm(uuid).await {
             Ok(vm) => Some(vm),
-            Err(error) if error.is_not_found() => None,
+            Err(error) if error.is_not_found() => {
+                self.deletes.gone(uuid, Instant::now());
+                None
+            }
             Err(error) => return Err(error),
         };
         self.recent_reads.put(uuid, vm.clone());
@@ -399,6 +445,13 @@ impl Connection {
     /// ([`crate::plan::provision::first_task_read_after`]).
     pub fn first_task_read_after(&self, operation: &TaskOperation, poll: Duration) -> Duration {
         first_task_read_after(self.task_durations.minimum(operation), poll)
+    }
+
+    /// How soon after a VM's DELETE was accepted its end is first looked for: four fifths of
+    /// the shortest of the last deletions on this Prism Central (from the DELETE to the 404
+    /// that confirmed it), never sooner than `poll`.
+    pub fn first_delete_look_after(&self, poll: Duration) -> Duration {
+        first_task_read_after(self.deletes.minimum(), poll)
     }
 
     /// Remembers how long a task that succeeded took, for [`Self::first_task_read_after`].
@@ -492,7 +545,10 @@ impl Connection {
     pub async fn delete_vm(&self, uuid: &str) -> Result<DeleteOutcome, Error> {
         self.recent_reads.forget(uuid);
         match self.client.delete_vm(uuid).await {
-            Ok(_) => Ok(DeleteOutcome::Accepted),
+            Ok(_) => {
+                self.deletes.sent(uuid, Instant::now());
+                Ok(DeleteOutcome::Accepted)
+            }
             Err(error) if error.is_not_found() => Ok(DeleteOutcome::AlreadyGone),
             Err(error) => Err(error),
         }
@@ -530,6 +586,35 @@ mod tests {
             Some(Duration::from_secs(5)),
             "only the last tasks count: slower tasks raise the estimate"
         );
+    }
+
+    #[test]
+    fn a_deletion_counts_from_its_delete_to_the_404_that_confirms_it() {
+        let deletes = DeleteDurations::default();
+        let start = Instant::now();
+        assert_eq!(deletes.minimum(), None);
+        deletes.gone("never-deleted", start + Duration::from_secs(9));
+        assert_eq!(
+            deletes.minimum(),
+            None,
+            "a 404 without a DELETE is no deletion"
+        );
+        deletes.sent("vm-1", start);
+        deletes.sent("vm-2", start + Duration::from_secs(1));
+        deletes.gone("vm-1", start + Duration::from_secs(3));
+        deletes.gone("vm-2", start + Duration::from_secs(3));
+        assert_eq!(deletes.minimum(), Some(Duration::from_secs(2)));
+        deletes.gone("vm-2", start + Duration::from_secs(30));
+        assert_eq!(
+            deletes.minimum(),
+            Some(Duration::from_secs(2)),
+            "a second 404 of the same VM is not a second deletion"
+        );
+        // A DELETE whose 404 never came is forgotten once it is old.
+        deletes.sent("vm-3", start);
+        deletes.sent("vm-4", start + DELETE_SENT_KEPT);
+        deletes.gone("vm-3", start + DELETE_SENT_KEPT + Duration::from_secs(1));
+        assert_eq!(deletes.minimum(), Some(Duration::from_secs(2)));
     }
 
     #[test]

@@ -62,8 +62,12 @@ impl Scope {
                                         .connection
                                         .first_task_read_after(&task.operation, poll)
                                 });
+                        let first_delete_look = found.connection.first_delete_look_after(poll);
                         self.environment = Some(found);
-                        EnvironmentSeen::Ready { first_task_read }
+                        EnvironmentSeen::Ready {
+                            first_task_read,
+                            first_delete_look,
+                        }
                     }
                     Err(error) => {
                         tracing::warn!(machine = %self.key, %error, "no Prism connection");

@@ -244,8 +244,22 @@ impl<'a> Draft<'a> {
     fn environment(&self) -> Result<Option<Duration>, Ask> {
         match self.s.seen.environment {
             None => Err(Ask::Read(Read::Environment)),
-            Some(EnvironmentSeen::Ready { first_task_read }) => Ok(Some(first_task_read)),
+            Some(EnvironmentSeen::Ready {
+                first_task_read, ..
+            }) => Ok(Some(first_task_read)),
             Some(EnvironmentSeen::Unavailable) => Ok(None),
+        }
+    }
+
+    /// How soon after a VM's DELETE was sent its end is first looked for: the connection's
+    /// recent deletions, else the poll interval.
+    fn first_delete_look(&self) -> Result<Duration, Ask> {
+        match self.s.seen.environment {
+            None => Err(Ask::Read(Read::Environment)),
+            Some(EnvironmentSeen::Ready {
+                first_delete_look, ..
+            }) => Ok(first_delete_look),
+            Some(EnvironmentSeen::Unavailable) => Ok(self.poll()),
         }
     }
 

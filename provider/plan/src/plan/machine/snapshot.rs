@@ -148,9 +148,12 @@ pub struct Seen {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EnvironmentSeen {
     /// `first_task_read`: how soon after being recorded the pending task is first read (the
-    /// connection's recent task durations), if there is one.
+    /// connection's recent task durations), if there is one; `first_delete_look`: how soon
+    /// after a VM's DELETE was sent its end is first looked for (the connection's recent
+    /// deletions, from the DELETE to the 404 that confirmed it).
     Ready {
         first_task_read: Duration,
+        first_delete_look: Duration,
     },
     Unavailable,
 }

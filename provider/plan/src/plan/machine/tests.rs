@@ -138,6 +138,7 @@ impl World {
             listing_pays: false,
             environment: EnvironmentSeen::Ready {
                 first_task_read: Duration::ZERO,
+                first_delete_look: Intervals::default().poll,
             },
             now: "2026-01-01T00:01:00Z".parse().unwrap(),
             gate: false,
@@ -1042,18 +1043,48 @@ fn a_delete_just_sent_is_not_looked_at_before_a_poll_interval() {
     let (steps, _) = world.steps();
     assert_eq!(steps, strings(&["env", "DELETE", "write status"]));
     assert!(world.status().deletion_sent.is_some());
-    // The reconcile its own write triggers, at once.
+    // The reconcile its own write triggers, at once: only the connection is looked at (for
+    // how long deletes take), nothing is asked of Prism.
     let (steps, outcome) = world.steps();
-    assert!(steps.is_empty(), "{steps:?}");
+    assert_eq!(steps, strings(&["env"]));
     assert_eq!(outcome.next, Some(Next::Requeue(Intervals::default().poll)));
     // Recorded in whole seconds: a second after it, the delete may be a moment old.
     world.now += SignedDuration::from_secs(1);
     let (steps, outcome) = world.steps();
-    assert!(steps.is_empty(), "{steps:?}");
+    assert_eq!(steps, strings(&["env"]));
     assert_eq!(outcome.next, Some(Next::Requeue(Intervals::default().poll)));
     world.tick();
     let (steps, _) = world.steps();
     assert_eq!(steps, strings(&["env", "GET", "write metadata"]));
+}
+
+#[test]
+fn a_delete_is_first_looked_at_when_deletes_on_its_prism_usually_end() {
+    let mut world = World::new("image");
+    world.environment = EnvironmentSeen::Ready {
+        first_task_read: Duration::ZERO,
+        first_delete_look: Duration::from_secs(4),
+    };
+    world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+    world.delete();
+    world.reconcile();
+    world.reconcile();
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "DELETE", "write status"]));
+    // Three seconds on (two, less the recorded time's second): no GET yet, a look in two.
+    world.now += SignedDuration::from_secs(3);
+    let (steps, outcome) = world.steps();
+    assert_eq!(steps, strings(&["env"]));
+    assert_eq!(outcome.next, Some(Next::Requeue(Duration::from_secs(2))));
+    // Past the usual deletion time: the VM is read (this world's delete is still going: its
+    // tasks end when time ticks on).
+    world.now += SignedDuration::from_secs(2);
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "GET"]));
+    world.tick();
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "GET", "write metadata"]));
+    assert!(world.finalized());
 }
 
 #[test]

@@ -45,11 +45,13 @@ pub(super) fn observe(d: &mut Draft<'_>) -> Result<(VmObservation, Option<Vm>), 
         && status.vm_uuid.as_deref() == Some(sent.vm_uuid.as_str())
     {
         // A delete sent moments ago (the reconcile its own write triggered) is not looked at
-        // before a poll interval: it is still going. The recorded time went through the
-        // Machine's status, which keeps whole seconds: the delete was sent up to a second later.
+        // before deletes on this Prism Central usually end (at least a poll interval): it is
+        // still going, and each look is a GET. The recorded time went through the Machine's
+        // status, which keeps whole seconds: the delete was sent up to a second later.
+        let first_look = d.first_delete_look()?;
         let age = since(s.now, sent.at.0).saturating_sub(RECORDED_TIME_SLACK);
-        if age < d.poll() {
-            return Err(Ask::Done(Next::Requeue(d.poll() - age)));
+        if age < first_look {
+            return Err(Ask::Done(Next::Requeue(first_look - age)));
         }
     }
     let recorded = status.vm_uuid.is_some()
