@@ -457,6 +457,10 @@ async fn resource_request(
     {
         return Err(not_found());
     }
+    let latency = store.write_latency();
+    if !latency.is_zero() && request.method() != Method::GET {
+        tokio::time::sleep(latency).await;
+    }
     let namespace = path.namespace.clone().unwrap_or_default();
     let accept = request
         .headers()

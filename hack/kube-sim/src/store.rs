@@ -6,8 +6,9 @@
 //! deterministic (PodDisruptionBudget status, CRD registration) happen inside the same write.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use bytes::Bytes;
@@ -221,6 +222,14 @@ pub struct Store {
     inner: RwLock<Inner>,
     events: broadcast::Sender<Arc<Change>>,
     gc_wakeup: Notify,
+    /// How long after a change watchers are told of it, in microseconds (0: at once).
+    watch_delay_micros: AtomicU64,
+    /// How long a write waits before it is applied, in microseconds (0: not at all).
+    write_latency_micros: AtomicU64,
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Namespaces every cluster has.
@@ -257,6 +266,35 @@ pub fn pod_ready(pod: &Value) -> bool {
 
 impl Store {
     /// An empty store with the built-in resources and default namespaces.
+    /// Delays every watch event by `delay` after its change, in order, so that a watching
+    /// client's cache lags the store as a real informer's can: the API server promises no bound
+    /// on that lag, and controller-runtime tells controller authors to expect a cached object
+    /// older than their own last write (kubernetes-sigs/controller-runtime `FAQ.md`, "My cache
+    /// might be stale if I read from a cache!"). Lists and gets are not delayed.
+    pub fn set_watch_delay(&self, delay: Duration) {
+        self.watch_delay_micros
+            .store(micros(delay), Ordering::Relaxed);
+    }
+
+    /// The delay [`Store::set_watch_delay`] set.
+    pub fn watch_delay(&self) -> Duration {
+        Duration::from_micros(self.watch_delay_micros.load(Ordering::Relaxed))
+    }
+
+    /// Makes every create, update, patch and delete wait `latency` before it is applied, as a
+    /// loaded API server's do (the Kubernetes scalability SLO allows a mutating call on one
+    /// object up to 1 s at the 99th percentile: kubernetes/community
+    /// `sig-scalability/slos/api_call_latency.md`).
+    pub fn set_write_latency(&self, latency: Duration) {
+        self.write_latency_micros
+            .store(micros(latency), Ordering::Relaxed);
+    }
+
+    /// The latency [`Store::set_write_latency`] set.
+    pub fn write_latency(&self) -> Duration {
+        Duration::from_micros(self.write_latency_micros.load(Ordering::Relaxed))
+    }
+
     pub fn new(config: StoreConfig) -> Self {
         let collections = builtin_resources()
             .into_iter()
@@ -282,6 +320,8 @@ impl Store {
             }),
             events,
             gc_wakeup: Notify::new(),
+            watch_delay_micros: AtomicU64::new(0),
+            write_latency_micros: AtomicU64::new(0),
         };
         for ns in DEFAULT_NAMESPACES {
             // The namespaces are valid and new: this cannot fail.

@@ -246,9 +246,17 @@ pub async fn run(
                         continue;
                     }
                     last_rv = change.rv;
-                    if let Some(line) = request.translate(&key, &change)
-                        && !deliver(&tx, line, &shutdown).await
-                    {
+                    let Some(line) = request.translate(&key, &change) else {
+                        continue;
+                    };
+                    let delay = store.watch_delay();
+                    if !delay.is_zero() {
+                        tokio::select! {
+                            () = tokio::time::sleep_until((change.at + delay).into()) => {}
+                            () = shutdown.cancelled() => return,
+                        }
+                    }
+                    if !deliver(&tx, line, &shutdown).await {
                         return;
                     }
                 }

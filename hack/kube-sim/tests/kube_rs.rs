@@ -1669,3 +1669,45 @@ async fn each_request_and_change_carries_when_it_happened_in_a_comparable_order(
         );
     }
 }
+
+#[tokio::test]
+async fn a_write_latency_delays_writes_and_a_watch_delay_delays_their_events_in_order() {
+    let (sim, client) = start(Config::default()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let mut events = cms
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    sim.store().set_write_latency(Duration::from_millis(200));
+    sim.store().set_watch_delay(Duration::from_millis(300));
+
+    let sent = std::time::Instant::now();
+    cms.create(&PostParams::default(), &config_map("late", json!({})))
+        .await
+        .unwrap();
+    let answered = sent.elapsed();
+    assert!(answered >= Duration::from_millis(200), "{answered:?}");
+    // Read at once, the object is there: only the watch lags.
+    assert!(cms.get_opt("late").await.unwrap().is_some());
+    let created = sim.store().subscribe_from(0).unwrap().1;
+    let applied_at = created.last().unwrap().at;
+    cms.delete("late", &DeleteParams::default()).await.unwrap();
+
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match events.try_next().await.unwrap().unwrap() {
+            WatchEvent::Added(cm) => seen.push(("ADDED", cm.name_any())),
+            WatchEvent::Deleted(cm) => seen.push(("DELETED", cm.name_any())),
+            _ => {}
+        }
+        if seen.len() == 1 {
+            let waited = applied_at.elapsed();
+            assert!(waited >= Duration::from_millis(300), "{waited:?}");
+        }
+    }
+    assert_eq!(
+        seen,
+        [("ADDED", "late".to_owned()), ("DELETED", "late".to_owned())]
+    );
+}

@@ -52,6 +52,9 @@ use crate::plan::provision::{CreateCallOutcome, DeployCandidate, classify_create
 const CONTROLLER: &str = "machine";
 
 mod perform;
+mod superseded;
+
+use superseded::Superseded;
 
 /// The Machine controller's context.
 #[derive(Debug)]
@@ -59,49 +62,6 @@ pub struct Context {
     pub shared: Arc<Shared>,
     pub(super) provider_ids: ProviderIdsDone,
     superseded: Superseded,
-}
-
-/// Versions of each Machine that this controller's own writes replaced. The watch cache can
-/// hand a reconcile a Machine older than the last write (its event not applied yet); acting on
-/// it would repeat a step (a create the recorded UUID or request id makes harmless, but still a
-/// Prism call) and end in a 409. Such a reconcile waits for the cache instead.
-#[derive(Debug, Default)]
-struct Superseded(
-    std::sync::Mutex<std::collections::HashMap<String, std::collections::VecDeque<String>>>,
-);
-
-/// Replaced versions remembered per Machine.
-const SUPERSEDED_KEPT: usize = 16;
-
-impl Superseded {
-    fn record(&self, key: &str, version: Option<&String>) {
-        let Some(version) = version else { return };
-        let mut map = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let versions = map.entry(key.to_owned()).or_default();
-        versions.push_back(version.clone());
-        while versions.len() > SUPERSEDED_KEPT {
-            versions.pop_front();
-        }
-    }
-
-    fn is_stale(&self, key: &str, version: Option<&String>) -> bool {
-        let Some(version) = version else { return false };
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(key)
-            .is_some_and(|versions| versions.contains(version))
-    }
-
-    fn forget(&self, key: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(key);
-    }
 }
 
 /// How soon a reconcile that saw a stale Machine looks again (the write's event normally
@@ -404,8 +364,17 @@ impl Scope {
     /// publishes the events and applies the effects.
     async fn flush(&mut self) -> Result<(), Error> {
         if self.metadata == Some(MetadataChange::RemoveFinalizer) {
-            self.write_status().await?;
-            self.write_metadata().await?;
+            match self.write_status().await {
+                // Gone already: another reconcile released it, so this one has nothing to do.
+                Err(Error::Kube {
+                    source: kube::Error::Api(status),
+                    ..
+                }) if status.code == 404 => self.metadata = None,
+                written => {
+                    written?;
+                    self.write_metadata().await?;
+                }
+            }
         } else {
             self.write_metadata().await?;
             self.write_status().await?;
@@ -477,7 +446,7 @@ impl Scope {
             }
             Effect::ResetBackoff => shared.backoff.reset(&self.key),
             Effect::Finished => {
-                self.context.superseded.forget(&self.key);
+                self.context.superseded.released(&self.key, Instant::now());
                 tracing::info!(machine = %self.key, "deleted");
             }
         }
@@ -515,6 +484,7 @@ impl Scope {
         let Some(change) = self.metadata.take() else {
             return Ok(());
         };
+        let removing_finalizer = change == MetadataChange::RemoveFinalizer;
         let (patch, what) = match change {
             MetadataChange::AddFinalizer | MetadataChange::RemoveFinalizer => {
                 let mut finalizers: Vec<String> = self
@@ -546,7 +516,7 @@ impl Scope {
                 (patch, "patch")
             }
         };
-        let updated = self
+        let updated = match self
             .api()
             .patch(
                 &self.machine.name_any(),
@@ -554,7 +524,15 @@ impl Scope {
                 &Patch::Merge(&patch),
             )
             .await
-            .map_err(|e| Error::kube(format!("{what} Machine {}", self.key), e))?;
+        {
+            Ok(updated) => updated,
+            // A removal is what a 404 says happened: the Machine is gone.
+            Err(kube::Error::Api(status)) if status.code == 404 && removing_finalizer => {
+                tracing::debug!(machine = %self.key, "the Machine was gone before its finalizer was removed");
+                return Ok(());
+            }
+            Err(error) => return Err(Error::kube(format!("{what} Machine {}", self.key), error)),
+        };
         self.replace_machine(updated);
         Ok(())
     }

@@ -436,7 +436,8 @@ pub fn first_task_read_after(recent_minimum: Option<Duration>, poll: Duration) -
 }
 
 /// A task is looked for in the shared listing while it is younger than this many requeue
-/// intervals, then read directly (a failed create's VM never shows up; the error is in the task).
+/// intervals; after that it is read directly unless the listing shows its VM created (a failed
+/// create's VM never shows up; the error is in the task).
 pub const DIRECT_TASK_READS_AFTER: u32 = 3;
 
 /// Whether a task this old is read at every look instead of being looked for in the listing.
@@ -481,16 +482,22 @@ pub enum ListingSays {
 ///   Machine's name (the task names the VM).
 ///
 /// A task older than [`DIRECT_TASK_READS_AFTER`] requeue intervals is read at every look
-/// ([`task_read_directly`]).
+/// ([`task_read_directly`]) unless the listing shows its VM created: a Machine that waited
+/// long for its look (a busy controller's queue) still ends its task without a read.
 pub fn listing_says(
     operation: &TaskOperation,
     age: Duration,
     requeue: Duration,
     view: ListingView<'_>,
 ) -> ListingSays {
-    if task_read_directly(age, requeue) {
-        return ListingSays::ReadTask;
+    match listing_says_of_young_task(operation, view) {
+        ListingSays::Created => ListingSays::Created,
+        _ if task_read_directly(age, requeue) => ListingSays::ReadTask,
+        says => says,
     }
+}
+
+fn listing_says_of_young_task(operation: &TaskOperation, view: ListingView<'_>) -> ListingSays {
     let complete = view.listed == Some(Some(&EntityState::Complete));
     match operation {
         // A v3 create asks for power ON: a VM listed COMPLETE but OFF is a create task that

@@ -682,6 +682,34 @@ fn a_whole_create_from_an_image_and_a_whole_delete_in_order() {
 }
 
 #[test]
+fn a_create_looked_at_late_ends_from_the_shared_listing_without_a_task_read() {
+    // A busy controller's queue can hold a Machine longer than the age after which a task is
+    // read directly (three requeue intervals): the listing that shows its VM created is enough.
+    let old = |world: &mut World| {
+        for _ in 0..=Intervals::default().requeue.as_secs() * 3 / 60 {
+            world.tick();
+        }
+    };
+    let mut world = World::new("image");
+    world.listing_pays = true;
+    world.run_until(3, |w| w.status().pending_task.is_some());
+    old(&mut world);
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "list Task", "write status"]));
+    assert!(world.status().pending_task.is_none());
+
+    // A create whose VM never shows up is still read from its task, which says why.
+    let mut world = World::new("image");
+    world.listing_pays = true;
+    world.run_until(3, |w| w.status().pending_task.is_some());
+    let uuid = world.status().vm_uuid.unwrap();
+    old(&mut world);
+    world.vms.remove(&uuid);
+    let (steps, _) = world.steps();
+    assert_eq!(steps[..3], strings(&["env", "list Task", "task"]));
+}
+
+#[test]
 fn a_running_machine_in_steady_state_writes_nothing_and_calls_prism_for_nothing_of_its_own() {
     let mut world = World::new("image");
     world.link_node();

@@ -437,7 +437,7 @@ fn a_deploy_is_read_once_a_later_listing_shows_the_machines_name() {
 }
 
 #[test]
-fn an_old_task_is_read_whatever_the_listing_says() {
+fn an_old_task_is_read_unless_the_listing_shows_its_vm_created() {
     let requeue = Duration::from_secs(30);
     assert!(!task_read_directly(Duration::from_secs(89), requeue));
     assert!(task_read_directly(Duration::from_secs(90), requeue));
@@ -450,6 +450,53 @@ fn an_old_task_is_read_whatever_the_listing_says() {
         ),
         ListingSays::ReadTask,
         "a failed create's VM never shows up"
+    );
+    let complete = EntityState::Complete;
+    let listed_on = ListingView {
+        listed: Some(Some(&complete)),
+        named: false,
+        after_start: true,
+        powered_on: true,
+    };
+    for (operation, listed) in [
+        (TaskOperation::Create, listed_on),
+        (
+            TaskOperation::Clone,
+            ListingView {
+                powered_on: false,
+                ..listed_on
+            },
+        ),
+    ] {
+        assert_eq!(
+            listing_says(&operation, Duration::from_secs(900), requeue, listed),
+            ListingSays::Created,
+            "{operation:?}: the listing shows what the task would"
+        );
+    }
+    let listed_off = ListingView {
+        powered_on: false,
+        ..listed_on
+    };
+    assert_eq!(
+        listing_says(
+            &TaskOperation::Create,
+            Duration::from_secs(90),
+            requeue,
+            listed_off
+        ),
+        ListingSays::ReadTask,
+        "a create listed but off: only the task says why"
+    );
+    assert_eq!(
+        listing_says(
+            &TaskOperation::FollowUp,
+            Duration::from_secs(90),
+            requeue,
+            view(Some(Some(&complete)), false, false)
+        ),
+        ListingSays::ReadTask,
+        "an old follow-up is read, listed or not"
     );
 }
 

@@ -17,7 +17,7 @@ use crate::plan::machine_status::conditions;
 use crate::plan::provision::{
     DEPLOYED_VM_SEARCH, DeployedByName, FailureClass, ListingSays, ListingView, TaskContext,
     TaskReading, after_transient_failure, deployed_vm_by_name, follow_up_value, listed_after,
-    listing_says, pending_follow_up, read_task, task_read_directly,
+    listing_says, pending_follow_up, read_task,
 };
 use crate::plan::request::FollowUpUpdate;
 
@@ -231,19 +231,6 @@ fn listing_before_task_read(d: &mut Draft<'_>, task: &PendingTask) -> Result<Bef
         window: requeue * 2,
         max_age: poll,
     };
-    if task_read_directly(age, requeue) {
-        // An old deploy is read directly, unless the listing shows its VM by name already.
-        if unnamed_deploy
-            && let Some(listed) = listing(
-                &s.seen.task_listing,
-                ListingSlot::Task,
-                for_waiter(&s.machine.name),
-            )?
-        {
-            deployed_by_name(d, task, listed)?;
-        }
-        return Ok(BeforeRead::ReadTask);
-    }
     let waiter = match (&status.vm_uuid, &task.operation) {
         (Some(uuid), _) => uuid.clone(),
         (None, TaskOperation::Deploy) => s.machine.name.clone(),
