@@ -31,22 +31,22 @@ use super::drain::drain_round;
 use super::error::Error;
 use super::inputs::{Environment, environment, secrets_named_by};
 use super::machine_cache::MachineFeed;
-use super::nodes::{ProviderIdsDone, ensure_node_provider_id, machine_to_requeue};
+use super::node_link::{ProviderIdsDone, ensure_node_provider_id, machine_to_requeue};
 use super::provision::prepare;
 use crate::actuator::inventory::InventorySnapshot;
 use crate::actuator::{self, FollowUpFailure};
 use crate::api::{GuardedMachine, MACHINE_FINALIZER, Machine};
-use crate::plan::identity_of;
-use crate::plan::lifecycle::Intervals;
+use crate::plan::machine::lifecycle::Intervals;
+use crate::plan::machine::provision::{CreateCallOutcome, DeployCandidate, classify_create_error};
+use crate::plan::machine::status::{
+    StatusUpdate, event_note, failure_event_reason, metadata_patch, status_patch,
+};
 use crate::plan::machine::{
     self as protocol, AddressContext, Change, Decision, DeleteOutcome, Effect, EnvironmentSeen,
     Event, Failure, FailureKind, FollowUpOutcome, Listing, ListingSlot, ListingSource,
     MetadataChange, Next, Read, SendOutcome, Settings, Snapshot, decide,
 };
-use crate::plan::machine_status::{
-    StatusUpdate, event_note, failure_event_reason, metadata_patch, status_patch,
-};
-use crate::plan::provision::{CreateCallOutcome, DeployCandidate, classify_create_error};
+use crate::plan::vm::identity::identity_of;
 
 /// Label of this controller in metrics.
 const CONTROLLER: &str = "machine";

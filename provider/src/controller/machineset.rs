@@ -1,5 +1,5 @@
 //! The MachineSet controller: the scale-from-zero capacity annotations
-//! ([`crate::plan::annotations`]) on every MachineSet whose template has a Nutanix providerSpec,
+//! ([`crate::plan::machineset::annotations`]) on every MachineSet whose template has a Nutanix providerSpec,
 //! written with server-side apply under their own field manager ([`crate::plan::machineset`]),
 //! so no other annotation is touched and keys no longer wanted are removed.
 //!
@@ -22,7 +22,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::Shared;
 use super::error::Error;
 use crate::api::{GuardedMachineSet, MachineSet};
-use crate::plan::annotations::machine_set_annotations;
+use crate::plan::machineset::annotations::machine_set_annotations;
 use crate::plan::machineset::{FIELD_MANAGER, capacity_apply, is_nutanix};
 
 /// Label of this controller in metrics.

@@ -15,7 +15,7 @@ pub mod inputs;
 pub mod machine;
 pub mod machine_cache;
 pub mod machineset;
-pub mod nodes;
+pub mod node_link;
 pub mod provision;
 pub mod stores_ready;
 pub mod windows_join;
@@ -86,7 +86,7 @@ impl Default for ControllerSettings {
             excluded_cidrs: Vec::new(),
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
-            windows_join_timeout: crate::plan::join::DEFAULT_JOIN_TIMEOUT,
+            windows_join_timeout: crate::plan::windows_join::DEFAULT_JOIN_TIMEOUT,
             fail_timed_out_windows_joins: false,
         }
     }

@@ -1,8 +1,8 @@
-//! The Windows join reconciler: the `WindowsJoin` condition ([`crate::plan::join`]) on every
+//! The Windows join reconciler: the `WindowsJoin` condition ([`crate::plan::windows_join`]) on every
 //! Windows Machine (label `machine.openshift.io/os-id: Windows`, not
 //! `windowsmachineconfig.openshift.io/ignore=true`), with an event on each change of its reason;
 //! the Node's `spec.providerID` when it has none and is the Machine's by name and address
-//! ([`crate::plan::node_link`]); and, with `--fail-timed-out-windows-joins`, phase Failed for a
+//! ([`crate::plan::machine::node_link`]); and, with `--fail-timed-out-windows-joins`, phase Failed for a
 //! Machine with no linked Node after `--windows-join-timeout`.
 //!
 //! It reads Machines, Nodes, CertificateSigningRequests and the shared VM inventory (the VM's
@@ -42,24 +42,24 @@ use super::Shared;
 use super::error::Error;
 use super::inputs::environment;
 use super::machine_cache::MachineFeed;
-use super::nodes::apply_provider_id_action;
+use super::node_link::apply_provider_id_action;
 use super::stores_ready::StoresReady;
 use crate::api::{
     GuardedMachine, INSTANCE_STATE_ANNOTATION, Machine, NutanixMachineProviderStatus, phase,
 };
-use crate::plan::addresses::nics_of;
-use crate::plan::csr::{CLIENT_SIGNER, SERVING_SIGNER};
-use crate::plan::csr_pem::{CsrObjectError, csr_of, csr_state};
-use crate::plan::join::{
-    CONDITION, JOIN_TIMED_OUT_ERROR, JoinInput, ObservedCsr, applies_to, decide, machine_facts,
-    node_of,
-};
-use crate::plan::machine_status::{
-    StatusUpdate, UNKNOWN_INSTANCE_STATE, metadata_patch, status_patch,
-};
-use crate::plan::node_link::{
+use crate::plan::machine::addresses::nics_of;
+use crate::plan::machine::node_link::{
     ProviderIdAction, machine_node_names, machine_of_node, node_ref, provider_id_action,
     same_dns_name,
+};
+use crate::plan::machine::status::{
+    StatusUpdate, UNKNOWN_INSTANCE_STATE, metadata_patch, status_patch,
+};
+use crate::plan::windows_join::csr::{CLIENT_SIGNER, SERVING_SIGNER};
+use crate::plan::windows_join::csr_pem::{CsrObjectError, csr_of, csr_state};
+use crate::plan::windows_join::{
+    CONDITION, JOIN_TIMED_OUT_ERROR, JoinInput, ObservedCsr, applies_to, decide, machine_facts,
+    node_of,
 };
 
 /// The providerStatus key of the `WindowsJoin` condition, written by this reconciler only.
@@ -147,8 +147,8 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
         .await;
 }
 
-/// A Node as the join reads it: every field [`crate::plan::join`] and
-/// [`crate::plan::node_link`] never look at is dropped before it is cached.
+/// A Node as the join reads it: every field [`crate::plan::windows_join`] and
+/// [`crate::plan::machine::node_link`] never look at is dropped before it is cached.
 fn project_node(node: &mut Node) {
     node.managed_fields_mut().clear();
     node.metadata.owner_references = None;
@@ -563,7 +563,7 @@ mod tests {
     use kube::api::PostParams;
 
     use super::*;
-    use crate::plan::machine_status::provider_condition;
+    use crate::plan::machine::status::provider_condition;
 
     const NS: &str = "openshift-machine-api";
 
