@@ -24,15 +24,14 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Node, NodeStatus, NodeSystemInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
@@ -41,6 +40,7 @@ use serde_json::{Value, json};
 use super::Shared;
 use super::error::Error;
 use super::inputs::environment;
+use super::kit::{self, BackoffKey, Kit, key_of};
 use super::machine_cache::MachineFeed;
 use super::node_link::apply_provider_id_action;
 use super::stores_ready::StoresReady;
@@ -65,8 +65,15 @@ use crate::plan::windows_join::{
 /// The providerStatus key of the `WindowsJoin` condition, written by this reconciler only.
 pub const STATUS_FIELD: &str = "windowsJoin";
 
-/// Label of this controller in metrics.
-const CONTROLLER: &str = "windows-join";
+/// This reconciler in the kit: its failures back off under its own key (apart from the Machine
+/// controller's for the same Machine), and a reconcile that went well ends the backoff; an
+/// unreadable Machine is the Machine controller's to log.
+const KIT: Kit = Kit {
+    controller: "windows-join",
+    title: "windows join reconciler",
+    backoff: BackoffKey::Controller,
+    logs_unreadable: false,
+};
 /// How soon a reconcile whose write lost a race (409) looks again.
 const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 /// How soon a reconcile that came before the stores were filled looks again.
@@ -116,7 +123,7 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
     )
     .touched_objects();
     let controller = Controller::for_shared_stream(changes, store.clone());
-    let config = controller::Config::default().concurrency(shared.settings.concurrency);
+    let config = kit::config(&shared);
     // The Machine store is filled already (`when_ready`); a second waiter on it could leave the
     // controller's own wait unwoken.
     let stores_ready = {
@@ -134,17 +141,12 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
         unreadable: Mutex::new(HashSet::new()),
     });
     let for_nodes = store.clone();
-    controller
+    let results = controller
         .watches_stream(node_events, move |node| machines_of_node(&node, &for_nodes))
         .watches_stream(csr_events, move |csr| machines_of_csr(&csr, &store))
         .with_config(config)
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "windows join reconciler");
-            }
-        })
-        .await;
+        .run(reconcile, error_policy, context);
+    KIT.run(results).await;
 }
 
 /// A Node as the join reads it: every field [`crate::plan::windows_join`] and
@@ -261,34 +263,15 @@ fn observe(object: &CertificateSigningRequest) -> Option<Result<ObservedCsr, Csr
     }))
 }
 
-fn key_of(guarded: &GuardedMachine) -> String {
-    format!(
-        "{CONTROLLER}:{}/{}",
-        guarded.namespace().unwrap_or_default(),
-        guarded.name_any()
-    )
-}
-
 async fn reconcile(guarded: Arc<GuardedMachine>, context: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = match &guarded.0 {
-        Ok(machine) => reconcile_machine(machine, &context).await,
-        // The Machine controller logs it.
-        Err(_) => Ok(Action::await_change()),
-    };
-    if result.is_ok() {
-        context.shared.backoff.reset(&key_of(&guarded));
-    }
-    context
-        .shared
-        .observe_reconcile(CONTROLLER, started, &result);
-    result
+    KIT.reconcile(&context.shared, &guarded, async |machine| {
+        reconcile_machine(machine, &context).await
+    })
+    .await
 }
 
 fn error_policy(guarded: Arc<GuardedMachine>, error: &Error, context: Arc<Context>) -> Action {
-    context
-        .shared
-        .retry_failed(CONTROLLER, &key_of(&guarded), error)
+    KIT.retry(&context.shared, guarded.as_ref(), error)
 }
 
 impl Context {
@@ -350,11 +333,7 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
     if !applies_to(machine) || machine.metadata.deletion_timestamp.is_some() || done {
         return Ok(Action::await_change());
     }
-    let key = format!(
-        "{}/{}",
-        machine.namespace().unwrap_or_default(),
-        machine.name_any()
-    );
+    let key = key_of(machine);
     // Decisions on half-filled stores would report stages and problems that are not there.
     if !context.stores_ready.is_ready() {
         return Ok(Action::requeue(STORES_NOT_READY_RETRY));
