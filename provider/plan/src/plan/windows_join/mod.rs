@@ -42,7 +42,7 @@ use crate::plan::machine::addresses::address_type;
 use crate::plan::machine::node_link::{
     PROVIDED_NODE_IP_ANNOTATION, machine_ips, machine_node_names, node_ips, node_ref, same_dns_name,
 };
-use crate::plan::machine::status::provider_condition;
+use crate::plan::machine::status::{event_note, provider_condition};
 
 /// providerStatus condition type.
 pub const CONDITION: &str = "WindowsJoin";
@@ -57,8 +57,6 @@ pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitia
 pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(90 * 60);
 /// `errorReason` of a Machine failed for a timed-out join.
 pub const JOIN_TIMED_OUT_ERROR: &str = "JoinTimedOut";
-/// Event notes are limited to 1 KiB by the API server.
-const MAX_NOTE_BYTES: usize = 1024;
 /// The approver counts pending node CSRs created within this long.
 const RECENT_PENDING_WINDOW: SignedDuration = SignedDuration::from_hours(1);
 const NODE_USER_PREFIX: &str = "system:node:";
@@ -697,17 +695,6 @@ pub struct JoinDecision {
     pub fail: Option<String>,
 }
 
-fn note(text: &str) -> String {
-    if text.len() <= MAX_NOTE_BYTES {
-        return text.to_owned();
-    }
-    let mut end = MAX_NOTE_BYTES - 3;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &text[..end])
-}
-
 /// The condition, event and failure for `input`; `None` before the VM exists. A timed-out join
 /// fails the Machine only with `fail_timed_out` (`--fail-timed-out-windows-joins`).
 pub fn decide(input: &JoinInput<'_>, fail_timed_out: bool, now: &Time) -> Option<JoinDecision> {
@@ -732,13 +719,13 @@ pub fn decide(input: &JoinInput<'_>, fail_timed_out: bool, now: &Time) -> Option
         Some(JoinEvent {
             warning: true,
             reason: reasons::JOIN_TIMED_OUT,
-            note: note(message),
+            note: event_note(message),
         })
     } else {
         transition.then(|| JoinEvent {
             warning: state.stuck,
             reason: state.reason,
-            note: note(&format!("Windows join: {}", state.message)),
+            note: event_note(&format!("Windows join: {}", state.message)),
         })
     };
     Some(JoinDecision {

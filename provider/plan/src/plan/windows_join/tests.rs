@@ -913,14 +913,6 @@ fn durations_as_people_write_them() {
 }
 
 #[test]
-fn long_notes_are_cut_to_the_api_limit() {
-    let long = "é".repeat(800);
-    let cut = note(&long);
-    assert!(cut.len() <= MAX_NOTE_BYTES && cut.ends_with("..."));
-    assert_eq!(note("short"), "short");
-}
-
-#[test]
 fn times_at_the_ends_of_the_range_do_not_panic() {
     let mut machine = MachineAt::provisioned().build();
     let csr_at_the_start = {
