@@ -1,6 +1,7 @@
 #![no_main]
-//! Structured arbitrary input through `plan::addresses::machine_addresses` and
-//! `plan::csr::check_csr`. Nothing may panic, and the addresses keep their documented order:
+//! Structured arbitrary input through `plan::machine::addresses::machine_addresses` and
+//! `plan::windows_join::csr::check_csr`. Nothing may panic, and the addresses keep their
+//! documented order:
 //! - InternalIP addresses parse, are not excluded, link-local, loopback, unspecified or
 //!   multicast, appear once each, the cluster's primary family first;
 //! - the last two are InternalDNS and Hostname, both the Machine name;
@@ -16,10 +17,10 @@ use ipnet::IpNet;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::NodeAddress;
 use libfuzzer_sys::fuzz_target;
-use nutanix_machine_controller::plan::addresses::{
+use nutanix_machine_controller::plan::machine::addresses::{
     AddressInput, IpReading, NicReading, address_type, machine_addresses,
 };
-use nutanix_machine_controller::plan::csr::{
+use nutanix_machine_controller::plan::windows_join::csr::{
     CLIENT_SIGNER, Csr, CsrContext, CsrKind, CsrVerdict, MachineFacts, SERVING_SIGNER, ServingCert,
     check_csr,
 };

@@ -8,10 +8,10 @@
 //! Byte 0 selects the type; the rest is the body.
 
 use libfuzzer_sys::fuzz_target;
-use nutanix_machine_controller::plan::addresses::nics_of;
-use nutanix_machine_controller::plan::identity_of;
-use nutanix_machine_controller::plan::lifecycle::VmState;
-use nutanix_machine_controller::plan::request::FollowUpUpdate;
+use nutanix_machine_controller::plan::machine::addresses::nics_of;
+use nutanix_machine_controller::plan::machine::lifecycle::VmState;
+use nutanix_machine_controller::plan::vm::identity::identity_of;
+use nutanix_machine_controller::plan::vm::request::FollowUpUpdate;
 use prism_client::{v3, v4};
 use serde::Serialize;
 use serde::de::DeserializeOwned;

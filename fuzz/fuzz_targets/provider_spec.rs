@@ -27,18 +27,17 @@ use nutanix_machine_controller::api::{
     BootType, CLUSTER_ID_LABEL, GuardedMachine, IdentifierType, Machine, MachineSet,
     NutanixMachineProviderConfig, NutanixResourceIdentifier,
 };
-use nutanix_machine_controller::plan::annotations::machine_set_annotations;
-use nutanix_machine_controller::plan::lifecycle::MachineState;
-use nutanix_machine_controller::plan::request::build_request;
-use nutanix_machine_controller::plan::resolve::{
-    FailureDomain, ResolvedEntity, ResolvedSource, ResolvedSubnet,
+use nutanix_machine_controller::plan::machine::lifecycle::MachineState;
+use nutanix_machine_controller::plan::machineset::annotations::machine_set_annotations;
+use nutanix_machine_controller::plan::vm::request::build_request;
+use nutanix_machine_controller::plan::vm::resolve::{
+    FailureDomain, Lookup, RequiredLookups, ResolutionMode, ResolvedEntity, ResolvedReferences,
+    ResolvedSource, ResolvedSubnet,
 };
-use nutanix_machine_controller::plan::unattend::{PasswordValue, UNATTEND_BASE64_LIMIT};
-use nutanix_machine_controller::plan::vm_plan::{EntityRef, GuestPlan};
-use nutanix_machine_controller::plan::{
-    AdminPassword, Lookup, PlanContext, RequiredLookups, ResolutionMode, ResolvedReferences,
-    UserData, plan_vm,
-};
+use nutanix_machine_controller::plan::vm::secret::{AdminPassword, UserData};
+use nutanix_machine_controller::plan::vm::unattend::{PasswordValue, UNATTEND_BASE64_LIMIT};
+use nutanix_machine_controller::plan::vm::validate::{PlanContext, plan_vm};
+use nutanix_machine_controller::plan::vm::{EntityRef, GuestPlan};
 use nutanix_machine_controller::render::render;
 use prism_client::v3::{GpuMode, GpuVendor, HostGpu};
 use quick_xml::events::Event;
@@ -252,7 +251,7 @@ fn resolved_references(
 /// What must hold of a successful plan and the request built from it.
 fn check_plan(
     machine: &Machine,
-    plan: &nutanix_machine_controller::plan::VmPlan,
+    plan: &nutanix_machine_controller::plan::vm::VmPlan,
     mode: ResolutionMode,
     windows: bool,
 ) {

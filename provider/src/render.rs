@@ -11,12 +11,13 @@
 use serde_json::{Value, json};
 
 use crate::api::{Machine, MachineSet};
-use crate::plan::request::build_request;
-use crate::plan::unattend::PasswordValue;
-use crate::plan::vm_plan::GuestPlan;
-use crate::plan::{
-    PlanContext, ResolutionMode, ResolvedReferences, UserData, ValidationErrors, plan_vm,
-};
+use crate::plan::vm::GuestPlan;
+use crate::plan::vm::errors::ValidationErrors;
+use crate::plan::vm::request::build_request;
+use crate::plan::vm::resolve::{ResolutionMode, ResolvedReferences};
+use crate::plan::vm::secret::UserData;
+use crate::plan::vm::unattend::PasswordValue;
+use crate::plan::vm::validate::{PlanContext, plan_vm};
 
 /// Shown wherever Kubernetes or Prism would assign a UUID.
 pub const PLACEHOLDER_UUID: &str = "00000000-0000-0000-0000-000000000000";

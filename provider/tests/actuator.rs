@@ -10,14 +10,15 @@ use nutanix_machine_controller::actuator::{
     Actuator, ActuatorSettings, Connection, DeleteOutcome, FollowUpOutcome,
 };
 use nutanix_machine_controller::api::{Machine, PendingTask, TaskOperation};
-use nutanix_machine_controller::plan::provision::{
+use nutanix_machine_controller::plan::machine::provision::{
     CreateCallOutcome, TaskContext, TaskReading, classify_create_error, read_task,
 };
-use nutanix_machine_controller::plan::request::{VmRequest, build_request};
-use nutanix_machine_controller::plan::unattend::PasswordValue;
-use nutanix_machine_controller::plan::{
-    AdminPassword, PlanContext, RequiredLookups, ResolutionMode, VmPlan, plan_vm,
-};
+use nutanix_machine_controller::plan::vm::VmPlan;
+use nutanix_machine_controller::plan::vm::request::{VmRequest, build_request};
+use nutanix_machine_controller::plan::vm::resolve::{RequiredLookups, ResolutionMode};
+use nutanix_machine_controller::plan::vm::secret::AdminPassword;
+use nutanix_machine_controller::plan::vm::unattend::PasswordValue;
+use nutanix_machine_controller::plan::vm::validate::{PlanContext, plan_vm};
 use prism_client::TaskProgress;
 use prism_mock::{FaultKind, FaultRule, MockConfig, MockPrism, RunningMock};
 use serde_json::json;
@@ -259,7 +260,7 @@ async fn a_missing_name_is_unresolved_not_invalid() {
     .unwrap_err();
     assert_eq!(
         errors.class(),
-        nutanix_machine_controller::plan::ErrorClass::Unresolved
+        nutanix_machine_controller::plan::vm::errors::ErrorClass::Unresolved
     );
     assert!(
         errors
@@ -475,19 +476,15 @@ async fn projects_and_gpus_are_resolved_against_prism() {
     let plan = plan_for(&f.connection, &m).await;
     assert!(matches!(
         plan.project,
-        Some(nutanix_machine_controller::plan::vm_plan::EntityRef::Uuid(
-            _
-        ))
+        Some(nutanix_machine_controller::plan::vm::EntityRef::Uuid(_))
     ));
     assert!(
         matches!(
             plan.gpus.as_slice(),
-            [
-                nutanix_machine_controller::plan::vm_plan::PlannedGpu::Assigned {
-                    device_id: Some(7864),
-                    ..
-                }
-            ]
+            [nutanix_machine_controller::plan::vm::PlannedGpu::Assigned {
+                device_id: Some(7864),
+                ..
+            }]
         ),
         "{:?}",
         plan.gpus

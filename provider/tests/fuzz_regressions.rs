@@ -4,7 +4,7 @@
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::NodeAddress;
-use nutanix_machine_controller::plan::csr::{
+use nutanix_machine_controller::plan::windows_join::csr::{
     CLIENT_SIGNER, Csr, CsrContext, CsrVerdict, MachineFacts, NODE_BOOTSTRAPPER, check_csr,
 };
 

@@ -24,17 +24,17 @@ use std::process::Command;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use nutanix_machine_controller::api::{CLUSTER_ID_LABEL, Machine, NutanixMachineProviderConfig};
-use nutanix_machine_controller::plan::resolve::{
-    FailureDomain, ResolvedEntity, ResolvedSource, ResolvedSubnet,
+use nutanix_machine_controller::plan::vm::errors::{ErrorClass, ValidationErrors};
+use nutanix_machine_controller::plan::vm::resolve::{
+    FailureDomain, Lookup, RequiredLookups, ResolutionMode, ResolvedEntity, ResolvedReferences,
+    ResolvedSource, ResolvedSubnet,
 };
-use nutanix_machine_controller::plan::unattend::{
+use nutanix_machine_controller::plan::vm::secret::{AdminPassword, UserData};
+use nutanix_machine_controller::plan::vm::unattend::{
     ENCODED_SCRIPT_PATH, PasswordValue, landing_commands, powershell_body,
 };
-use nutanix_machine_controller::plan::vm_plan::GuestPlan;
-use nutanix_machine_controller::plan::{
-    AdminPassword, ErrorClass, Lookup, PlanContext, RequiredLookups, ResolutionMode,
-    ResolvedReferences, UserData, ValidationErrors, VmPlan, plan_vm,
-};
+use nutanix_machine_controller::plan::vm::validate::{PlanContext, plan_vm};
+use nutanix_machine_controller::plan::vm::{GuestPlan, VmPlan};
 use prism_client::v3::{GpuMode, GpuVendor, HostGpu};
 use quick_xml::escape::resolve_predefined_entity;
 use quick_xml::events::Event;

@@ -145,7 +145,7 @@ async fn kubectl_applies_the_examples_over_the_crds() {
         .unwrap()
         .unwrap();
     assert_eq!(
-        nutanix_machine_controller::plan::guest::customization_of(&image),
+        nutanix_machine_controller::plan::vm::guest::customization_of(&image),
         nutanix_machine_controller::api::GuestCustomizationType::CloudInit,
         "a Windows image set is cloud-init unless it opts into Sysprep"
     );

@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 
 use kube::ResourceExt;
-use nutanix_machine_controller::plan::join;
+use nutanix_machine_controller::plan::windows_join;
 use prism_mock::GuestBehaviour;
 use sandbox::manifests::WINDOWS_IMAGE_SET;
 use sandbox::world::Snapshot;
@@ -108,7 +108,7 @@ async fn apipa_first_and_a_late_hybrid_overlay_address_still_give_the_primary_ip
     assert!(
         !events
             .iter()
-            .any(|(reason, _, _)| reason == join::reasons::NODE_IP_MISMATCH),
+            .any(|(reason, _, _)| reason == windows_join::reasons::NODE_IP_MISMATCH),
         "no NodeIPMismatch on the way: {events:?}"
     );
     world.shutdown().await;

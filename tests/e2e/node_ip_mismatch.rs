@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use kube::ResourceExt;
 use nutanix_machine_controller::api::phase;
-use nutanix_machine_controller::plan::join;
+use nutanix_machine_controller::plan::windows_join;
 use prism_mock::GuestBehaviour;
 use sandbox::manifests::{WINDOWS_IMAGE_SET, WINDOWS_TEMPLATE_SET};
 use sandbox::node_agent::{JoinBehaviour, NodeIpChoice};
@@ -23,7 +23,7 @@ fn mismatch(snapshot: &Snapshot, set: &str) -> Result<(String, String), String> 
     let machine = machines.first().ok_or(format!("no Machine in {set}"))?;
     let name = machine.name_any();
     match join_condition(machine) {
-        Some((status, reason, message)) if reason == join::reasons::NODE_IP_MISMATCH => {
+        Some((status, reason, message)) if reason == windows_join::reasons::NODE_IP_MISMATCH => {
             assert_eq!(status, "False");
             Ok((name, message))
         }
@@ -98,7 +98,7 @@ async fn a_node_registered_with_an_ip_the_machine_lacks_is_node_ip_mismatch() {
         wait_event(
             &world,
             machine_name,
-            join::reasons::NODE_IP_MISMATCH,
+            windows_join::reasons::NODE_IP_MISMATCH,
             "Warning",
         )
         .await;

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use nutanix_machine_controller::api::Machine;
 use nutanix_machine_controller::api::quantity::parse_units;
-use nutanix_machine_controller::plan::unattend::powershell_body;
+use nutanix_machine_controller::plan::vm::unattend::powershell_body;
 use sandbox::approver::Decision;
 use sandbox::autoscaler::{MAX_SIZE_ANNOTATION, MIN_SIZE_ANNOTATION, node_template};
 use sandbox::machine_autoscaler::OWNER_ANNOTATION;

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::plan::resolve::FailureDomain;
+use crate::plan::vm::resolve::FailureDomain;
 
 /// API group, version and name of the object.
 pub const INFRASTRUCTURE_GROUP: &str = "config.openshift.io";

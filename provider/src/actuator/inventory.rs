@@ -21,7 +21,7 @@ use prism_client::v3::{ListRequest, Vm};
 use prism_client::{Client, Error};
 use prometheus::IntGauge;
 
-use crate::plan::identity_of;
+use crate::plan::vm::identity::identity_of;
 
 /// One listing of every VM.
 #[derive(Debug, Default)]

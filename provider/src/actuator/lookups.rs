@@ -26,8 +26,8 @@ use serde_json::Value;
 use super::inventory::Inventory;
 use crate::api::quantity::MIB;
 use crate::api::{BootType, IdentifierType, NutanixResourceIdentifier};
-use crate::plan::addresses::subnet_cidr;
-use crate::plan::resolve::{
+use crate::plan::machine::addresses::subnet_cidr;
+use crate::plan::vm::resolve::{
     FailureDomain, Lookup, RequiredLookups, ResolvedEntity, ResolvedReferences, ResolvedSource,
     ResolvedSubnet,
 };

@@ -34,7 +34,7 @@
 //!    Machines wait, looks for its VM in the shared listing instead
 //!    (`crate::controller::provision`: a listed `COMPLETE` VM is a create that ended). A failed task's
 //!    error (with its subtasks' errors, where Prism puts the real cause) goes into the
-//!    condition and the event; `crate::plan::provision` decides whether it fails the Machine
+//!    condition and the event; `crate::plan::machine::provision` decides whether it fails the Machine
 //!    (invalid configuration) or is retried (a retried create first confirms the VM is gone
 //!    and takes a new UUID or request id).
 //! 5. **Follow-up.** What a clone or deploy cannot set (identity description, categories,
@@ -71,8 +71,8 @@ use prism_client::{
 use prometheus::IntGaugeVec;
 
 use crate::api::{PendingTask, TaskOperation};
-use crate::plan::provision::first_task_read_after;
-use crate::plan::request::{FollowUpError, FollowUpUpdate, VmRequest};
+use crate::plan::machine::provision::first_task_read_after;
+use crate::plan::vm::request::{FollowUpError, FollowUpUpdate, VmRequest};
 use credentials::PrismCredentials;
 use inventory::Inventory;
 use lookups::LookupCache;
@@ -442,7 +442,7 @@ impl Connection {
     }
 
     /// How soon after being recorded a task of this kind is first read
-    /// ([`crate::plan::provision::first_task_read_after`]).
+    /// ([`crate::plan::machine::provision::first_task_read_after`]).
     pub fn first_task_read_after(&self, operation: &TaskOperation, poll: Duration) -> Duration {
         first_task_read_after(self.task_durations.minimum(operation), poll)
     }

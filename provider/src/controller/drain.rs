@@ -1,5 +1,5 @@
 //! Draining a Node before its Machine's VM is deleted: cordon, then evict (see
-//! [`crate::plan::drain`] for which pods), one round per reconcile. A round that leaves pods
+//! [`crate::plan::machine::drain`] for which pods), one round per reconcile. A round that leaves pods
 //! behind (an eviction blocked by a PodDisruptionBudget, pods still terminating) reports what
 //! blocks and is tried again later; nothing waits inside a reconcile.
 
@@ -10,8 +10,8 @@ use kube::api::{DeleteParams, EvictParams, ListParams};
 
 use super::Shared;
 use super::error::Error;
-use crate::plan::drain::{is_unreachable, plan_drain};
 use crate::plan::machine::DrainProgress;
+use crate::plan::machine::drain::{is_unreachable, plan_drain};
 
 /// One drain round on `node_name`.
 pub async fn drain_round(shared: &Shared, node_name: &str) -> Result<DrainProgress, Error> {

@@ -19,7 +19,7 @@ use crate::actuator::infrastructure::{
     INFRASTRUCTURE_VERSION, InfrastructureInfo, parse_infrastructure,
 };
 use crate::api::Machine;
-use crate::plan::networks::{ClusterNetworks, cluster_networks};
+use crate::plan::machine::networks::{ClusterNetworks, cluster_networks};
 use serde_json::Value;
 
 /// Credentials Secret name when the providerSpec names none (the machine-api webhook's default).

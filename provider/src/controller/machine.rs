@@ -12,14 +12,14 @@
 //! logged and skipped instead of stalling the watch; Nodes, mapped to their Machine.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
@@ -30,23 +30,24 @@ use super::Shared;
 use super::drain::drain_round;
 use super::error::Error;
 use super::inputs::{Environment, environment, secrets_named_by};
+use super::kit::{self, BackoffKey, Kit, key_of};
 use super::machine_cache::MachineFeed;
-use super::nodes::{ProviderIdsDone, ensure_node_provider_id, machine_to_requeue};
+use super::node_link::{ProviderIdsDone, ensure_node_provider_id, machine_to_requeue};
 use super::provision::prepare;
 use crate::actuator::inventory::InventorySnapshot;
 use crate::actuator::{self, FollowUpFailure};
 use crate::api::{GuardedMachine, MACHINE_FINALIZER, Machine};
-use crate::plan::identity_of;
-use crate::plan::lifecycle::Intervals;
+use crate::plan::machine::lifecycle::Intervals;
+use crate::plan::machine::provision::{CreateCallOutcome, DeployCandidate, classify_create_error};
+use crate::plan::machine::status::{
+    StatusUpdate, event_note, failure_event_reason, metadata_patch, status_patch,
+};
 use crate::plan::machine::{
     self as protocol, AddressContext, Change, Decision, DeleteOutcome, Effect, EnvironmentSeen,
     Event, Failure, FailureKind, FollowUpOutcome, Listing, ListingSlot, ListingSource,
     MetadataChange, Next, Read, SendOutcome, Settings, Snapshot, decide,
 };
-use crate::plan::machine_status::{
-    StatusUpdate, event_note, failure_event_reason, metadata_patch, status_patch,
-};
-use crate::plan::provision::{CreateCallOutcome, DeployCandidate, classify_create_error};
+use crate::plan::vm::identity::identity_of;
 
 /// Label of this controller in metrics.
 const CONTROLLER: &str = "machine";
@@ -68,6 +69,15 @@ pub struct Context {
 /// triggers it sooner).
 const STALE_RETRY: Duration = Duration::from_secs(1);
 
+/// This controller in the kit: a failure backs off under the Machine's own key, the one the
+/// protocol reads as its create backoff and alone resets.
+const KIT: Kit = Kit {
+    controller: CONTROLLER,
+    title: "machine controller",
+    backoff: BackoffKey::Object,
+    logs_unreadable: true,
+};
+
 /// Runs the Machine controller on the shared Machine cache until its watch ends.
 pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
     let Some((store, changes)) = machines.when_ready().await else {
@@ -75,7 +85,7 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
         return;
     };
     let client = shared.client.clone();
-    let config = controller::Config::default().concurrency(shared.settings.concurrency);
+    let config = kit::config(&shared);
     let context = Arc::new(Context {
         shared,
         provider_ids: ProviderIdsDone::default(),
@@ -84,7 +94,7 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
     let controller = Controller::for_shared_stream(changes, store.clone());
     let secret_changes = secret_change_stream(context.shared.secret_changes.subscribe());
     let (for_secrets, shared) = (store.clone(), context.shared.clone());
-    controller
+    let results = controller
         .watches(
             Api::<Node>::all(client),
             watcher::Config::default(),
@@ -94,13 +104,8 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
             futures::stream::iter(machines_using_secret(&secret, &for_secrets, &shared))
         }))
         .with_config(config)
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "machine controller");
-            }
-        })
-        .await;
+        .run(reconcile, error_policy, context);
+    KIT.run(results).await;
 }
 
 /// The Secrets the store has just taken in, as a stream (a receiver that fell behind skips the
@@ -134,42 +139,24 @@ fn machines_using_secret(
             let machine = guarded.0.as_ref().ok()?;
             let same_namespace = machine.namespace() == secret.namespace;
             (same_namespace && secrets_named_by(machine).contains(&secret.name)).then(|| {
-                shared.backoff.reset(&key_of(guarded));
+                shared.backoff.reset(&KIT.backoff_key(guarded.as_ref()));
                 ObjectRef::from_obj(guarded.as_ref())
             })
         })
         .collect()
 }
 
-fn key_of(guarded: &GuardedMachine) -> String {
-    format!(
-        "{}/{}",
-        guarded.namespace().unwrap_or_default(),
-        guarded.name_any()
-    )
-}
-
 async fn reconcile(guarded: Arc<GuardedMachine>, context: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = match &guarded.0 {
-        Ok(machine) => {
-            let result = Scope::new(context.clone(), machine.clone()).run().await;
-            if let Err(error) = &result
-                && !error.published()
-            {
-                publish_failure(&context.shared, machine, error).await;
-            }
-            result
+    KIT.reconcile(&context.shared, &guarded, async |machine| {
+        let result = Scope::new(context.clone(), machine.clone()).run().await;
+        if let Err(error) = &result
+            && !error.published()
+        {
+            publish_failure(&context.shared, machine, error).await;
         }
-        Err(invalid) => {
-            tracing::warn!(machine = %key_of(&guarded), error = %invalid.error, "cannot read the Machine; skipped until it changes");
-            Ok(Action::await_change())
-        }
-    };
-    context
-        .shared
-        .observe_reconcile(CONTROLLER, started, &result);
-    result
+        result
+    })
+    .await
 }
 
 /// Makes a failed reconcile visible on the Machine (`oc describe machine`), as the Go provider's
@@ -186,9 +173,7 @@ async fn publish_failure(shared: &Shared, machine: &Machine, error: &Error) {
 }
 
 fn error_policy(guarded: Arc<GuardedMachine>, error: &Error, context: Arc<Context>) -> Action {
-    context
-        .shared
-        .retry_failed(CONTROLLER, &key_of(&guarded), error)
+    KIT.retry(&context.shared, guarded.as_ref(), error)
 }
 
 /// How many times one reconcile asks [`decide`] at most (a create makes five reads and sends
@@ -216,11 +201,7 @@ struct Scope {
 
 impl Scope {
     fn new(context: Arc<Context>, machine: Machine) -> Self {
-        let key = format!(
-            "{}/{}",
-            machine.namespace().unwrap_or_default(),
-            machine.name_any()
-        );
+        let key = key_of(&machine);
         if let Err(error) = machine.provider_status() {
             tracing::warn!(machine = %key, %error, "status.providerStatus cannot be read; starting a new one");
         }

@@ -1,5 +1,5 @@
 //! The MachineSet controller: the scale-from-zero capacity annotations
-//! ([`crate::plan::annotations`]) on every MachineSet whose template has a Nutanix providerSpec,
+//! ([`crate::plan::machineset::annotations`]) on every MachineSet whose template has a Nutanix providerSpec,
 //! written with server-side apply under their own field manager ([`crate::plan::machineset`]),
 //! so no other annotation is touched and keys no longer wanted are removed.
 //!
@@ -10,23 +10,29 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
 
-use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::watcher;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 
 use super::Shared;
 use super::error::Error;
+use super::kit::{self, BackoffKey, Kit, key_of};
 use crate::api::{GuardedMachineSet, MachineSet};
-use crate::plan::annotations::machine_set_annotations;
+use crate::plan::machineset::annotations::machine_set_annotations;
 use crate::plan::machineset::{FIELD_MANAGER, capacity_apply, is_nutanix};
 
-/// Label of this controller in metrics.
-const CONTROLLER: &str = "machineset";
+/// This controller in the kit: its failures back off under its own key, and a reconcile that
+/// went well ends the backoff.
+const KIT: Kit = Kit {
+    controller: "machineset",
+    title: "machineset controller",
+    backoff: BackoffKey::Controller,
+    logs_unreadable: true,
+};
+
 /// Event reason of a providerSpec the annotations cannot be computed from.
 pub const INVALID_CONFIGURATION: &str = "InvalidConfiguration";
 
@@ -45,56 +51,32 @@ pub async fn run(shared: Arc<Shared>) {
         Some(namespace) => Api::namespaced(client, namespace),
         None => Api::all(client),
     };
-    let config = controller::Config::default().concurrency(shared.settings.concurrency);
+    let config = kit::config(&shared);
     let context = Arc::new(Context {
         shared,
         reported: Mutex::new(HashMap::new()),
     });
-    Controller::new(sets, watcher::Config::default())
+    let results = Controller::new(sets, watcher::Config::default())
         .with_config(config)
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "machineset controller");
-            }
-        })
-        .await;
-}
-
-fn key_of(guarded: &GuardedMachineSet) -> String {
-    format!(
-        "{CONTROLLER}:{}/{}",
-        guarded.namespace().unwrap_or_default(),
-        guarded.name_any()
-    )
+        .run(reconcile, error_policy, context);
+    KIT.run(results).await;
 }
 
 async fn reconcile(
     guarded: Arc<GuardedMachineSet>,
     context: Arc<Context>,
 ) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = match &guarded.0 {
-        Ok(set) => reconcile_set(set, &context).await,
-        Err(invalid) => {
-            tracing::warn!(machineset = %key_of(&guarded), error = %invalid.error, "cannot read the MachineSet; skipped until it changes");
-            Ok(Action::await_change())
-        }
-    };
-    if result.is_ok() {
-        context.shared.backoff.reset(&key_of(&guarded));
-    }
-    context
-        .shared
-        .observe_reconcile(CONTROLLER, started, &result);
-    result
+    KIT.reconcile(&context.shared, &guarded, async |set| {
+        reconcile_set(set, &context).await
+    })
+    .await
 }
 
 async fn reconcile_set(set: &MachineSet, context: &Context) -> Result<Action, Error> {
     if !is_nutanix(set) || set.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let key = format!("{}/{}", set.namespace().unwrap_or_default(), set.name_any());
+    let key = key_of(set);
     let wanted = match machine_set_annotations(set) {
         Ok(wanted) => wanted,
         Err(problem) => {
@@ -152,18 +134,9 @@ async fn report(set: &MachineSet, context: &Context, problem: String) {
         action: "CapacityAnnotations".to_owned(),
         secondary: None,
     };
-    if let Err(error) = context
-        .shared
-        .recorder
-        .publish(&event, &set.object_ref(&()))
-        .await
-    {
-        tracing::warn!(machineset = %set.name_any(), %error, "cannot publish event {INVALID_CONFIGURATION}");
-    }
+    kit::publish(&context.shared.recorder, set, &event).await;
 }
 
 fn error_policy(guarded: Arc<GuardedMachineSet>, error: &Error, context: Arc<Context>) -> Action {
-    context
-        .shared
-        .retry_failed(CONTROLLER, &key_of(&guarded), error)
+    KIT.retry(&context.shared, guarded.as_ref(), error)
 }

@@ -6,37 +6,37 @@
 //! ([`windows_join`]: the `WindowsJoin` condition); the first and the last share one Machine
 //! cache ([`machine_cache`]).
 //! Another controller is added by writing a function `fn(Arc<Shared>) -> ControllerFuture` and
-//! listing it in [`controllers`].
+//! listing it in [`controllers`]; what its reconcile is wrapped in (keys, metrics, backoff, the
+//! run loop's log, events) is [`kit`]'s.
 
 pub mod backoff;
 pub mod drain;
 pub mod error;
 pub mod inputs;
+pub mod kit;
 pub mod machine;
 pub mod machine_cache;
 pub mod machineset;
-pub mod nodes;
+pub mod node_link;
 pub mod provision;
 pub mod stores_ready;
 pub mod windows_join;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::controller::Action;
+use kube::Api;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Resource, ResourceExt};
 use tokio::sync::broadcast;
 
 use crate::actuator::Actuator;
 use crate::api::{GuardedMachine, Machine};
 use crate::metrics::Metrics;
 use backoff::Backoff;
-use error::Error;
 use inputs::{InfrastructureCache, NetworkCache};
 use machine_cache::MachineCache;
 
@@ -86,7 +86,7 @@ impl Default for ControllerSettings {
             excluded_cidrs: Vec::new(),
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
-            windows_join_timeout: crate::plan::join::DEFAULT_JOIN_TIMEOUT,
+            windows_join_timeout: crate::plan::windows_join::DEFAULT_JOIN_TIMEOUT,
             fail_timed_out_windows_joins: false,
         }
     }
@@ -179,41 +179,7 @@ impl Shared {
             action: reason.to_owned(),
             secondary: None,
         };
-        if let Err(error) = self
-            .recorder
-            .publish(&event, &machine.object_ref(&()))
-            .await
-        {
-            tracing::warn!(machine = %machine.name_any(), %error, "cannot publish event {reason}");
-        }
-    }
-}
-
-impl Shared {
-    /// Records how long a reconcile of `controller` took and whether it failed.
-    pub fn observe_reconcile<T>(
-        &self,
-        controller: &str,
-        started: Instant,
-        result: &Result<T, Error>,
-    ) {
-        let outcome = if result.is_ok() { "ok" } else { "error" };
-        self.metrics
-            .reconcile_duration
-            .with_label_values(&[controller, outcome])
-            .observe(started.elapsed().as_secs_f64());
-    }
-
-    /// What follows a failed reconcile of the object `key` by `controller`: counted, logged, and
-    /// retried after the object's backoff (at least what Prism asked for).
-    pub fn retry_failed(&self, controller: &str, key: &str, error: &Error) -> Action {
-        let delay = self.backoff.failed(key, error.retry_after());
-        self.metrics
-            .reconcile_errors
-            .with_label_values(&[controller, error.reason()])
-            .inc();
-        tracing::warn!(controller, object = %key, %error, retry_in = ?delay, "reconcile failed");
-        Action::requeue(delay)
+        kit::publish(&self.recorder, machine, &event).await;
     }
 }
 

@@ -14,15 +14,18 @@ use super::Shared;
 use super::inputs::{Environment, secret_value};
 use crate::actuator::Connection;
 use crate::api::{CLUSTER_ID_LABEL, Machine, NutanixMachineProviderConfig};
-use crate::plan::guest::{AdminPasswordSource, admin_password_source};
 use crate::plan::machine::Prepared;
-use crate::plan::resolve::{FailureDomain, RequiredLookups, ResolvedReferences};
-use crate::plan::secret::{PASSWORD_RANDOM_BYTES, generated_password_secret};
-use crate::plan::unattend::PasswordValue;
-use crate::plan::{
-    AdminPassword, ErrorClass, PlanContext, ResolutionMode, UserData, ValidationErrors, VmPlan,
-    plan_vm,
+use crate::plan::vm::VmPlan;
+use crate::plan::vm::errors::{ErrorClass, ValidationErrors};
+use crate::plan::vm::guest::{AdminPasswordSource, admin_password_source};
+use crate::plan::vm::resolve::{
+    FailureDomain, RequiredLookups, ResolutionMode, ResolvedReferences,
 };
+use crate::plan::vm::secret::{
+    AdminPassword, PASSWORD_RANDOM_BYTES, UserData, generated_password_secret,
+};
+use crate::plan::vm::unattend::PasswordValue;
+use crate::plan::vm::validate::{PlanContext, plan_vm};
 
 /// Key of the user data in its Secret.
 pub const USER_DATA_KEY: &str = "userData";

@@ -1,8 +1,8 @@
-//! The Windows join reconciler: the `WindowsJoin` condition ([`crate::plan::join`]) on every
+//! The Windows join reconciler: the `WindowsJoin` condition ([`crate::plan::windows_join`]) on every
 //! Windows Machine (label `machine.openshift.io/os-id: Windows`, not
 //! `windowsmachineconfig.openshift.io/ignore=true`), with an event on each change of its reason;
 //! the Node's `spec.providerID` when it has none and is the Machine's by name and address
-//! ([`crate::plan::node_link`]); and, with `--fail-timed-out-windows-joins`, phase Failed for a
+//! ([`crate::plan::machine::node_link`]); and, with `--fail-timed-out-windows-joins`, phase Failed for a
 //! Machine with no linked Node after `--windows-join-timeout`.
 //!
 //! It reads Machines, Nodes, CertificateSigningRequests and the shared VM inventory (the VM's
@@ -24,15 +24,14 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Node, NodeStatus, NodeSystemInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
@@ -41,32 +40,40 @@ use serde_json::{Value, json};
 use super::Shared;
 use super::error::Error;
 use super::inputs::environment;
+use super::kit::{self, BackoffKey, Kit, key_of};
 use super::machine_cache::MachineFeed;
-use super::nodes::apply_provider_id_action;
+use super::node_link::apply_provider_id_action;
 use super::stores_ready::StoresReady;
 use crate::api::{
     GuardedMachine, INSTANCE_STATE_ANNOTATION, Machine, NutanixMachineProviderStatus, phase,
 };
-use crate::plan::addresses::nics_of;
-use crate::plan::csr::{CLIENT_SIGNER, SERVING_SIGNER};
-use crate::plan::csr_pem::{CsrObjectError, csr_of, csr_state};
-use crate::plan::join::{
-    CONDITION, JOIN_TIMED_OUT_ERROR, JoinInput, ObservedCsr, applies_to, decide, machine_facts,
-    node_of,
-};
-use crate::plan::machine_status::{
-    StatusUpdate, UNKNOWN_INSTANCE_STATE, metadata_patch, status_patch,
-};
-use crate::plan::node_link::{
+use crate::plan::machine::addresses::nics_of;
+use crate::plan::machine::node_link::{
     ProviderIdAction, machine_node_names, machine_of_node, node_ref, provider_id_action,
     same_dns_name,
+};
+use crate::plan::machine::status::{
+    StatusUpdate, UNKNOWN_INSTANCE_STATE, metadata_patch, status_patch,
+};
+use crate::plan::windows_join::csr::{CLIENT_SIGNER, SERVING_SIGNER};
+use crate::plan::windows_join::csr_pem::{CsrObjectError, csr_of, csr_state};
+use crate::plan::windows_join::{
+    CONDITION, JOIN_TIMED_OUT_ERROR, JoinInput, ObservedCsr, applies_to, decide, machine_facts,
+    node_of,
 };
 
 /// The providerStatus key of the `WindowsJoin` condition, written by this reconciler only.
 pub const STATUS_FIELD: &str = "windowsJoin";
 
-/// Label of this controller in metrics.
-const CONTROLLER: &str = "windows-join";
+/// This reconciler in the kit: its failures back off under its own key (apart from the Machine
+/// controller's for the same Machine), and a reconcile that went well ends the backoff; an
+/// unreadable Machine is the Machine controller's to log.
+const KIT: Kit = Kit {
+    controller: "windows-join",
+    title: "windows join reconciler",
+    backoff: BackoffKey::Controller,
+    logs_unreadable: false,
+};
 /// How soon a reconcile whose write lost a race (409) looks again.
 const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 /// How soon a reconcile that came before the stores were filled looks again.
@@ -116,7 +123,7 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
     )
     .touched_objects();
     let controller = Controller::for_shared_stream(changes, store.clone());
-    let config = controller::Config::default().concurrency(shared.settings.concurrency);
+    let config = kit::config(&shared);
     // The Machine store is filled already (`when_ready`); a second waiter on it could leave the
     // controller's own wait unwoken.
     let stores_ready = {
@@ -134,21 +141,16 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
         unreadable: Mutex::new(HashSet::new()),
     });
     let for_nodes = store.clone();
-    controller
+    let results = controller
         .watches_stream(node_events, move |node| machines_of_node(&node, &for_nodes))
         .watches_stream(csr_events, move |csr| machines_of_csr(&csr, &store))
         .with_config(config)
-        .run(reconcile, error_policy, context)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "windows join reconciler");
-            }
-        })
-        .await;
+        .run(reconcile, error_policy, context);
+    KIT.run(results).await;
 }
 
-/// A Node as the join reads it: every field [`crate::plan::join`] and
-/// [`crate::plan::node_link`] never look at is dropped before it is cached.
+/// A Node as the join reads it: every field [`crate::plan::windows_join`] and
+/// [`crate::plan::machine::node_link`] never look at is dropped before it is cached.
 fn project_node(node: &mut Node) {
     node.managed_fields_mut().clear();
     node.metadata.owner_references = None;
@@ -261,34 +263,15 @@ fn observe(object: &CertificateSigningRequest) -> Option<Result<ObservedCsr, Csr
     }))
 }
 
-fn key_of(guarded: &GuardedMachine) -> String {
-    format!(
-        "{CONTROLLER}:{}/{}",
-        guarded.namespace().unwrap_or_default(),
-        guarded.name_any()
-    )
-}
-
 async fn reconcile(guarded: Arc<GuardedMachine>, context: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = match &guarded.0 {
-        Ok(machine) => reconcile_machine(machine, &context).await,
-        // The Machine controller logs it.
-        Err(_) => Ok(Action::await_change()),
-    };
-    if result.is_ok() {
-        context.shared.backoff.reset(&key_of(&guarded));
-    }
-    context
-        .shared
-        .observe_reconcile(CONTROLLER, started, &result);
-    result
+    KIT.reconcile(&context.shared, &guarded, async |machine| {
+        reconcile_machine(machine, &context).await
+    })
+    .await
 }
 
 fn error_policy(guarded: Arc<GuardedMachine>, error: &Error, context: Arc<Context>) -> Action {
-    context
-        .shared
-        .retry_failed(CONTROLLER, &key_of(&guarded), error)
+    KIT.retry(&context.shared, guarded.as_ref(), error)
 }
 
 impl Context {
@@ -350,11 +333,7 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
     if !applies_to(machine) || machine.metadata.deletion_timestamp.is_some() || done {
         return Ok(Action::await_change());
     }
-    let key = format!(
-        "{}/{}",
-        machine.namespace().unwrap_or_default(),
-        machine.name_any()
-    );
+    let key = key_of(machine);
     // Decisions on half-filled stores would report stages and problems that are not there.
     if !context.stores_ready.is_ready() {
         return Ok(Action::requeue(STORES_NOT_READY_RETRY));
@@ -563,7 +542,7 @@ mod tests {
     use kube::api::PostParams;
 
     use super::*;
-    use crate::plan::machine_status::provider_condition;
+    use crate::plan::machine::status::provider_condition;
 
     const NS: &str = "openshift-machine-api";
 

@@ -13,7 +13,7 @@ use crate::actuator::Actuator;
 use crate::actuator::credentials::PrismCredentials;
 use crate::actuator::infrastructure::parse_infrastructure;
 use crate::controller::provision::{random_admin_password, resolve_and_plan};
-use crate::plan::UserData;
+use crate::plan::vm::secret::UserData;
 use crate::render::machine_from_yaml;
 
 /// Flags of `validate`.
@@ -109,7 +109,7 @@ async fn validate_inner(args: &ValidateArgs) -> Result<ExitCode, String> {
             for warning in &plan.warnings {
                 eprintln!("warning: {warning}");
             }
-            let request = crate::plan::request::build_request(&plan, "");
+            let request = crate::plan::vm::request::build_request(&plan, "");
             let (method, path) = request.endpoint();
             println!("valid: {method} {path} for VM {:?}", plan.name);
             Ok(ExitCode::SUCCESS)

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use nutanix_machine_controller::plan::identity_of;
+use nutanix_machine_controller::plan::vm::identity::identity_of;
 use prism_mock::VmSummary;
 
 /// One VM's life, times since the run started.

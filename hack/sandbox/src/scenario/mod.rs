@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use nutanix_machine_controller::api::phase;
-use nutanix_machine_controller::plan::annotations::{
+use nutanix_machine_controller::plan::machineset::annotations::{
     CAPACITY_CPU, CAPACITY_LABELS, CAPACITY_MEMORY,
 };
 

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use nutanix_machine_controller::api::{Machine, MachineSet};
 use nutanix_machine_controller::controller::windows_join;
-use nutanix_machine_controller::plan::join;
+use nutanix_machine_controller::plan;
 use prism_mock::VmSummary;
 
 use crate::manifests::MACHINE_SET_LABEL;
@@ -149,14 +149,19 @@ impl Snapshot {
             }
             match join_condition(machine) {
                 Some((status, reason, _))
-                    if status == "True" && reason == join::reasons::CONFIGURED => {}
+                    if status == "True" && reason == plan::windows_join::reasons::CONFIGURED => {}
                 Some((status, reason, message)) => {
                     return Some(format!(
                         "Machine {name}: {} is {status} ({reason}): {message}",
-                        join::CONDITION
+                        plan::windows_join::CONDITION
                     ));
                 }
-                None => return Some(format!("Machine {name}: no {} condition", join::CONDITION)),
+                None => {
+                    return Some(format!(
+                        "Machine {name}: no {} condition",
+                        plan::windows_join::CONDITION
+                    ));
+                }
             }
         }
         None

@@ -299,7 +299,7 @@ open_enum! {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GuestCustomizationSpec {
-    /// Default: CloudInit, for Windows Machines too (`crate::plan::guest`).
+    /// Default: CloudInit, for Windows Machines too (`crate::plan::vm::guest`).
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub type_: Option<GuestCustomizationType>,
     /// Windows time zone ID for Sysprep (default `UTC`).
@@ -373,7 +373,7 @@ pub struct NutanixMachineProviderStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_task: Option<PendingTask>,
     /// Ours: what a clone or template deploy could not set and must still be applied to the VM
-    /// (description, categories, project, disk size, power), as `plan::request::FollowUpUpdate`.
+    /// (description, categories, project, disk size, power), as `plan::vm::request::FollowUpUpdate`.
     /// Holds no secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_follow_up: Option<Value>,

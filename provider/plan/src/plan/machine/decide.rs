@@ -8,7 +8,7 @@
 //! only handles the send's outcome.
 //!
 //! The order is the machine-api-operator's ([`next_step`]); what each Prism answer means is
-//! [`crate::plan::provision`]'s.
+//! [`crate::plan::machine::provision`]'s.
 
 use std::time::Duration;
 
@@ -27,22 +27,22 @@ use crate::api::{
     DeletionSent, INSTANCE_STATE_ANNOTATION, NutanixMachineProviderStatus, PendingTask,
     TaskOperation, phase,
 };
-use crate::plan::VmPlan;
-use crate::plan::addresses::{AddressInput, machine_addresses, nics_of};
-use crate::plan::drain::{
+use crate::plan::machine::addresses::{AddressInput, machine_addresses, nics_of};
+use crate::plan::machine::drain::{
     UNREACHABLE_VOLUME_WAIT, VOLUME_RECHECK, VolumeCheck, check_volumes, volume_events,
 };
-use crate::plan::lifecycle::{
+use crate::plan::machine::lifecycle::{
     DRAINED_CONDITION, INSTANCE_MISSING_MESSAGE, INVALID_CONFIGURATION, Step, VmObservation,
     after_validation, next_step, provider_id,
 };
-use crate::plan::machine_status::{
+use crate::plan::machine::provision::{follow_up_value, pending_follow_up};
+use crate::plan::machine::status::{
     StatusUpdate, UNKNOWN_INSTANCE_STATE, conditions, machine_condition, provider_condition,
     vm_annotations, vm_labels,
 };
-use crate::plan::provision::{follow_up_value, pending_follow_up};
-use crate::plan::request::{VmRequest, build_request};
-use crate::plan::vm_plan::SourcePlan;
+use crate::plan::vm::SourcePlan;
+use crate::plan::vm::VmPlan;
+use crate::plan::vm::request::{VmRequest, build_request};
 
 mod observe;
 

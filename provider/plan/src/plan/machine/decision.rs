@@ -7,8 +7,8 @@ use std::time::Duration;
 use prism_types::v3::Vm;
 
 use crate::api::TaskOperation;
-use crate::plan::machine_status::StatusUpdate;
-use crate::plan::request::{FollowUpUpdate, VmRequest};
+use crate::plan::machine::status::StatusUpdate;
+use crate::plan::vm::request::{FollowUpUpdate, VmRequest};
 
 /// One step of a reconcile.
 #[derive(Clone, Debug, Default)]

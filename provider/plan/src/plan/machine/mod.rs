@@ -3,6 +3,20 @@
 //! [`Decision`] (the status and metadata changes, at most one action, the events, the metrics,
 //! the requeue). The controller's executor (`nutanix_machine_controller::controller::machine`) performs the action,
 //! feeds its result back and calls again; it decides nothing itself.
+//!
+//! The protocol is `snapshot`, `decision` and `decide`; the modules beside them are the
+//! building blocks its rules are made of, each testable alone: the machine-api-operator's
+//! [`lifecycle`], the create protocol's readings ([`provision`]), the [`status`] and metadata
+//! patches, the Machine's [`addresses`] (without the cluster's own [`networks`]), the [`drain`]
+//! and which Node is the Machine's ([`node_link`]).
+
+pub mod addresses;
+pub mod drain;
+pub mod lifecycle;
+pub mod networks;
+pub mod node_link;
+pub mod provision;
+pub mod status;
 
 mod decide;
 mod decision;

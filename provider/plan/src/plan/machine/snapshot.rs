@@ -11,10 +11,12 @@ use prism_types::TaskProgress;
 use prism_types::v3::Vm;
 
 use crate::api::{Machine, NutanixMachineProviderStatus};
-use crate::plan::drain::drained_at;
-use crate::plan::lifecycle::{Intervals, MachineState};
-use crate::plan::provision::{DeployCandidate, secure_boot_customized};
-use crate::plan::{MachineIdentity, ValidationErrors, VmPlan};
+use crate::plan::machine::drain::drained_at;
+use crate::plan::machine::lifecycle::{Intervals, MachineState};
+use crate::plan::machine::provision::{DeployCandidate, secure_boot_customized};
+use crate::plan::vm::VmPlan;
+use crate::plan::vm::errors::ValidationErrors;
+use crate::plan::vm::identity::MachineIdentity;
 
 /// Machine condition of a paused Machine (migration to the Cluster API).
 pub const PAUSED_CONDITION: &str = "Paused";
@@ -181,7 +183,7 @@ pub enum Prepared {
 }
 
 /// How Prism answered a create, clone or template deploy
-/// ([`crate::plan::provision::classify_create_error`]).
+/// ([`crate::plan::machine::provision::classify_create_error`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SendOutcome {
     Accepted {

@@ -15,13 +15,15 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::api::{Machine, NutanixMachineProviderStatus, phase};
-use crate::plan::lifecycle::{INSTANCE_MISSING_MESSAGE, Intervals};
-use crate::plan::machine_status::{
+use crate::plan::machine::lifecycle::{INSTANCE_MISSING_MESSAGE, Intervals};
+use crate::plan::machine::provision::DeployCandidate;
+use crate::plan::machine::status::{
     StatusUpdate, conditions, metadata_patch, provider_condition, status_patch,
 };
-use crate::plan::provision::DeployCandidate;
-use crate::plan::request::VmRequest;
-use crate::plan::{PlanContext, ResolutionMode, ResolvedReferences, UserData, plan_vm};
+use crate::plan::vm::request::VmRequest;
+use crate::plan::vm::resolve::{ResolutionMode, ResolvedReferences};
+use crate::plan::vm::secret::UserData;
+use crate::plan::vm::validate::{PlanContext, plan_vm};
 
 const UID: &str = "11111111-2222-4333-8444-555555555555";
 const NAME: &str = "worker-0";

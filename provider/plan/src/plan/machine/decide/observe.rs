@@ -8,18 +8,18 @@ use prism_types::v3::{EntityState, PowerState, Vm};
 
 use super::{Ask, Draft, MachineFailure, fail, forget_deploy, power_of, since};
 use crate::api::{PendingTask, TaskOperation, phase};
-use crate::plan::lifecycle::{INVALID_CONFIGURATION, VmObservation, VmState};
 use crate::plan::machine::decision::FailureKind;
 use crate::plan::machine::decision::{Failure, ListingSlot, ListingSource, Next, Read};
 use crate::plan::machine::deletion_sent;
-use crate::plan::machine::snapshot::Listing;
-use crate::plan::machine_status::conditions;
-use crate::plan::provision::{
+use crate::plan::machine::lifecycle::{INVALID_CONFIGURATION, VmObservation, VmState};
+use crate::plan::machine::provision::{
     DEPLOYED_VM_SEARCH, DeployedByName, FailureClass, ListingSays, ListingView, TaskContext,
     TaskReading, after_transient_failure, deployed_vm_by_name, follow_up_value, listed_after,
     listing_says, pending_follow_up, read_task,
 };
-use crate::plan::request::FollowUpUpdate;
+use crate::plan::machine::snapshot::Listing;
+use crate::plan::machine::status::conditions;
+use crate::plan::vm::request::FollowUpUpdate;
 
 /// How much later than its recorded time (whole seconds) something was sent.
 const RECORDED_TIME_SLACK: Duration = Duration::from_secs(1);

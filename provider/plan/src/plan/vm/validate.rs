@@ -21,7 +21,7 @@ use super::resolve::{
 };
 use super::secret::UserData;
 use super::unattend::{self, PasswordValue, UnattendInput};
-use super::vm_plan::{
+use super::{
     BootPlan, DiskAddressPlan, EntityRef, GuestPlan, PlannedDataDisk, PlannedGpu, SourcePlan,
     VmPlan,
 };

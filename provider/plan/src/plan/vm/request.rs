@@ -22,9 +22,7 @@ use prism_types::v3::{
 use prism_types::v4::{self, GuestCustomizationConfig, TemplateDeployRequest, VmConfigOverride};
 use serde::{Deserialize, Serialize};
 
-use super::vm_plan::{
-    BootPlan, EntityRef, GuestPlan, PlannedDataDisk, PlannedGpu, SourcePlan, VmPlan,
-};
+use super::{BootPlan, EntityRef, GuestPlan, PlannedDataDisk, PlannedGpu, SourcePlan, VmPlan};
 use crate::api::quantity::MIB;
 use crate::api::{DiskAdapterType, DiskDeviceType};
 

@@ -1,5 +1,5 @@
 //! What the MachineSet controller writes: the capacity annotations of
-//! [`super::annotations::machine_set_annotations`], applied with server-side apply under a field
+//! [`annotations::machine_set_annotations`], applied with server-side apply under a field
 //! manager of their own.
 //!
 //! Server-side apply makes the API server do the bookkeeping: the keys applied are owned by that
@@ -11,6 +11,8 @@
 //!
 //! Nothing is sent when every wanted key already has its value and the manager owns no key it no
 //! longer wants (read from `metadata.managedFields`): no write in steady state.
+
+pub mod annotations;
 
 use std::collections::{BTreeMap, BTreeSet};
 

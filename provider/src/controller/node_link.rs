@@ -1,6 +1,6 @@
 //! Node link support: which Machine a Node belongs to (so a Node change requeues its Machine),
 //! and `Node.spec.providerID` set when the Node is the Machine's and has none (Windows nodes
-//! have no cloud controller manager to set it). The decisions are in [`crate::plan::node_link`].
+//! have no cloud controller manager to set it). The decisions are in [`crate::plan::machine::node_link`].
 
 use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
@@ -13,8 +13,10 @@ use serde_json::json;
 
 use super::error::Error;
 use crate::api::{GuardedMachine, Machine};
-use crate::plan::node_link::ProviderIdAction;
-pub use crate::plan::node_link::{MACHINE_ANNOTATION, machine_of_node, provider_id_action};
+use crate::plan::machine::node_link::ProviderIdAction;
+pub use crate::plan::machine::node_link::{
+    MACHINE_ANNOTATION, machine_of_node, provider_id_action,
+};
 
 /// The Machine to requeue when `node` changes: by nodelink's annotation, else by providerID
 /// among the watched Machines.

@@ -10,16 +10,19 @@
 //! providerID; the kubelet gets its serving certificate; WMCO marks the Node configured
 //! (annotation `windowsmachineconfig.openshift.io/version`). The condition names the stage
 //! reached and what is awaited next, or why the join cannot go on, in the
-//! cluster-machine-approver's terms (see [`super::csr`]): the client CSR's name is not the
+//! cluster-machine-approver's terms (see [`csr`]): the client CSR's name is not the
 //! Machine's `InternalDNS`; a serving CSR asks for an IP the Machine does not report; the 2-hour
 //! window for client CSRs has passed; the Node registered with an IP the VM does not have in
 //! Prism, or one the Machine does not report (`NodeIPMismatch`). A
 //! Machine without a linked Node after the join timeout gets `JoinTimedOut`.
 //!
 //! IPs are compared as addresses (an IPv4-mapped IPv6 address is its IPv4 address, as Go's
-//! `net.IP` treats it), except where the approver compares text ([`super::csr`]).
+//! `net.IP` treats it), except where the approver compares text ([`csr`]).
 //!
 //! Everything here reads; the reconciler approves no CSR and changes nothing WMCO owns.
+
+pub mod csr;
+pub mod csr_pem;
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -29,17 +32,17 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
-use super::addresses::address_type;
-use super::csr::{
+use self::csr::{
     CLIENT_SIGNER, Csr, CsrContext, CsrVerdict, MAX_MACHINE_CLOCK_SKEW, MAX_MACHINE_DELTA,
     MachineFacts, SERVING_SIGNER, check_csr, same_address,
 };
-use super::csr_pem::CsrState;
-use super::machine_status::provider_condition;
-use super::node_link::{
+use self::csr_pem::CsrState;
+use crate::api::{Machine, phase};
+use crate::plan::machine::addresses::address_type;
+use crate::plan::machine::node_link::{
     PROVIDED_NODE_IP_ANNOTATION, machine_ips, machine_node_names, node_ips, node_ref, same_dns_name,
 };
-use crate::api::{Machine, phase};
+use crate::plan::machine::status::{event_note, provider_condition};
 
 /// providerStatus condition type.
 pub const CONDITION: &str = "WindowsJoin";
@@ -54,8 +57,6 @@ pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitia
 pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(90 * 60);
 /// `errorReason` of a Machine failed for a timed-out join.
 pub const JOIN_TIMED_OUT_ERROR: &str = "JoinTimedOut";
-/// Event notes are limited to 1 KiB by the API server.
-const MAX_NOTE_BYTES: usize = 1024;
 /// The approver counts pending node CSRs created within this long.
 const RECENT_PENDING_WINDOW: SignedDuration = SignedDuration::from_hours(1);
 const NODE_USER_PREFIX: &str = "system:node:";
@@ -694,17 +695,6 @@ pub struct JoinDecision {
     pub fail: Option<String>,
 }
 
-fn note(text: &str) -> String {
-    if text.len() <= MAX_NOTE_BYTES {
-        return text.to_owned();
-    }
-    let mut end = MAX_NOTE_BYTES - 3;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &text[..end])
-}
-
 /// The condition, event and failure for `input`; `None` before the VM exists. A timed-out join
 /// fails the Machine only with `fail_timed_out` (`--fail-timed-out-windows-joins`).
 pub fn decide(input: &JoinInput<'_>, fail_timed_out: bool, now: &Time) -> Option<JoinDecision> {
@@ -729,13 +719,13 @@ pub fn decide(input: &JoinInput<'_>, fail_timed_out: bool, now: &Time) -> Option
         Some(JoinEvent {
             warning: true,
             reason: reasons::JOIN_TIMED_OUT,
-            note: note(message),
+            note: event_note(message),
         })
     } else {
         transition.then(|| JoinEvent {
             warning: state.stuck,
             reason: state.reason,
-            note: note(&format!("Windows join: {}", state.message)),
+            note: event_note(&format!("Windows join: {}", state.message)),
         })
     };
     Some(JoinDecision {

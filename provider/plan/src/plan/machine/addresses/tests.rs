@@ -344,9 +344,10 @@ fn the_primary_nics_own_assigned_address_comes_first() {
 #[test]
 fn the_subnet_cidr_is_read_from_prisms_ip_config() {
     // The recorded answer of a real Prism Central (pc.2024.3.0.1).
-    let recorded: Value = serde_json::from_str(include_str!(
-        "../../../../../hack/prism-mock/recorded/get_subnet.json"
-    ))
+    let recorded: Value = serde_json::from_str(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../hack/prism-mock/recorded/get_subnet.json"
+    )))
     .unwrap();
     let subnet: Subnet =
         serde_json::from_value(recorded["exchanges"][0]["response"]["body"].clone()).unwrap();

@@ -1,13 +1,25 @@
-//! The typed plan for one VM: everything validated, resolved and decided, ready to be written as
-//! a Prism request by [`super::request`].
+//! The VM of a Machine. Its providerSpec is validated ([`validate`], against what the actuator
+//! looked up: [`resolve`]) into the typed plan defined here, [`VmPlan`]: everything validated,
+//! resolved and decided, ready to be written as a Prism request by [`request`] (the guest's
+//! [`unattend`] or [`cloud_init`] with it).
+
+pub mod cloud_init;
+pub mod errors;
+pub mod guest;
+pub mod identity;
+pub mod request;
+pub mod resolve;
+pub mod secret;
+pub mod unattend;
+pub mod validate;
 
 use std::collections::BTreeMap;
 
 use prism_types::Sensitive;
 use prism_types::v3::{GpuMode, GpuVendor, Reference};
 
-use super::identity::MachineIdentity;
-use super::unattend::Unattend;
+use self::identity::MachineIdentity;
+use self::unattend::Unattend;
 use crate::api::{DiskAdapterType, DiskDeviceType, NutanixGpu};
 
 /// A Prism entity: by UUID, or (only in previews) by the name it was written with.
@@ -122,7 +134,7 @@ pub struct VmPlan {
     pub identity: MachineIdentity,
     /// The VM name: the Machine name.
     pub name: String,
-    /// Carries the identity marker (see [`super::identity`]).
+    /// Carries the identity marker (see [`identity`]).
     pub description: String,
     pub cluster: EntityRef,
     pub source: SourcePlan,

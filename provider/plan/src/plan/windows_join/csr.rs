@@ -35,7 +35,7 @@ use std::net::IpAddr;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::NodeAddress;
 
-use super::addresses::address_type;
+use crate::plan::machine::addresses::address_type;
 
 pub const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";

@@ -2,7 +2,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::plan::csr::NODE_BOOTSTRAPPER;
+use crate::plan::windows_join::csr::NODE_BOOTSTRAPPER;
 
 const NAME: &str = "win-abcde";
 const PROVIDER_ID: &str = "nutanix://0f4c2a1e-0000-4000-8000-000000000001";
@@ -910,14 +910,6 @@ fn durations_as_people_write_them() {
     assert_eq!(human_duration(Duration::from_secs(45)), "45s");
     assert_eq!(human_duration(Duration::from_secs(90)), "90s");
     assert_eq!(human_duration(Duration::from_millis(1500)), "1500ms");
-}
-
-#[test]
-fn long_notes_are_cut_to_the_api_limit() {
-    let long = "é".repeat(800);
-    let cut = note(&long);
-    assert!(cut.len() <= MAX_NOTE_BYTES && cut.ends_with("..."));
-    assert_eq!(note("short"), "short");
 }
 
 #[test]

@@ -13,9 +13,9 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use prism_types::v3::EntityState;
 use prism_types::{Error, TaskEntity, TaskFailure, TaskProgress};
 
-use super::identity::MachineIdentity;
-use super::request::FollowUpUpdate;
 use crate::api::{NutanixMachineProviderStatus, PendingTask, TaskOperation};
+use crate::plan::vm::identity::MachineIdentity;
+use crate::plan::vm::request::FollowUpUpdate;
 
 /// Whether a failure can heal by itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -26,10 +26,10 @@ use std::time::Duration;
 
 use prism_types::v3::{EntityState, Vm};
 
-use super::errors::{ErrorClass, ValidationErrors};
 use crate::api::{
     CLUSTER_ID_LABEL, EXCLUDE_NODE_DRAINING_ANNOTATION, MACHINE_FINALIZER, Machine, phase,
 };
+use crate::plan::vm::errors::{ErrorClass, ValidationErrors};
 
 /// How long MAO waits before looking again at a Machine that is waiting on something.
 pub const REQUEUE_AFTER: Duration = Duration::from_secs(30);
