@@ -12,7 +12,7 @@
 //! logged and skipped instead of stalling the watch; Nodes, mapped to their Machine.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Secret};
