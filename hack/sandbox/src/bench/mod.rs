@@ -373,16 +373,32 @@ impl Bench<'_> {
                     "create" | "update" | "patch" | "delete"
                 )
             {
-                controller_writes.push(format!(
+                let mut target = format!(
                     "{} {} {}/{}",
                     record.verb,
                     record.rbac_resource(),
                     record.namespace,
                     record.name
-                ));
+                );
+                if let Some(published) = self.event_said(&record) {
+                    target.push_str(&format!(" ({published})"));
+                }
+                controller_writes.push(target);
             }
         }
         (by_user, controller_writes)
+    }
+
+    /// An event's reason and note, when the record wrote one that is still stored.
+    fn event_said(&self, record: &kube_sim::reqlog::RequestRecord) -> Option<String> {
+        if record.resource != "events" {
+            return None;
+        }
+        let store = self.world.sim().store();
+        let def = store.resource(&record.api_group, "events")?;
+        let event = store.get(&def, &record.namespace, &record.name).ok()?;
+        let field = |name: &str| event.value.get(name).and_then(|v| v.as_str()).unwrap_or("");
+        Some(format!("{}: {}", field("reason"), field("note")))
     }
 
     fn stages(&self, tracker: &Tracker, vms: &HashSet<String>, phase: &Mark) -> Stages {
@@ -692,6 +708,10 @@ async fn phases(
             .await?;
         let before = bench.controller_stats().await;
         processes.push(usage(&phase_names, before));
+        // The old process is stopped before the logs are cleared: it may still be publishing the
+        // events of its last status writes when the last Machine is seen Running, and those are
+        // not the restarted controller's writes.
+        world.kill_controller().await?;
         world.sim().request_log().clear();
         let restart_from = bench.mark().await;
         bench.say("restarting the controller with the production intervals");
