@@ -21,7 +21,9 @@ use crate::patch::{PatchKind, apply_patch, parse_body};
 use crate::reqlog::{RequestLog, RequestRecord, TimedRequest};
 use crate::resources::ResourceDef;
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{DeleteOptions, ListParams, Store, Stored, WriteTarget, field_scope};
+use crate::store::{
+    DeleteOptions, ListParams, PendingWrite, Store, Stored, WriteTarget, field_scope,
+};
 use crate::table;
 use crate::watch::{self, WatchRequest, WatchStart};
 
@@ -462,6 +464,16 @@ async fn resource_request(
         tokio::time::sleep(latency).await;
     }
     let namespace = path.namespace.clone().unwrap_or_default();
+    if request.method() != Method::GET {
+        store.run_interleavings(&PendingWrite {
+            method: request.method().as_str(),
+            group: &def.group,
+            plural: &def.plural,
+            namespace: &namespace,
+            name: path.name.as_deref().unwrap_or_default(),
+            subresource: path.subresource.as_deref().unwrap_or_default(),
+        });
+    }
     let accept = request
         .headers()
         .get(header::ACCEPT)

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -226,6 +226,38 @@ pub struct Store {
     watch_delay_micros: AtomicU64,
     /// How long a write waits before it is applied, in microseconds (0: not at all).
     write_latency_micros: AtomicU64,
+    /// What other clients do just before a write is applied ([`Store::interleave_before_write`]).
+    interleavings: Interleavings,
+}
+
+/// A write as it reaches the server, before it is applied: what an [`Interleaving`] looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct PendingWrite<'a> {
+    /// The HTTP method: POST, PUT, PATCH or DELETE.
+    pub method: &'a str,
+    pub group: &'a str,
+    pub plural: &'a str,
+    /// "" for cluster-scoped objects.
+    pub namespace: &'a str,
+    /// "" for a create or a collection.
+    pub name: &'a str,
+    /// "" for the object itself.
+    pub subresource: &'a str,
+}
+
+/// What another client does between one client's read and its write (a real API server answers
+/// the write from the state that other client left, as any store would). Run on each write that
+/// reaches the server, before it is applied, until it returns true; then it runs no more.
+pub type Interleaving = Box<dyn FnMut(&Store, &PendingWrite<'_>) -> bool + Send>;
+
+#[derive(Default)]
+struct Interleavings(Mutex<Vec<Interleaving>>);
+
+impl std::fmt::Debug for Interleavings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let count = self.0.lock().unwrap_or_else(PoisonError::into_inner).len();
+        write!(f, "Interleavings({count})")
+    }
 }
 
 fn micros(duration: Duration) -> u64 {
@@ -295,6 +327,46 @@ impl Store {
         Duration::from_micros(self.write_latency_micros.load(Ordering::Relaxed))
     }
 
+    /// Runs `interleaving` on each write the server receives, before the write is applied, until
+    /// it returns true: a test's way to put another client's change exactly between a
+    /// controller's read and its write (another controller removing the last finalizer of an
+    /// object this one is about to patch, say).
+    pub fn interleave_before_write(&self, interleaving: Interleaving) {
+        self.interleavings
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(interleaving);
+    }
+
+    /// Runs the pending interleavings on `write`, dropping those that acted. They run outside
+    /// the list's lock, so that they may write to the store (and register more).
+    pub fn run_interleavings(&self, write: &PendingWrite<'_>) {
+        let pending = std::mem::take(
+            &mut *self
+                .interleavings
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        if pending.is_empty() {
+            return;
+        }
+        let mut kept = Vec::new();
+        for mut interleaving in pending {
+            if !interleaving(self, write) {
+                kept.push(interleaving);
+            }
+        }
+        let mut list = self
+            .interleavings
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        kept.append(&mut list);
+        *list = kept;
+    }
+
     pub fn new(config: StoreConfig) -> Self {
         let collections = builtin_resources()
             .into_iter()
@@ -322,6 +394,7 @@ impl Store {
             gc_wakeup: Notify::new(),
             watch_delay_micros: AtomicU64::new(0),
             write_latency_micros: AtomicU64::new(0),
+            interleavings: Interleavings::default(),
         };
         for ns in DEFAULT_NAMESPACES {
             // The namespaces are valid and new: this cannot fail.

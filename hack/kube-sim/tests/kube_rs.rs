@@ -1711,3 +1711,68 @@ async fn a_write_latency_delays_writes_and_a_watch_delay_delays_their_events_in_
         [("ADDED", "late".to_owned()), ("DELETED", "late".to_owned())]
     );
 }
+
+/// Another client's change put between a read and a write: the write is answered from the state
+/// it left. Here it removes the last finalizer of an object being deleted, so the object is gone
+/// (the API server removes a deleting object once its finalizers are empty) and the patch the
+/// first client sends is answered 404; the interleaving runs once, on the write it matched.
+#[tokio::test]
+async fn an_interleaving_runs_once_before_the_write_it_matches() {
+    let (sim, client) = start(Config::default()).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let held = config_map("held", json!({}));
+    let mut held = serde_json::to_value(held).unwrap();
+    held["metadata"]["finalizers"] = json!(["example.com/held"]);
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(held).unwrap(),
+    )
+    .await
+    .unwrap();
+    cms.delete("held", &DeleteParams::default()).await.unwrap();
+    let runs = Arc::new(Mutex::new(0));
+    let counted = runs.clone();
+    sim.store()
+        .interleave_before_write(Box::new(move |store, write| {
+            if write.plural != "configmaps" || write.name != "held" || write.method != "PATCH" {
+                return false;
+            }
+            *counted.lock().unwrap() += 1;
+            let def = store.resource("", "configmaps").unwrap();
+            store
+                .modify(
+                    &def,
+                    "default",
+                    "held",
+                    kube_sim::store::WriteTarget::Main,
+                    false,
+                    |current| {
+                        let mut next = current.clone();
+                        next["metadata"]["finalizers"] = json!([]);
+                        Ok(next)
+                    },
+                )
+                .unwrap();
+            true
+        }));
+    // A write that does not match leaves it waiting.
+    cms.create(&PostParams::default(), &config_map("other", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(*runs.lock().unwrap(), 0);
+
+    let label = json!({"metadata": {"labels": {"seen": "yes"}}});
+    let answer = cms
+        .patch("held", &PatchParams::default(), &Patch::Merge(&label))
+        .await;
+    assert!(
+        matches!(&answer, Err(kube::Error::Api(status)) if status.code == 404),
+        "{answer:?}"
+    );
+    assert!(cms.get_opt("held").await.unwrap().is_none());
+    // Once acted, it runs no more: the next patch of another object goes through untouched.
+    cms.patch("other", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap();
+    assert_eq!(*runs.lock().unwrap(), 1);
+}

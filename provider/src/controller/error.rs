@@ -55,6 +55,10 @@ pub enum Error {
     /// The Node cannot be drained yet (an eviction is blocked); the drain retries.
     #[error("drain: {0}")]
     Drain(String),
+    /// A write to the Machine was answered 404: another writer removed its last finalizer and
+    /// the API server removed it. The reconcile ends there ([`crate::controller::machine`]).
+    #[error("Machine {machine} is gone: {action} was answered 404")]
+    MachineGone { machine: String, action: String },
 }
 
 impl Error {
@@ -129,6 +133,7 @@ impl Error {
             Self::DeployUnconfirmed(_) => "DeployUnconfirmed",
             Self::VmError(_) => "VmError",
             Self::Drain(_) => "Drain",
+            Self::MachineGone { .. } => "MachineGone",
         }
     }
 }

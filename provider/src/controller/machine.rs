@@ -232,7 +232,25 @@ impl Scope {
         &self.context.shared
     }
 
+    /// Reconciles; a write answered 404 ends it quietly, since the Machine no longer exists
+    /// (its deletion finished by another writer, or a finalizer removed by hand).
     async fn run(mut self) -> Result<Action, Error> {
+        match self.reconcile().await {
+            Err(Error::MachineGone { action, .. }) => {
+                tracing::info!(machine = %self.key, action, "the Machine is gone; nothing left to do");
+                // The version this reconcile started from is as stale as the ones it replaced.
+                self.context
+                    .superseded
+                    .record(&self.key, self.machine.metadata.resource_version.as_ref());
+                self.context.superseded.released(&self.key, Instant::now());
+                self.shared().backoff.reset(&self.key);
+                Ok(Action::await_change())
+            }
+            result => result,
+        }
+    }
+
+    async fn reconcile(&mut self) -> Result<Action, Error> {
         if self
             .context
             .superseded
@@ -243,10 +261,15 @@ impl Scope {
         }
         let next = match self.rounds().await {
             Ok(next) => next,
+            Err(error @ Error::MachineGone { .. }) => return Err(error),
             Err(error) => {
                 // What was decided before the failed call still holds.
-                if let Err(flush) = self.flush().await {
-                    tracing::warn!(machine = %self.key, error = %flush, "cannot write what was decided before the failure");
+                match self.flush().await {
+                    Err(gone @ Error::MachineGone { .. }) => return Err(gone),
+                    Err(flush) => {
+                        tracing::warn!(machine = %self.key, error = %flush, "cannot write what was decided before the failure");
+                    }
+                    Ok(()) => {}
                 }
                 return Err(error);
             }
@@ -345,17 +368,8 @@ impl Scope {
     /// publishes the events and applies the effects.
     async fn flush(&mut self) -> Result<(), Error> {
         if self.metadata == Some(MetadataChange::RemoveFinalizer) {
-            match self.write_status().await {
-                // Gone already: another reconcile released it, so this one has nothing to do.
-                Err(Error::Kube {
-                    source: kube::Error::Api(status),
-                    ..
-                }) if status.code == 404 => self.metadata = None,
-                written => {
-                    written?;
-                    self.write_metadata().await?;
-                }
-            }
+            self.write_status().await?;
+            self.write_metadata().await?;
         } else {
             self.write_metadata().await?;
             self.write_status().await?;
@@ -454,7 +468,13 @@ impl Scope {
                 &Patch::Merge(&patch),
             )
             .await
-            .map_err(|e| Error::kube(format!("patch status of Machine {}", self.key), e))?;
+            .map_err(|e| {
+                written_error(
+                    &self.key,
+                    format!("patch status of Machine {}", self.key),
+                    e,
+                )
+            })?;
         self.replace_machine(updated);
         Ok(())
     }
@@ -465,7 +485,6 @@ impl Scope {
         let Some(change) = self.metadata.take() else {
             return Ok(());
         };
-        let removing_finalizer = change == MetadataChange::RemoveFinalizer;
         let (patch, what) = match change {
             MetadataChange::AddFinalizer | MetadataChange::RemoveFinalizer => {
                 let mut finalizers: Vec<String> = self
@@ -497,7 +516,7 @@ impl Scope {
                 (patch, "patch")
             }
         };
-        let updated = match self
+        let updated = self
             .api()
             .patch(
                 &self.machine.name_any(),
@@ -505,15 +524,7 @@ impl Scope {
                 &Patch::Merge(&patch),
             )
             .await
-        {
-            Ok(updated) => updated,
-            // A removal is what a 404 says happened: the Machine is gone.
-            Err(kube::Error::Api(status)) if status.code == 404 && removing_finalizer => {
-                tracing::debug!(machine = %self.key, "the Machine was gone before its finalizer was removed");
-                return Ok(());
-            }
-            Err(error) => return Err(Error::kube(format!("{what} Machine {}", self.key), error)),
-        };
+            .map_err(|e| written_error(&self.key, format!("{what} Machine {}", self.key), e))?;
         self.replace_machine(updated);
         Ok(())
     }
@@ -525,6 +536,17 @@ impl Scope {
             .record(&self.key, self.machine.metadata.resource_version.as_ref());
         self.machine = updated;
         self.wrote = true;
+    }
+}
+
+/// The error of a failed write of the Machine: [`Error::MachineGone`] for a 404.
+fn written_error(key: &str, action: String, error: kube::Error) -> Error {
+    match error {
+        kube::Error::Api(status) if status.code == 404 => Error::MachineGone {
+            machine: key.to_owned(),
+            action,
+        },
+        error => Error::kube(action, error),
     }
 }
 

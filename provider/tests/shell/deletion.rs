@@ -205,3 +205,158 @@ async fn a_released_machine_gets_no_read_and_no_write_from_a_cache_that_still_ho
     }
     controller.stop().await;
 }
+
+/// Which of a deletion's two last writes finds the Machine gone.
+#[derive(Clone, Copy)]
+enum GoneBefore {
+    /// The status write that precedes the finalizer's removal.
+    StatusWrite,
+    /// The finalizer's removal itself.
+    FinalizerRemoval,
+}
+
+/// Deletes a Machine (once it reached `phase`) while another writer (a reconcile of an earlier
+/// process, or an administrator's `oc patch`) removes the finalizer just before one of the
+/// controller's last writes, once Prism has no VM of it. The API server removes a deleting
+/// object whose finalizers are empty, so that write is answered 404: the deletion is then done,
+/// not failed.
+async fn released_by_another_writer(
+    name: &'static str,
+    spec: serde_json::Value,
+    phase: &str,
+    gone_before: GoneBefore,
+) {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let controller = InProcessController::start(&env, "controller").await;
+    env.create_machine(name, spec, false).await;
+    let machine = env.wait_phase(name, phase).await;
+    let uuid = machine["status"]["providerStatus"]["vmUUID"]
+        .as_str()
+        .map(str::to_owned);
+    let errors_before = reconcile_errors(&controller);
+    let warnings_before = warnings(&env, name);
+    let admin = env.mock.admin().clone();
+    let acted = Arc::new(Mutex::new(false));
+    let acted_flag = acted.clone();
+    let subresource = match gone_before {
+        GoneBefore::StatusWrite => "status",
+        GoneBefore::FinalizerRemoval => "",
+    };
+    env.sim
+        .store()
+        .interleave_before_write(Box::new(move |store, write| {
+            let ours = write.method == "PATCH"
+                && write.plural == "machines"
+                && write.name == name
+                && write.subresource == subresource;
+            let vm_gone = uuid
+                .as_ref()
+                .is_none_or(|uuid| admin.vm_summary(uuid).is_none());
+            let def = store.resource("machine.openshift.io", "machines").unwrap();
+            let deleting = store
+                .get(&def, crate::harness::NS, name)
+                .is_ok_and(|m| !m.value["metadata"]["deletionTimestamp"].is_null());
+            if !(ours && vm_gone && deleting) {
+                return false;
+            }
+            store
+                .modify(
+                    &def,
+                    crate::harness::NS,
+                    name,
+                    kube_sim::store::WriteTarget::Main,
+                    false,
+                    |current| {
+                        let mut next = current.clone();
+                        next["metadata"]["finalizers"] = serde_json::json!([]);
+                        Ok(next)
+                    },
+                )
+                .unwrap();
+            *acted_flag.lock().unwrap() = true;
+            true
+        }));
+    env.machines_api()
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_machine(name, "gone", serde_json::Value::is_null)
+        .await;
+    // Longer than a failed reconcile waits before its retry.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    let journal = Journal::of(&env, name, &[&controller.user]);
+    assert!(
+        *acted.lock().unwrap(),
+        "the controller made no such write once the VM was gone; journal:\n{}",
+        journal.render()
+    );
+    let refused: Vec<_> = journal
+        .kube
+        .iter()
+        .filter(|k| k.is_write() && k.0.record.name == name && k.0.record.status >= 400)
+        .collect();
+    assert_eq!(
+        refused.len(),
+        1,
+        "one write found the Machine gone; journal:\n{}",
+        journal.render()
+    );
+    assert_eq!(refused[0].0.record.status, 404);
+    let later = journal.kube.iter().find(|k| {
+        k.is_write()
+            && k.0.record.resource == "machines"
+            && k.0.record.name == name
+            && k.0.received > refused[0].0.answered
+    });
+    assert!(
+        later.is_none(),
+        "the controller wrote to the gone Machine again; journal:\n{}",
+        journal.render()
+    );
+    assert_eq!(
+        reconcile_errors(&controller),
+        errors_before,
+        "a Machine gone at the end of its deletion failed a reconcile; journal:\n{}",
+        journal.render()
+    );
+    assert_eq!(warnings(&env, name), warnings_before);
+    controller.stop().await;
+}
+
+fn reconcile_errors(controller: &InProcessController) -> u64 {
+    controller
+        .metrics
+        .reconcile_duration
+        .with_label_values(&["machine", "error"])
+        .get_sample_count()
+}
+
+fn warnings(env: &Env, name: &str) -> Vec<(String, String)> {
+    env.events_of(name)
+        .into_iter()
+        .filter(|(_, kind, _)| kind == "Warning")
+        .map(|(reason, _, note)| (reason, note))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_gone_before_the_last_status_write_of_its_deletion_is_deleted_not_failed() {
+    // A Failed Machine has no VM: its deletion writes phase Deleting and removes the finalizer
+    // in one reconcile.
+    let mut spec = linux_spec();
+    spec["vcpuSockets"] = 0.into();
+    released_by_another_writer("gone-status-0", spec, "Failed", GoneBefore::StatusWrite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_gone_before_its_finalizer_removal_is_deleted_not_failed() {
+    released_by_another_writer(
+        "gone-finalizer-0",
+        linux_spec(),
+        "Running",
+        GoneBefore::FinalizerRemoval,
+    )
+    .await;
+}
