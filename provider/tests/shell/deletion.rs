@@ -224,6 +224,7 @@ async fn released_by_another_writer(
     name: &'static str,
     spec: serde_json::Value,
     phase: &str,
+    announced: Option<(&str, &str)>,
     gone_before: GoneBefore,
 ) {
     let mut env = Env::start().await;
@@ -231,6 +232,11 @@ async fn released_by_another_writer(
     let controller = InProcessController::start(&env, "controller").await;
     env.create_machine(name, spec, false).await;
     let machine = env.wait_phase(name, phase).await;
+    // The reconcile that wrote the phase publishes its events after the status write: they
+    // belong to the time before the deletion.
+    if let Some((reason, text)) = announced {
+        env.wait_event(name, reason, text).await;
+    }
     let uuid = machine["status"]["providerStatus"]["vmUUID"]
         .as_str()
         .map(str::to_owned);
@@ -347,7 +353,14 @@ async fn a_machine_gone_before_the_last_status_write_of_its_deletion_is_deleted_
     // in one reconcile.
     let mut spec = linux_spec();
     spec["vcpuSockets"] = 0.into();
-    released_by_another_writer("gone-status-0", spec, "Failed", GoneBefore::StatusWrite).await;
+    released_by_another_writer(
+        "gone-status-0",
+        spec,
+        "Failed",
+        Some(("FailedCreate", "vcpuSockets")),
+        GoneBefore::StatusWrite,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -356,6 +369,7 @@ async fn a_machine_gone_before_its_finalizer_removal_is_deleted_not_failed() {
         "gone-finalizer-0",
         linux_spec(),
         "Running",
+        None,
         GoneBefore::FinalizerRemoval,
     )
     .await;
