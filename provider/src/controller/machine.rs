@@ -211,6 +211,7 @@ impl Scope {
             migration_gate: shared.settings.migration_gate,
             create_backoff: shared.backoff.remaining(&key),
             new_request_id: uuid::Uuid::new_v4().to_string(),
+            fail_timed_out_windows_joins: shared.settings.fail_timed_out_windows_joins,
         };
         let snapshot = Snapshot::of(&machine, Timestamp::now(), settings);
         Self {

@@ -2,13 +2,14 @@
 //! Windows Machine (label `machine.openshift.io/os-id: Windows`, not
 //! `windowsmachineconfig.openshift.io/ignore=true`), with an event on each change of its reason;
 //! the Node's `spec.providerID` when it has none and is the Machine's by name and address
-//! ([`crate::plan::machine::node_link`]); and, with `--fail-timed-out-windows-joins`, phase Failed for a
-//! Machine with no linked Node after `--windows-join-timeout`.
+//! ([`crate::plan::machine::node_link`]). A Machine with no linked Node after
+//! `--windows-join-timeout` gets the reason `JoinTimedOut`; with `--fail-timed-out-windows-joins`
+//! the Machine controller, the one writer of phase, reads that reason and fails the Machine
+//! ([`crate::plan::windows_join::timed_out_join`]).
 //!
 //! It reads Machines, Nodes, CertificateSigningRequests and the shared VM inventory (the VM's
 //! addresses as Prism reports them). It approves no CSR, logs in to no VM, and writes nothing
-//! WMCO owns: its only writes are the condition, phase Failed and the `instance-state`
-//! annotation of a Machine it fails, and an empty Node providerID.
+//! WMCO owns: its only writes are the condition and an empty Node providerID.
 //!
 //! The condition has a key of the providerStatus to itself, `windowsJoin` ([`STATUS_FIELD`]),
 //! which the Machine controller never writes (it keeps unknown keys as they are, and a merge
@@ -44,26 +45,19 @@ use super::kit::{self, BackoffKey, Kit, key_of};
 use super::machine_cache::MachineFeed;
 use super::node_link::apply_provider_id_action;
 use super::stores_ready::StoresReady;
-use crate::api::{
-    GuardedMachine, INSTANCE_STATE_ANNOTATION, Machine, NutanixMachineProviderStatus, phase,
-};
+use crate::api::{GuardedMachine, Machine, NutanixMachineProviderStatus, phase};
 use crate::plan::machine::addresses::nics_of;
 use crate::plan::machine::node_link::{
     ProviderIdAction, machine_node_names, machine_of_node, node_ref, provider_id_action,
     same_dns_name,
 };
-use crate::plan::machine::status::{
-    StatusUpdate, UNKNOWN_INSTANCE_STATE, metadata_patch, status_patch,
-};
+pub use crate::plan::windows_join::STATUS_FIELD;
 use crate::plan::windows_join::csr::{CLIENT_SIGNER, SERVING_SIGNER};
 use crate::plan::windows_join::csr_pem::{CsrObjectError, csr_of, csr_state};
 use crate::plan::windows_join::{
-    CONDITION, JOIN_TIMED_OUT_ERROR, JoinInput, ObservedCsr, applies_to, decide, machine_facts,
-    node_of,
+    CONDITION, JoinInput, ObservedCsr, applies_to, decide, machine_facts, node_of,
+    recorded_condition,
 };
-
-/// The providerStatus key of the `WindowsJoin` condition, written by this reconciler only.
-pub const STATUS_FIELD: &str = "windowsJoin";
 
 /// This reconciler in the kit: its failures back off under its own key (apart from the Machine
 /// controller's for the same Machine), and a reconcile that went well ends the backoff; an
@@ -375,7 +369,7 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
         now: now.0,
         timeout: settings.windows_join_timeout,
     };
-    let Some(decision) = decide(&input, settings.fail_timed_out_windows_joins, &now) else {
+    let Some(decision) = decide(&input, &now) else {
         return Ok(Action::await_change());
     };
 
@@ -393,57 +387,19 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
         &machine.namespace().unwrap_or_default(),
     );
     let condition = next_condition(previous.as_ref(), decision.condition.clone());
-    let mut written = None;
     if let Some(patch) = condition_patch(machine, &status, &condition) {
-        written = match write_status(&api, &machine.name_any(), &key, &patch).await? {
-            Written::Updated(updated) => Some(*updated),
+        let updated = match write_status(&api, &machine.name_any(), &key, &patch).await? {
+            Written::Updated(updated) => updated,
             Written::Conflict => return Ok(Action::requeue(CONFLICT_RETRY)),
         };
-    }
-    if let Some(message) = &decision.fail {
-        // Failing the Machine is a change of its phase, the Machine controller's field too:
-        // made from the version just written, and refused (409) if another writer came between.
-        let update = StatusUpdate {
-            phase: Some(phase::FAILED),
-            error: Some((Some(JOIN_TIMED_OUT_ERROR.to_owned()), message.clone())),
-            ..StatusUpdate::default()
-        };
-        if let Some(patch) = status_patch(written.as_ref().unwrap_or(machine), &update, &now) {
-            written = match write_status(&api, &machine.name_any(), &key, &patch).await? {
-                Written::Updated(updated) => Some(*updated),
-                Written::Conflict => return Ok(Action::requeue(CONFLICT_RETRY)),
-            };
-        }
-    }
-    if let Some(updated) = &written {
         let state = &decision.state;
         tracing::info!(machine = %key, reason = state.reason, message = %state.message, "WindowsJoin");
-        if decision.fail.is_some() {
-            let annotations = [(
-                INSTANCE_STATE_ANNOTATION.to_owned(),
-                UNKNOWN_INSTANCE_STATE.to_owned(),
-            )]
-            .into();
-            if let Some(patch) = metadata_patch(updated, &Default::default(), &annotations, None) {
-                api.patch(
-                    &machine.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-                .map_err(|e| Error::kube(format!("patch Machine {key}"), e))?;
-            }
-            tracing::warn!(machine = %key, "Windows join timed out; Machine marked Failed");
-        }
         if let Some(event) = &decision.event {
             context
                 .shared
-                .event(updated, event.warning, event.reason, event.note.clone())
+                .event(&updated, event.warning, event.reason, event.note.clone())
                 .await;
         }
-    }
-    if decision.fail.is_some() {
-        return Ok(Action::await_change());
     }
     let wait = if decision.state.complete() {
         settings.running_interval
@@ -451,20 +407,6 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
         settings.requeue_interval
     };
     Ok(Action::requeue(wait))
-}
-
-/// The `WindowsJoin` condition as last written: from [`STATUS_FIELD`], else where an earlier
-/// version kept it (`providerStatus.conditions`). An unreadable one counts as none (it is
-/// written afresh).
-fn recorded_condition(status: &NutanixMachineProviderStatus) -> Option<Condition> {
-    match status.other.get(STATUS_FIELD) {
-        Some(value) => serde_json::from_value(value.clone()).ok(),
-        None => status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == CONDITION)
-            .cloned(),
-    }
 }
 
 /// `condition` as it is to be written: `lastTransitionTime` moves only when the status changes.
@@ -542,7 +484,7 @@ mod tests {
     use kube::api::PostParams;
 
     use super::*;
-    use crate::plan::machine::status::provider_condition;
+    use crate::plan::machine::status::{StatusUpdate, provider_condition, status_patch};
 
     const NS: &str = "openshift-machine-api";
 

@@ -43,6 +43,7 @@ use crate::plan::machine::status::{
 use crate::plan::vm::SourcePlan;
 use crate::plan::vm::VmPlan;
 use crate::plan::vm::request::{VmRequest, build_request};
+use crate::plan::windows_join::JOIN_TIMED_OUT_ERROR;
 
 mod observe;
 
@@ -109,6 +110,8 @@ pub fn deletion_sent(status: &NutanixMachineProviderStatus, uuid: &str) -> bool 
 enum MachineFailure {
     /// Its VM is gone after it was provisioned (MAO's `InstanceMissing`).
     InstanceMissing,
+    /// Its Windows join timed out and `--fail-timed-out-windows-joins` is set: the message.
+    JoinTimedOut(String),
     /// Its create cannot succeed.
     Create {
         reason: Option<&'static str>,
@@ -310,6 +313,11 @@ fn fail(d: &mut Draft<'_>, failure: MachineFailure) -> Next {
             d.event(true, "FailedUpdate", message.clone());
             (None, message)
         }
+        MachineFailure::JoinTimedOut(message) => {
+            d.failure_metric(FailureKind::Update, JOIN_TIMED_OUT_ERROR);
+            d.event(true, JOIN_TIMED_OUT_ERROR, message.clone());
+            (Some(JOIN_TIMED_OUT_ERROR), message)
+        }
         MachineFailure::Create { reason, message } => {
             d.provider_condition(
                 conditions::MACHINE_CREATION,
@@ -397,10 +405,18 @@ fn perform(d: &mut Draft<'_>, step: Step, vm: Option<Vm>) -> Decided {
             step.requeue_after(&intervals).unwrap_or(poll),
         )),
         Step::FinishDeletion { node } => finish_deletion(d, node),
-        Step::UpdateFromVm { phase } => match vm {
-            Some(vm) => update_from_vm(d, phase, &vm),
-            None => Ok(Next::Requeue(d.requeue())),
-        },
+        Step::UpdateFromVm { phase } => {
+            // The join reconciler reports the timeout; phase is this controller's field.
+            if d.s.settings.fail_timed_out_windows_joins
+                && let Some(message) = d.s.machine.join_timed_out.clone()
+            {
+                return Ok(fail(d, MachineFailure::JoinTimedOut(message)));
+            }
+            match vm {
+                Some(vm) => update_from_vm(d, phase, &vm),
+                None => Ok(Next::Requeue(d.requeue())),
+            }
+        }
         Step::ReportVmError { message } => {
             d.provider_condition(
                 conditions::MACHINE_UPDATE,

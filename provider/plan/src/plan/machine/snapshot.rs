@@ -17,6 +17,7 @@ use crate::plan::machine::provision::{DeployCandidate, secure_boot_customized};
 use crate::plan::vm::VmPlan;
 use crate::plan::vm::errors::ValidationErrors;
 use crate::plan::vm::identity::MachineIdentity;
+use crate::plan::windows_join::timed_out_join;
 
 /// Machine condition of a paused Machine (migration to the Cluster API).
 pub const PAUSED_CONDITION: &str = "Paused";
@@ -37,9 +38,10 @@ pub struct Snapshot {
 impl Snapshot {
     /// A snapshot of `machine` before anything is observed.
     pub fn of(machine: &Machine, now: Timestamp, settings: Settings) -> Self {
+        let status = machine.provider_status().unwrap_or_default();
         Self {
-            machine: MachineFacts::of(machine),
-            status: machine.provider_status().unwrap_or_default(),
+            machine: MachineFacts::of(machine, &status),
+            status,
             recorded: None,
             seen: Seen::default(),
             now,
@@ -71,10 +73,13 @@ pub struct MachineFacts {
     pub addresses: Vec<NodeAddress>,
     /// The providerSpec asks for Secure Boot with guest customization.
     pub secure_boot_customized: bool,
+    /// The `errorMessage` for a Windows join the join reconciler reported timed out
+    /// ([`timed_out_join`]).
+    pub join_timed_out: Option<String>,
 }
 
 impl MachineFacts {
-    pub fn of(machine: &Machine) -> Self {
+    pub fn of(machine: &Machine, provider_status: &NutanixMachineProviderStatus) -> Self {
         let status = machine.status.as_ref();
         Self {
             state: MachineState::of(machine),
@@ -97,6 +102,7 @@ impl MachineFacts {
                 .provider_config()
                 .and_then(Result::ok)
                 .is_some_and(|config| secure_boot_customized(&config)),
+            join_timed_out: timed_out_join(machine, provider_status),
         }
     }
 }
@@ -111,6 +117,8 @@ pub struct Settings {
     pub create_backoff: Option<Duration>,
     /// A request id for a template deploy, should one be recorded now.
     pub new_request_id: String,
+    /// `--fail-timed-out-windows-joins`.
+    pub fail_timed_out_windows_joins: bool,
 }
 
 /// What this reconcile has observed and sent so far; each slot is filled by the executor

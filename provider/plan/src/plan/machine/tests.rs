@@ -114,6 +114,8 @@ struct World {
     now: Timestamp,
     prepared: Prepared,
     gate: bool,
+    /// `--fail-timed-out-windows-joins`.
+    fail_timed_out_joins: bool,
     answers: VecDeque<Answer>,
     /// A UUID Prism gives the next VM instead of the reserved one.
     gives_uuid: Option<String>,
@@ -144,6 +146,7 @@ impl World {
             },
             now: "2026-01-01T00:01:00Z".parse().unwrap(),
             gate: false,
+            fail_timed_out_joins: false,
             answers: VecDeque::new(),
             gives_uuid: None,
             deploy_names_no_vm: false,
@@ -422,6 +425,7 @@ impl World {
             migration_gate: self.gate,
             create_backoff: None,
             new_request_id: self.next_id("request"),
+            fail_timed_out_windows_joins: self.fail_timed_out_joins,
         };
         let mut snapshot = Snapshot::of(&self.stored(), self.now, settings);
         let mut pending = StatusUpdate::default();
@@ -730,6 +734,74 @@ fn a_running_machine_in_steady_state_writes_nothing_and_calls_prism_for_nothing_
         outcome.events.is_empty(),
         "the Update event only follows a write"
     );
+}
+
+#[test]
+fn a_windows_join_reported_timed_out_fails_the_machine_with_the_flag_while_no_node_is_linked() {
+    // A Windows Machine Provisioned, as the join reconciler finds it, with `reason` in its
+    // `windowsJoin` condition (the key only that reconciler writes).
+    let provisioned = |reason: &str| {
+        let mut world = World::new("template");
+        world.machine["metadata"]["labels"]["machine.openshift.io/os-id"] = json!("Windows");
+        world.run_until(12, |w| w.phase() == phase::PROVISIONED);
+        world.machine["status"]["providerStatus"]["windowsJoin"] = json!({
+            "type": "WindowsJoin", "status": "False", "reason": reason,
+            "message": "no Node linked to the Machine 1h30m after its creation; CSRPending: waiting",
+            "lastTransitionTime": "2026-01-01T01:30:00Z"
+        });
+        world.tick();
+        world
+    };
+
+    let mut reported = provisioned("JoinTimedOut");
+    reported.steps();
+    assert_eq!(reported.phase(), phase::PROVISIONED, "without the flag");
+
+    let mut failing = provisioned("JoinTimedOut");
+    failing.fail_timed_out_joins = true;
+    let (steps, outcome) = failing.steps();
+    assert_eq!(
+        steps,
+        strings(&["env", "GET", "write metadata", "write status"])
+    );
+    assert_eq!(failing.phase(), phase::FAILED);
+    let status = &failing.machine["status"];
+    assert_eq!(status["errorReason"], "JoinTimedOut");
+    let message = status["errorMessage"].as_str().unwrap();
+    assert!(
+        message.starts_with("Windows join timed out: no Node linked")
+            && message.contains("--fail-timed-out-windows-joins"),
+        "{message}"
+    );
+    assert_eq!(
+        failing.machine["metadata"]["annotations"]["machine.openshift.io/instance-state"],
+        "Unknown"
+    );
+    assert_eq!(outcome.events, ["JoinTimedOut"]);
+    assert_eq!(outcome.next, Some(Next::AwaitChange));
+    assert!(outcome.effects.contains(&Effect::Failure {
+        kind: FailureKind::Update,
+        reason: "JoinTimedOut",
+    }));
+
+    // A Node linked since the report ends the timeout; so does any other reason.
+    let mut linked = provisioned("JoinTimedOut");
+    linked.fail_timed_out_joins = true;
+    linked.link_node();
+    linked.steps();
+    assert_eq!(linked.phase(), phase::RUNNING);
+    let mut pending = provisioned("CSRPending");
+    pending.fail_timed_out_joins = true;
+    pending.steps();
+    assert_eq!(pending.phase(), phase::PROVISIONED);
+
+    // Only Machines the join reconciler looks after.
+    let mut ignored = provisioned("JoinTimedOut");
+    ignored.fail_timed_out_joins = true;
+    ignored.machine["metadata"]["labels"]["windowsmachineconfig.openshift.io/ignore"] =
+        json!("true");
+    ignored.steps();
+    assert_eq!(ignored.phase(), phase::PROVISIONED);
 }
 
 #[test]

@@ -37,7 +37,7 @@ use self::csr::{
     MachineFacts, SERVING_SIGNER, check_csr, same_address,
 };
 use self::csr_pem::CsrState;
-use crate::api::{Machine, phase};
+use crate::api::{Machine, NutanixMachineProviderStatus, phase};
 use crate::plan::machine::addresses::address_type;
 use crate::plan::machine::node_link::{
     PROVIDED_NODE_IP_ANNOTATION, machine_ips, machine_node_names, node_ips, node_ref, same_dns_name,
@@ -46,6 +46,9 @@ use crate::plan::machine::status::{event_note, provider_condition};
 
 /// providerStatus condition type.
 pub const CONDITION: &str = "WindowsJoin";
+/// The providerStatus key of the `WindowsJoin` condition, written by the join reconciler only
+/// (the Machine controller reads it to fail a Machine whose join timed out).
+pub const STATUS_FIELD: &str = "windowsJoin";
 /// Machine label with which WMCO (and this reconciler) leave a Machine alone.
 pub const IGNORE_LABEL: &str = "windowsmachineconfig.openshift.io/ignore";
 /// Node annotation WMCO sets once the node is configured: its version.
@@ -119,6 +122,35 @@ pub fn applies_to(machine: &Machine) -> bool {
             .labels()
             .get(IGNORE_LABEL)
             .is_none_or(|value| value != "true")
+}
+
+/// The `WindowsJoin` condition as last written: from [`STATUS_FIELD`], else where an earlier
+/// version kept it (`providerStatus.conditions`). An unreadable one counts as none.
+pub fn recorded_condition(status: &NutanixMachineProviderStatus) -> Option<Condition> {
+    match status.other.get(STATUS_FIELD) {
+        Some(value) => serde_json::from_value(value.clone()).ok(),
+        None => status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION)
+            .cloned(),
+    }
+}
+
+/// The `errorMessage` a Machine is failed with under `--fail-timed-out-windows-joins`: set when
+/// the recorded condition of a Machine this reconciler looks after says `JoinTimedOut` and the
+/// Machine still has no Node (one linked since the condition was written ends the timeout).
+pub fn timed_out_join(machine: &Machine, status: &NutanixMachineProviderStatus) -> Option<String> {
+    if !applies_to(machine) || node_ref(machine).is_some() {
+        return None;
+    }
+    let condition = recorded_condition(status)?;
+    (condition.reason == reasons::JOIN_TIMED_OUT).then(|| {
+        format!(
+            "Windows join timed out: {}; the Machine is marked Failed (--fail-timed-out-windows-joins) so that it is replaced",
+            condition.message
+        )
+    })
 }
 
 /// A CSR with where it stands.
@@ -691,13 +723,12 @@ pub struct JoinDecision {
     pub condition: Condition,
     /// Published when the reason changed since the condition was written last.
     pub event: Option<JoinEvent>,
-    /// `errorMessage` to fail the Machine with (`errorReason` [`JOIN_TIMED_OUT_ERROR`]).
-    pub fail: Option<String>,
 }
 
-/// The condition, event and failure for `input`; `None` before the VM exists. A timed-out join
-/// fails the Machine only with `fail_timed_out` (`--fail-timed-out-windows-joins`).
-pub fn decide(input: &JoinInput<'_>, fail_timed_out: bool, now: &Time) -> Option<JoinDecision> {
+/// The condition and event for `input`; `None` before the VM exists. A timed-out join is only
+/// reported here: failing the Machine for it is the Machine controller's decision
+/// ([`timed_out_join`]), as phase is its field.
+pub fn decide(input: &JoinInput<'_>, now: &Time) -> Option<JoinDecision> {
     let state = join_state(input)?;
     let condition = provider_condition(
         CONDITION,
@@ -709,30 +740,15 @@ pub fn decide(input: &JoinInput<'_>, fail_timed_out: bool, now: &Time) -> Option
     let transition = input
         .previous
         .is_none_or(|previous| previous.reason != state.reason);
-    let fail = (state.timed_out && fail_timed_out).then(|| {
-        format!(
-            "Windows join timed out: {}; the Machine is marked Failed (--fail-timed-out-windows-joins) so that it is replaced",
-            state.message
-        )
+    let event = transition.then(|| JoinEvent {
+        warning: state.stuck,
+        reason: state.reason,
+        note: event_note(&format!("Windows join: {}", state.message)),
     });
-    let event = if let Some(message) = &fail {
-        Some(JoinEvent {
-            warning: true,
-            reason: reasons::JOIN_TIMED_OUT,
-            note: event_note(message),
-        })
-    } else {
-        transition.then(|| JoinEvent {
-            warning: state.stuck,
-            reason: state.reason,
-            note: event_note(&format!("Windows join: {}", state.message)),
-        })
-    };
     Some(JoinDecision {
         state,
         condition,
         event,
-        fail,
     })
 }
 
