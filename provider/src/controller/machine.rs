@@ -23,7 +23,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::Shared;
@@ -461,23 +461,8 @@ impl Scope {
         let Some(patch) = status_patch(&self.machine, &update, &now()) else {
             return Ok(());
         };
-        let updated = self
-            .api()
-            .patch_status(
-                &self.machine.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
+        self.patch(MachinePart::Status, &patch, "patch status of")
             .await
-            .map_err(|e| {
-                written_error(
-                    &self.key,
-                    format!("patch status of Machine {}", self.key),
-                    e,
-                )
-            })?;
-        self.replace_machine(updated);
-        Ok(())
     }
 
     /// Writes the pending metadata change, if it changes anything. A finalizer change carries
@@ -517,15 +502,22 @@ impl Scope {
                 (patch, "patch")
             }
         };
-        let updated = self
-            .api()
-            .patch(
-                &self.machine.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(|e| written_error(&self.key, format!("{what} Machine {}", self.key), e))?;
+        self.patch(MachinePart::Main, &patch, what).await
+    }
+
+    /// Sends one merge patch of the Machine and keeps what it returned; `action` names it in
+    /// an error ("patch status of", ...).
+    async fn patch(&mut self, part: MachinePart, patch: &Value, action: &str) -> Result<(), Error> {
+        let api = self.api();
+        let name = self.machine.name_any();
+        let params = PatchParams::default();
+        let patch = Patch::Merge(patch);
+        let written = match part {
+            MachinePart::Main => api.patch(&name, &params, &patch).await,
+            MachinePart::Status => api.patch_status(&name, &params, &patch).await,
+        };
+        let updated = written
+            .map_err(|e| written_error(&self.key, format!("{action} Machine {}", self.key), e))?;
         self.replace_machine(updated);
         Ok(())
     }
@@ -538,6 +530,13 @@ impl Scope {
         self.machine = updated;
         self.wrote = true;
     }
+}
+
+/// The part of the Machine a patch writes: its main resource (metadata) or `/status`.
+#[derive(Clone, Copy)]
+enum MachinePart {
+    Main,
+    Status,
 }
 
 /// The error of a failed write of the Machine: [`Error::MachineGone`] for a 404.

@@ -2,6 +2,7 @@
 //! status carried inside them.
 
 mod choices;
+mod conditions;
 mod machine;
 mod open_enum;
 mod provider;
@@ -11,6 +12,7 @@ pub use choices::{
     AnnotatedChoices, GUEST_CUSTOMIZATION_ANNOTATION, IMAGE_KIND_ANNOTATION,
     SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, SYSPREP_TIME_ZONE_ANNOTATION,
 };
+pub use conditions::{TypedCondition, merge_condition};
 pub use machine::{
     GuardedMachine, GuardedMachineSet, LifecycleHook, LifecycleHooks, Machine, MachineCondition,
     MachineSet, MachineSetSpec, MachineSetStatus, MachineSpec, MachineStatus, MachineTemplateSpec,

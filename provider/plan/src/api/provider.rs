@@ -461,23 +461,6 @@ impl NutanixMachineProviderStatus {
     /// Merges one condition by type: other types stay, and `lastTransitionTime` only moves when
     /// the status changes (upstream replaced the whole list, losing the other types).
     pub fn set_condition(&mut self, condition: Condition) {
-        match self
-            .conditions
-            .iter_mut()
-            .find(|c| c.type_ == condition.type_)
-        {
-            Some(existing) => {
-                let transition = if existing.status == condition.status {
-                    existing.last_transition_time.clone()
-                } else {
-                    condition.last_transition_time.clone()
-                };
-                *existing = Condition {
-                    last_transition_time: transition,
-                    ..condition
-                };
-            }
-            None => self.conditions.push(condition),
-        }
+        super::merge_condition(&mut self.conditions, condition);
     }
 }

@@ -186,6 +186,41 @@ fn provider_status_keeps_unknown_fields_and_merges_conditions() {
 }
 
 #[test]
+fn machine_conditions_merge_by_type_with_the_provider_conditions_rule() {
+    let at = |text: &str| Some(Time(text.parse().unwrap()));
+    let condition = |type_: &str, status: &str, when: &str| MachineCondition {
+        type_: type_.into(),
+        status: status.into(),
+        last_transition_time: at(when),
+        reason: Some(format!("{type_}{status}")),
+        ..MachineCondition::default()
+    };
+    let mut conditions = vec![condition("Drainable", "True", "2026-01-01T00:00:00Z")];
+    merge_condition(
+        &mut conditions,
+        condition("Drainable", "True", "2026-01-02T00:00:00Z"),
+    );
+    merge_condition(
+        &mut conditions,
+        condition("Terminable", "False", "2026-01-02T00:00:00Z"),
+    );
+    assert_eq!(conditions.len(), 2);
+    assert_eq!(
+        conditions[0].last_transition_time,
+        at("2026-01-01T00:00:00Z")
+    );
+    merge_condition(
+        &mut conditions,
+        condition("Drainable", "False", "2026-01-03T00:00:00Z"),
+    );
+    assert_eq!(
+        conditions[0].last_transition_time,
+        at("2026-01-03T00:00:00Z")
+    );
+    assert_eq!(conditions[0].reason.as_deref(), Some("DrainableFalse"));
+}
+
+#[test]
 fn one_malformed_machine_does_not_fail_the_list() {
     let good = machine_with_everything();
     let mut bad = machine_with_everything();

@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 
 use crate::api::{
     INSTANCE_STATE_ANNOTATION, Machine, MachineCondition, MachineStatus,
-    NutanixMachineProviderStatus, phase,
+    NutanixMachineProviderStatus, merge_condition, phase,
 };
 
 /// Label: the Prism Central's name.
@@ -129,27 +129,6 @@ pub fn machine_condition(
     }
 }
 
-/// Merges a Machine condition by type; `lastTransitionTime` stays when the status is unchanged.
-pub fn merge_machine_condition(
-    conditions: &mut Vec<MachineCondition>,
-    condition: MachineCondition,
-) {
-    match conditions.iter_mut().find(|c| c.type_ == condition.type_) {
-        Some(existing) => {
-            let transition = if existing.status == condition.status {
-                existing.last_transition_time.clone()
-            } else {
-                condition.last_transition_time.clone()
-            };
-            *existing = MachineCondition {
-                last_transition_time: transition,
-                ..condition
-            };
-        }
-        None => conditions.push(condition),
-    }
-}
-
 /// What to change in a Machine's status; `None` fields stay as they are.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StatusUpdate {
@@ -198,7 +177,7 @@ pub fn status_patch(machine: &Machine, update: &StatusUpdate, now: &Time) -> Opt
         desired.provider_status = Some(provider_status.to_value());
     }
     for condition in &update.conditions {
-        merge_machine_condition(&mut desired.conditions, condition.clone());
+        merge_condition(&mut desired.conditions, condition.clone());
     }
     if desired == current {
         return None;
