@@ -140,6 +140,11 @@ impl Vm {
             .unwrap_or("")
     }
 
+    /// `status.state` as a `GET` shows it: `PENDING` until the task that makes the VM ends (and
+    /// while an update runs), then `COMPLETE`; clients wait for a created VM by reading it until
+    /// it is `COMPLETE` (openshift/machine-api-provider-nutanix `pkg/client/state.go`,
+    /// nutanix-cloud-native/packer-plugin-nutanix `builder/nutanix/driver.go`), and `ERROR`
+    /// carries `message_list` (the latter).
     pub(crate) fn state(&self) -> &'static str {
         if self.deleting.is_some() {
             "DELETE_PENDING"

@@ -839,7 +839,8 @@ fn forget_deploy(d: &mut Draft<'_>, request_id: &str, why: &str) -> Next {
 /// Applies the pending follow-up of a clone or deploy; `None` when there is none to apply now.
 fn follow_up(d: &mut Draft<'_>, vm: &Vm) -> Result<Option<Next>, Ask> {
     let s = d.s;
-    let status = &s.status;
+    // As recorded so far: a clone that ended in this reconcile has its task forgotten.
+    let status = &d.status;
     if status.pending_follow_up.is_none() || status.pending_task.is_some() {
         return Ok(None);
     }

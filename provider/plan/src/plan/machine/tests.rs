@@ -14,7 +14,7 @@ use prism_types::{PrismMessages, TaskEnd, TaskEntity, TaskFailure, TaskProgress}
 use serde_json::{Value, json};
 
 use super::*;
-use crate::api::{Machine, NutanixMachineProviderStatus, phase};
+use crate::api::{Machine, NutanixMachineProviderStatus, TaskOperation, phase};
 use crate::plan::machine::lifecycle::{INSTANCE_MISSING_MESSAGE, Intervals};
 use crate::plan::machine::provision::DeployCandidate;
 use crate::plan::machine::status::{
@@ -180,11 +180,14 @@ impl World {
             .map(|vm| serde_json::from_value(vm.clone()).unwrap())
     }
 
+    /// A VM whose create, clone or deploy was accepted: a `GET` shows it `PENDING` until the
+    /// next tick ends its task (openshift/machine-api-provider-nutanix `pkg/client/state.go`
+    /// waits for `COMPLETE` that way), and no listing shows it before then.
     fn make_vm(&mut self, uuid: &str, power: &str) {
         let vm = json!({
             "metadata": {"kind": "vm", "uuid": uuid, "creation_time": "2026-01-01T00:01:00Z"},
             "spec": {"name": NAME, "resources": {"nic_list": [{"subnet_reference": {"kind": "subnet", "uuid": SUBNET}}]}},
-            "status": {"state": "COMPLETE", "resources": {"power_state": power}}
+            "status": {"state": "PENDING", "resources": {"power_state": power}}
         });
         self.vms.insert(uuid.to_owned(), vm);
         self.unlisted.insert(uuid.to_owned());
@@ -212,6 +215,11 @@ impl World {
         }
         self.vms
             .retain(|_, vm| vm["status"]["state"] != json!("DELETE_PENDING"));
+        for vm in self.vms.values_mut() {
+            if vm["status"]["state"] == json!("PENDING") {
+                vm["status"]["state"] = json!("COMPLETE");
+            }
+        }
         self.unlisted.clear();
     }
 
@@ -1034,6 +1042,63 @@ fn a_clone_that_prism_gave_another_uuid_is_recorded_with_it() {
         world.vms["other-uuid"]["status"]["resources"]["power_state"], "ON",
         "the follow-up powered it on"
     );
+}
+
+#[test]
+fn a_clone_is_confirmed_by_the_get_that_is_its_follow_ups_base() {
+    // No shared listing pays: the clone's VM is read, not its task. PENDING: still running.
+    let mut world = World::new("clone");
+    world.run_until(4, |w| w.status().pending_task.is_some());
+    let (steps, outcome) = world.steps();
+    assert_eq!(steps, strings(&["env", "GET"]));
+    assert_eq!(outcome.next, Some(Next::Requeue(Intervals::default().poll)));
+    assert!(world.status().pending_task.is_some());
+
+    // COMPLETE: the clone ended, and the same read is the follow-up's base, sent at once
+    // (the task forgotten on the Machine first).
+    world.tick();
+    let (steps, outcome) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&["env", "GET", "write status", "follow-up", "write status"])
+    );
+    assert!(outcome.effects.iter().any(|effect| matches!(
+        effect,
+        Effect::TaskEnded {
+            operation: TaskOperation::Clone,
+            succeeded: true,
+            ..
+        }
+    )));
+    let status = world.status();
+    assert!(status.pending_task.is_none() && status.pending_follow_up.is_none());
+    assert_eq!(world.vms.len(), 1);
+    let uuid = status.vm_uuid.unwrap();
+    assert_eq!(world.vms[&uuid]["status"]["resources"]["power_state"], "ON");
+}
+
+#[test]
+fn a_clone_listed_complete_sends_its_follow_up_in_the_same_reconcile() {
+    let mut world = World::new("clone");
+    world.listing_pays = true;
+    world.run_until(4, |w| w.status().pending_task.is_some());
+    // Not listed yet: still running, and neither the VM nor the task is read.
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "list Task"]));
+    world.tick();
+    let (steps, _) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&[
+            "env",
+            "list Task",
+            "GET",
+            "write status",
+            "follow-up",
+            "write status"
+        ])
+    );
+    assert!(world.status().pending_follow_up.is_none());
 }
 
 #[test]

@@ -75,8 +75,8 @@ pub(super) fn observe(d: &mut Draft<'_>) -> Result<(VmObservation, Option<Vm>), 
                 return Err(Ask::Done(Next::Requeue(first_task_read - age)));
             }
         }
-        if let Some(observation) = observe_task(d, task)? {
-            return Ok((observation, None));
+        if let Some(seen) = observe_task(d, task)? {
+            return Ok(seen);
         }
     }
 
@@ -156,14 +156,21 @@ pub(super) fn observe(d: &mut Draft<'_>) -> Result<(VmObservation, Option<Vm>), 
     Ok((VmObservation::Missing, None))
 }
 
-/// What the recorded task says: `Some` observation, `None` to look the VM up as if there were
-/// no task (a follow-up still running), or the reconcile's end.
-fn observe_task(d: &mut Draft<'_>, task: &PendingTask) -> Result<Option<VmObservation>, Ask> {
+/// What the recorded task says: `Some` observation (with the VM, when it was read), `None` to
+/// look the VM up as if there were no task (a follow-up still running), or the reconcile's end.
+fn observe_task(
+    d: &mut Draft<'_>,
+    task: &PendingTask,
+) -> Result<Option<(VmObservation, Option<Vm>)>, Ask> {
     let s = d.s;
     if !d.deleting() {
         match listing_before_task_read(d, task)? {
             BeforeRead::ReadTask => {}
-            BeforeRead::Creating => return Ok(Some(VmObservation::Creating)),
+            BeforeRead::Creating => return Ok(Some((VmObservation::Creating, None))),
+            BeforeRead::Ended(seen) => return Ok(Some(*seen)),
+        }
+        if let Some(seen) = clone_seen_by_get(d, task)? {
+            return Ok(Some(seen));
         }
     }
     let Some(progress) = &s.seen.task else {
@@ -175,7 +182,7 @@ fn observe_task(d: &mut Draft<'_>, task: &PendingTask) -> Result<Option<VmObserv
     };
     match read_task(task, progress, context) {
         TaskReading::Running { .. } if task.operation.creates_vm() => {
-            Ok(Some(VmObservation::Creating))
+            Ok(Some((VmObservation::Creating, None)))
         }
         TaskReading::Running { .. } => Ok(None),
         TaskReading::Created { vm_uuid } => {
@@ -215,6 +222,52 @@ fn observe_task(d: &mut Draft<'_>, task: &PendingTask) -> Result<Option<VmObserv
 enum BeforeRead {
     ReadTask,
     Creating,
+    /// A clone ended, and its VM was read as the follow-up's base.
+    Ended(Box<(VmObservation, Option<Vm>)>),
+}
+
+/// What a `GET` of a cloned VM says of its clone, once the listing no longer does (the task is
+/// old: [`task_read_directly`]): `COMPLETE`, the clone ended and the same read is the
+/// follow-up's base; `PENDING`, it is still running. A v3 VM reads `PENDING` until the task that
+/// makes it ends, then `COMPLETE` (the shipped provider waits for a created VM that way:
+/// openshift/machine-api-provider-nutanix `pkg/client/state.go`, `WaitForGetVMComplete`; so
+/// does nutanix-cloud-native/packer-plugin-nutanix `builder/nutanix/driver.go`, `Create`). Any
+/// other answer (404, `ERROR`) is the task's to explain: it is read.
+///
+/// [`task_read_directly`]: crate::plan::machine::provision::task_read_directly
+fn clone_seen_by_get(
+    d: &mut Draft<'_>,
+    task: &PendingTask,
+) -> Result<Option<(VmObservation, Option<Vm>)>, Ask> {
+    let s = d.s;
+    let Some(uuid) = &s.status.vm_uuid else {
+        return Ok(None);
+    };
+    if task.operation != TaskOperation::Clone {
+        return Ok(None);
+    }
+    let vm = match &s.seen.vm {
+        None => {
+            return Err(Ask::Read(Read::Vm {
+                uuid: uuid.clone(),
+                fresh: true,
+            }));
+        }
+        Some(vm) => vm.as_ref(),
+    };
+    match vm.and_then(|vm| vm.state().map(|state| (vm, state))) {
+        Some((vm, EntityState::Complete)) => Ok(Some(clone_ended(d, task, vm))),
+        Some((_, EntityState::Pending)) => Ok(Some((VmObservation::Creating, None))),
+        _ => Ok(None),
+    }
+}
+
+/// The clone ended and `vm` was read since: the task is forgotten and the VM goes on to its
+/// follow-up in this reconcile.
+fn clone_ended(d: &mut Draft<'_>, task: &PendingTask, vm: &Vm) -> (VmObservation, Option<Vm>) {
+    d.task_ended(task, true);
+    d.record(|status| status.pending_task = None);
+    (VmObservation::Present(VmState::of(vm)), Some(vm.clone()))
 }
 
 /// The shared listing looked at before a task is read, when enough Machines wait for one
@@ -248,6 +301,25 @@ fn listing_before_task_read(d: &mut Draft<'_>, task: &PendingTask) -> Result<Bef
         after_start: listed_after(listed.listed_at, started),
     };
     match listing_says(&task.operation, age, requeue, view) {
+        // A clone listed COMPLETE goes on to its follow-up in this reconcile: the follow-up's
+        // base is a GET (the listing leaves out fields a PUT must send back), read now rather
+        // than in the reconcile this record would trigger.
+        ListingSays::Created
+            if task.operation == TaskOperation::Clone && status.pending_follow_up.is_some() =>
+        {
+            match &s.seen.vm {
+                None => Err(Ask::Read(Read::Vm {
+                    uuid: waiter,
+                    fresh: false,
+                })),
+                Some(Some(vm)) => Ok(BeforeRead::Ended(Box::new(clone_ended(d, task, vm)))),
+                Some(None) => {
+                    d.task_ended(task, true);
+                    d.record(|status| status.pending_task = None);
+                    Err(Ask::Done(Next::AwaitChange))
+                }
+            }
+        }
         ListingSays::Created => {
             d.task_ended(task, true);
             d.record(|status| status.pending_task = None);
