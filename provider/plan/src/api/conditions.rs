@@ -13,31 +13,25 @@ pub trait TypedCondition {
     fn keep_transition_of(&mut self, older: &Self);
 }
 
-impl TypedCondition for Condition {
-    fn condition_type(&self) -> &str {
-        &self.type_
-    }
-    fn condition_status(&self) -> &str {
-        &self.status
-    }
-    fn keep_transition_of(&mut self, older: &Self) {
-        self.last_transition_time
-            .clone_from(&older.last_transition_time);
-    }
+/// Both condition types name these fields alike (`lastTransitionTime` is optional only in the
+/// Machine's).
+macro_rules! typed_condition {
+    ($($condition:ty),+) => {$(
+        impl TypedCondition for $condition {
+            fn condition_type(&self) -> &str {
+                &self.type_
+            }
+            fn condition_status(&self) -> &str {
+                &self.status
+            }
+            fn keep_transition_of(&mut self, older: &Self) {
+                self.last_transition_time.clone_from(&older.last_transition_time);
+            }
+        }
+    )+};
 }
 
-impl TypedCondition for MachineCondition {
-    fn condition_type(&self) -> &str {
-        &self.type_
-    }
-    fn condition_status(&self) -> &str {
-        &self.status
-    }
-    fn keep_transition_of(&mut self, older: &Self) {
-        self.last_transition_time
-            .clone_from(&older.last_transition_time);
-    }
-}
+typed_condition!(Condition, MachineCondition);
 
 /// Puts `condition` in place of the one of its type (other types stay); its
 /// `lastTransitionTime` only moves when its status changes.
