@@ -45,7 +45,7 @@ use super::kit::{self, BackoffKey, Kit, key_of};
 use super::machine_cache::MachineFeed;
 use super::node_link::apply_provider_id_action;
 use super::stores_ready::StoresReady;
-use crate::api::{GuardedMachine, Machine, NutanixMachineProviderStatus, phase};
+use crate::api::{GuardedMachine, Machine, NutanixMachineProviderStatus, TypedCondition, phase};
 use crate::plan::machine::addresses::nics_of;
 use crate::plan::machine::node_link::{
     ProviderIdAction, machine_node_names, machine_of_node, node_ref, provider_id_action,
@@ -412,11 +412,9 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
 /// `condition` as it is to be written: `lastTransitionTime` moves only when the status changes.
 fn next_condition(previous: Option<&Condition>, mut condition: Condition) -> Condition {
     if let Some(previous) = previous
-        && previous.status == condition.status
+        && previous.condition_status() == condition.condition_status()
     {
-        condition
-            .last_transition_time
-            .clone_from(&previous.last_transition_time);
+        condition.keep_transition_of(previous);
     }
     condition
 }

@@ -226,10 +226,9 @@ pub struct JoinState {
     /// The condition reason: the stage's, or why it is stuck.
     pub reason: &'static str,
     pub message: String,
-    /// Something is wrong (a Warning event), beyond waiting.
+    /// Something is wrong (a Warning event), beyond waiting; a timeout is the reason
+    /// [`reasons::JOIN_TIMED_OUT`].
     pub stuck: bool,
-    /// No Node linked within the timeout.
-    pub timed_out: bool,
 }
 
 impl JoinState {
@@ -245,7 +244,6 @@ fn waiting(stage: Stage, message: String) -> JoinState {
         reason: stage.reason(),
         message,
         stuck: false,
-        timed_out: false,
     }
 }
 
@@ -255,7 +253,6 @@ fn stuck(stage: Stage, reason: &'static str, message: String) -> JoinState {
         reason,
         message,
         stuck: true,
-        timed_out: false,
     }
 }
 
@@ -363,7 +360,6 @@ fn with_timeout(input: &JoinInput<'_>, state: JoinState) -> JoinState {
             state.message
         ),
         stuck: true,
-        timed_out: true,
         ..state
     }
 }
