@@ -10,5 +10,6 @@ mod examples;
 mod misbehaviours;
 mod node_ip_mismatch;
 mod official_samples;
+mod real_cluster;
 mod scenario;
 mod support;

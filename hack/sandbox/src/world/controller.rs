@@ -87,7 +87,7 @@ fn millis(duration: Duration) -> String {
 
 /// Everything the controller process is started with.
 #[derive(Clone, Debug)]
-pub(crate) struct ControllerLaunch {
+pub struct ControllerLaunch {
     pub command: ControllerCommand,
     pub kubeconfig: PathBuf,
     pub prism_ca_file: PathBuf,
@@ -134,7 +134,7 @@ impl ControllerLaunch {
 
 /// A running (or exited) controller process. Dropping it kills the process.
 #[derive(Debug)]
-pub(crate) struct ControllerProcess {
+pub struct ControllerProcess {
     child: Child,
     pub pid: Option<u32>,
 }

@@ -44,7 +44,7 @@ use crate::manifests::{self, ManifestError};
 use crate::node_agent::{self, NodeAgentConfig, NodeAgentHandle};
 use crate::nodelink::{self, NodeLinkConfig};
 pub use controller::{ControllerCommand, ControllerIntervals};
-use controller::{ControllerLaunch, ControllerProcess};
+pub use controller::{ControllerLaunch, ControllerProcess};
 pub use history::{History, MachineRecord};
 pub use snapshot::{Snapshot, join_condition, machine_set_of, provider_condition, stage_label};
 
@@ -889,7 +889,7 @@ fn create_networks(sim: &RunningKubeSim) -> Result<(), WorldError> {
 /// The credentials Secret of the example, as an administrator applies it (`stringData`, which the
 /// API server folds into `data`) with the mock's user name and password, and stand-ins for the
 /// user-data Secrets of WMCO and the installer.
-async fn write_secrets(
+pub async fn write_secrets(
     client: &Client,
     namespace: &str,
     mock: &RunningMock,
@@ -945,7 +945,7 @@ async fn write_secrets(
 
 /// Server-side applies the example MachineSets (at 0 replicas) and MachineAutoscaler with strict
 /// field validation, as `kubectl apply --server-side` would: a misspelt field fails.
-async fn apply_examples(client: &Client, namespace: &str) -> Result<(), WorldError> {
+pub async fn apply_examples(client: &Client, namespace: &str) -> Result<(), WorldError> {
     for mut object in manifests::objects(&manifests::EXAMPLES)? {
         let kind = object["kind"].as_str().unwrap_or_default().to_owned();
         if kind == "Secret" {

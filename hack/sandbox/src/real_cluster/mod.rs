@@ -1,0 +1,723 @@
+//! A real control plane on loopback: etcd, kube-apiserver and kube-controller-manager from
+//! `k8s.io/kubernetes`, and the machine-api-operator's own `machineset` (the MachineSet
+//! controller, serving the Machine and MachineSet webhooks), `nodelink-controller` and
+//! `machine-healthcheck`, all built by `hack/real-cluster/build.sh` at pinned versions. The
+//! CRDs are openshift/api's own manifests, copied unedited by the build from the module cache.
+//!
+//! What has no real counterpart here (kubelets and their CSRs, WMCO, Prism Central, the
+//! cluster-machine-approver, which the Go module proxy does not serve) stays simulated and talks
+//! to this API server like any client.
+//!
+//! Every process binds to `127.0.0.1` where it has a flag for it, and is killed when the
+//! [`ControlPlane`] is dropped (also when a test fails).
+
+mod pki;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, Config};
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+pub use pki::Pki;
+
+/// The environment variable naming the build's cache directory (what `build.sh` prints).
+pub const DIR_VARIABLE: &str = "REAL_CLUSTER_DIR";
+
+/// Why the real control plane could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum RealClusterError {
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("cannot generate the {what} certificate: {source}")]
+    Certificate {
+        what: &'static str,
+        source: rcgen::Error,
+    },
+    #[error("{program} is not in {dir} (run hack/real-cluster/build.sh)")]
+    MissingProgram { program: &'static str, dir: PathBuf },
+    #[error("{program} exited during start ({status}); its log: {log}")]
+    Exited {
+        program: &'static str,
+        status: std::process::ExitStatus,
+        log: PathBuf,
+    },
+    #[error("{what} not ready within {seconds} s; logs in {dir}")]
+    NotReady {
+        what: String,
+        seconds: u64,
+        dir: PathBuf,
+    },
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig { path: PathBuf, message: String },
+    #[error("{action}: {source}")]
+    Api { action: String, source: kube::Error },
+    #[error("manifest {path}: {message}")]
+    Manifest { path: PathBuf, message: String },
+}
+
+fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RealClusterError {
+    let what = what.into();
+    move |source| RealClusterError::Io { what, source }
+}
+
+fn api_error(action: impl Into<String>) -> impl FnOnce(kube::Error) -> RealClusterError {
+    let action = action.into();
+    move |source| RealClusterError::Api { action, source }
+}
+
+/// The built programs and CRDs: `$REAL_CLUSTER_DIR/{bin,crds}`.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    dir: PathBuf,
+}
+
+impl Binaries {
+    /// The build named by `REAL_CLUSTER_DIR`, or `None` when it is unset.
+    pub fn from_env() -> Option<Self> {
+        std::env::var_os(DIR_VARIABLE).map(|dir| Self {
+            dir: PathBuf::from(dir),
+        })
+    }
+
+    pub fn program(&self, program: &'static str) -> Result<PathBuf, RealClusterError> {
+        let path = self.dir.join("bin").join(program);
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(RealClusterError::MissingProgram {
+                program,
+                dir: self.dir.join("bin"),
+            })
+        }
+    }
+
+    /// openshift/api's CRD manifests the build copied.
+    pub fn crd_files(&self) -> Result<Vec<PathBuf>, RealClusterError> {
+        let dir = self.dir.join("crds");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map_err(io_error(format!("read {}", dir.display())))?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+            .collect();
+        files.sort();
+        Ok(files)
+    }
+
+    /// The pinned module versions the build recorded.
+    pub fn versions(&self) -> String {
+        std::fs::read_to_string(self.dir.join("versions")).unwrap_or_default()
+    }
+}
+
+/// A port free on loopback now (the program binds it shortly after).
+fn free_port() -> Result<u16, RealClusterError> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(io_error("bind a free port"))?;
+    let port = listener
+        .local_addr()
+        .map_err(io_error("read a free port"))?
+        .port();
+    Ok(port)
+}
+
+/// One started program and where its output goes.
+#[derive(Debug)]
+struct Process {
+    program: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+/// The running control plane. Dropping it kills every process.
+#[derive(Debug)]
+pub struct ControlPlane {
+    processes: Vec<Process>,
+    dir: PathBuf,
+    url: String,
+    pki: Pki,
+    admin_kubeconfig: PathBuf,
+    binaries: Binaries,
+    namespace: String,
+}
+
+/// The machine-api-operator's webhook paths (machine-api-operator `pkg/webhooks/config.go`:
+/// `DefaultMachine{Mutating,Validating}HookPath`, `DefaultMachineSet...HookPath`).
+const WEBHOOKS: [(&str, &str, &str, &str); 4] = [
+    (
+        "mutating",
+        "default.machine.machine.openshift.io",
+        "machines",
+        "/mutate-machine-openshift-io-v1beta1-machine",
+    ),
+    (
+        "mutating",
+        "default.machineset.machine.openshift.io",
+        "machinesets",
+        "/mutate-machine-openshift-io-v1beta1-machineset",
+    ),
+    (
+        "validating",
+        "validation.machine.machine.openshift.io",
+        "machines",
+        "/validate-machine-openshift-io-v1beta1-machine",
+    ),
+    (
+        "validating",
+        "validation.machineset.machine.openshift.io",
+        "machinesets",
+        "/validate-machine-openshift-io-v1beta1-machineset",
+    ),
+];
+
+impl ControlPlane {
+    /// Starts etcd, kube-apiserver and kube-controller-manager, applies openshift/api's CRDs,
+    /// `Infrastructure/cluster` (platform Nutanix, Prism Central at `prism_port`) and
+    /// `Network/cluster`, starts MAO's `machineset` (webhooks registered with the generated CA),
+    /// `nodelink-controller` and `machine-healthcheck`, and waits for each.
+    pub async fn start(
+        binaries: Binaries,
+        dir: &Path,
+        namespace: &str,
+        infrastructure_name: &str,
+        prism_port: u16,
+    ) -> Result<Self, RealClusterError> {
+        std::fs::create_dir_all(dir).map_err(io_error(format!("create {}", dir.display())))?;
+        let pki = pki::write(dir)?;
+        let etcd_port = free_port()?;
+        let etcd_peer_port = free_port()?;
+        let api_port = free_port()?;
+        let mut plane = Self {
+            processes: Vec::new(),
+            dir: dir.to_owned(),
+            url: format!("https://127.0.0.1:{api_port}"),
+            admin_kubeconfig: dir.join("kubeconfig"),
+            pki,
+            binaries,
+            namespace: namespace.to_owned(),
+        };
+        plane.write_admin_kubeconfig()?;
+
+        let etcd_client = format!("http://127.0.0.1:{etcd_port}");
+        let etcd_peer = format!("http://127.0.0.1:{etcd_peer_port}");
+        let etcd_data = dir.join("etcd");
+        plane.spawn(
+            "etcd",
+            vec![
+                "--data-dir".into(),
+                etcd_data.display().to_string(),
+                "--listen-client-urls".into(),
+                etcd_client.clone(),
+                "--advertise-client-urls".into(),
+                etcd_client.clone(),
+                "--listen-peer-urls".into(),
+                etcd_peer.clone(),
+                "--initial-advertise-peer-urls".into(),
+                etcd_peer.clone(),
+                "--initial-cluster".into(),
+                format!("default={etcd_peer}"),
+                // A test cluster: no fsync wait on a shared disk.
+                "--unsafe-no-fsync".into(),
+            ],
+        )?;
+
+        let pki = plane.pki.clone();
+        plane.spawn(
+            "kube-apiserver",
+            vec![
+                "--etcd-servers".into(),
+                etcd_client,
+                "--bind-address".into(),
+                "127.0.0.1".into(),
+                "--advertise-address".into(),
+                "127.0.0.1".into(),
+                "--secure-port".into(),
+                api_port.to_string(),
+                "--tls-cert-file".into(),
+                pki.server_cert.display().to_string(),
+                "--tls-private-key-file".into(),
+                pki.server_key.display().to_string(),
+                "--client-ca-file".into(),
+                pki.ca_cert.display().to_string(),
+                "--service-account-issuer".into(),
+                "https://kubernetes.default.svc".into(),
+                "--service-account-key-file".into(),
+                pki.service_account_public.display().to_string(),
+                "--service-account-signing-key-file".into(),
+                pki.service_account_private.display().to_string(),
+                "--service-cluster-ip-range".into(),
+                "172.30.0.0/16".into(),
+                "--authorization-mode".into(),
+                "RBAC".into(),
+                // The `kubernetes` Service's endpoints would name a loopback address, which the
+                // endpoint validation refuses; nothing here reaches the API server through it.
+                "--endpoint-reconciler-type".into(),
+                "none".into(),
+            ],
+        )?;
+        plane.wait_api_ready().await?;
+
+        let kubeconfig = plane.admin_kubeconfig.display().to_string();
+        plane.spawn(
+            "kube-controller-manager",
+            vec![
+                "--kubeconfig".into(),
+                kubeconfig.clone(),
+                "--authentication-kubeconfig".into(),
+                kubeconfig.clone(),
+                "--authorization-kubeconfig".into(),
+                kubeconfig.clone(),
+                "--bind-address".into(),
+                "127.0.0.1".into(),
+                "--secure-port".into(),
+                free_port()?.to_string(),
+                "--leader-elect=false".into(),
+                "--cluster-signing-cert-file".into(),
+                pki.ca_cert.display().to_string(),
+                "--cluster-signing-key-file".into(),
+                pki.ca_key.display().to_string(),
+                "--root-ca-file".into(),
+                pki.ca_cert.display().to_string(),
+                "--service-account-private-key-file".into(),
+                pki.service_account_private.display().to_string(),
+                "--use-service-account-credentials=false".into(),
+            ],
+        )?;
+
+        let client = plane.admin_client().await?;
+        plane.apply_crds(&client).await?;
+        create(
+            &client,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
+        )
+        .await?;
+        create_infrastructure(&client, infrastructure_name, prism_port).await?;
+        create_networks(&client).await?;
+        // MAO's webhooks read `DNS/cluster` at start (machine_webhook.go, getDNS): no public zone,
+        // as on a cluster installed on Nutanix without one.
+        create(
+            &client,
+            json!({
+                "apiVersion": "config.openshift.io/v1", "kind": "DNS",
+                "metadata": {"name": "cluster"},
+                "spec": {"baseDomain": "sandbox.example"},
+            }),
+        )
+        .await?;
+
+        let webhook_port = free_port()?;
+        let namespace_flag = format!("--namespace={namespace}");
+        plane.spawn(
+            "machineset",
+            vec![
+                namespace_flag.clone(),
+                format!("--webhook-port={webhook_port}"),
+                format!("--webhook-cert-dir={}", pki.webhook_dir.display()),
+                format!("--metrics-bind-address=127.0.0.1:{}", free_port()?),
+                format!("--health-addr=127.0.0.1:{}", free_port()?),
+            ],
+        )?;
+        plane.register_webhooks(&client, webhook_port).await?;
+        plane.spawn("nodelink-controller", vec![namespace_flag.clone()])?;
+        plane.spawn(
+            "machine-healthcheck",
+            vec![
+                namespace_flag,
+                format!("--metrics-bind-address=127.0.0.1:{}", free_port()?),
+                format!("--health-addr=127.0.0.1:{}", free_port()?),
+            ],
+        )?;
+        plane.wait_webhooks_served(webhook_port).await?;
+        Ok(plane)
+    }
+
+    /// The API server's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The CA (PEM) that signed the API server's certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.pki.ca_pem
+    }
+
+    /// The admin kubeconfig (client certificate of `system:masters`).
+    pub fn admin_kubeconfig(&self) -> &Path {
+        &self.admin_kubeconfig
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn binaries(&self) -> &Binaries {
+        &self.binaries
+    }
+
+    /// A client of the admin kubeconfig.
+    pub async fn admin_client(&self) -> Result<Client, RealClusterError> {
+        client_of(&self.admin_kubeconfig).await
+    }
+
+    /// Writes a kubeconfig for a ServiceAccount of the namespace, with a token the API server
+    /// issued for it (TokenRequest), so its requests are authorized by its RBAC alone.
+    pub async fn write_service_account_kubeconfig(
+        &self,
+        service_account: &str,
+        path: &Path,
+    ) -> Result<(), RealClusterError> {
+        let client = self.admin_client().await?;
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(client, &self.namespace);
+        let request = json!({
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 86_400},
+        });
+        let answer: Value = accounts
+            .create_subresource("token", service_account, &PostParams::default(), &request)
+            .await
+            .map_err(api_error(format!(
+                "request a token for ServiceAccount {service_account}"
+            )))?;
+        let token = answer["status"]["token"].as_str().unwrap_or_default();
+        let text = kubeconfig_yaml(
+            &self.url,
+            &self.pki.ca_pem,
+            &json!({"token": token}),
+            service_account,
+        );
+        std::fs::write(path, text).map_err(io_error(format!("write {}", path.display())))
+    }
+
+    fn write_admin_kubeconfig(&self) -> Result<(), RealClusterError> {
+        let user = json!({
+            "client-certificate-data": STANDARD.encode(&self.pki.admin_cert_pem),
+            "client-key-data": STANDARD.encode(&self.pki.admin_key_pem),
+        });
+        let text = kubeconfig_yaml(&self.url, &self.pki.ca_pem, &user, "admin");
+        std::fs::write(&self.admin_kubeconfig, text).map_err(io_error(format!(
+            "write {}",
+            self.admin_kubeconfig.display()
+        )))
+    }
+
+    fn spawn(&mut self, program: &'static str, args: Vec<String>) -> Result<(), RealClusterError> {
+        let path = self.binaries.program(program)?;
+        let log = self.dir.join(format!("{program}.log"));
+        let file =
+            std::fs::File::create(&log).map_err(io_error(format!("create {}", log.display())))?;
+        let err = file
+            .try_clone()
+            .map_err(io_error(format!("open {}", log.display())))?;
+        let child = Command::new(&path)
+            .args(&args)
+            .env("KUBECONFIG", &self.admin_kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(file))
+            .stderr(Stdio::from(err))
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(io_error(format!("start {}", path.display())))?;
+        self.processes.push(Process {
+            program,
+            child,
+            log,
+        });
+        Ok(())
+    }
+
+    /// Fails if a started process has exited.
+    pub fn check_running(&mut self) -> Result<(), RealClusterError> {
+        for process in &mut self.processes {
+            if let Ok(Some(status)) = process.child.try_wait() {
+                return Err(RealClusterError::Exited {
+                    program: process.program,
+                    status,
+                    log: process.log.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn wait_api_ready(&mut self) -> Result<(), RealClusterError> {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            self.check_running()?;
+            if let Ok(client) = client_of(&self.admin_kubeconfig).await {
+                let ready =
+                    client
+                        .request_text(http::Request::get("/readyz").body(Vec::new()).map_err(
+                            |e| RealClusterError::Manifest {
+                                path: self.admin_kubeconfig.clone(),
+                                message: e.to_string(),
+                            },
+                        )?)
+                        .await;
+                if ready.is_ok_and(|text| text.trim() == "ok") {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(self.not_ready("kube-apiserver /readyz", 120));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    fn not_ready(&self, what: &str, seconds: u64) -> RealClusterError {
+        RealClusterError::NotReady {
+            what: what.to_owned(),
+            seconds,
+            dir: self.dir.clone(),
+        }
+    }
+
+    async fn apply_crds(&mut self, client: &Client) -> Result<(), RealClusterError> {
+        let mut names = Vec::new();
+        for path in self.binaries.crd_files()? {
+            let text = std::fs::read_to_string(&path)
+                .map_err(io_error(format!("read {}", path.display())))?;
+            let documents =
+                kube_sim::load::documents(&text).map_err(|e| RealClusterError::Manifest {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?;
+            for crd in documents {
+                names.push(
+                    crd["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                );
+                create(client, crd).await?;
+            }
+        }
+        let crds: Api<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        > = Api::all(client.clone());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for name in names {
+            loop {
+                let established = crds.get(&name).await.ok().is_some_and(|crd| {
+                    crd.status
+                        .and_then(|s| s.conditions)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                });
+                if established {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(self.not_ready(&format!("CRD {name} established"), 60));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// The machine-api-operator registers its webhooks by Service with the service CA injected
+    /// (`pkg/webhooks/config.go`); here the `machineset` process listens on loopback, so each
+    /// webhook names its URL and the generated CA. Names, rules, operations, failure policy
+    /// (`Ignore`) and side effects are MAO's.
+    async fn register_webhooks(&self, client: &Client, port: u16) -> Result<(), RealClusterError> {
+        let ca_bundle = STANDARD.encode(&self.pki.ca_pem);
+        let webhook = |name: &str, resource: &str, path: &str| {
+            json!({
+                "name": name,
+                "admissionReviewVersions": ["v1"],
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "clientConfig": {"url": format!("https://127.0.0.1:{port}{path}"), "caBundle": ca_bundle},
+                "rules": [{"apiGroups": ["machine.openshift.io"], "apiVersions": ["v1beta1"],
+                           "resources": [resource], "operations": ["CREATE", "UPDATE"]}],
+            })
+        };
+        for (kind, configuration) in [
+            ("MutatingWebhookConfiguration", "mutating"),
+            ("ValidatingWebhookConfiguration", "validating"),
+        ] {
+            let webhooks: Vec<Value> = WEBHOOKS
+                .iter()
+                .filter(|(k, ..)| *k == configuration)
+                .map(|(_, name, resource, path)| webhook(name, resource, path))
+                .collect();
+            create(
+                client,
+                json!({
+                    "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+                    "metadata": {"name": "machine-api"},
+                    "webhooks": webhooks,
+                }),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The webhooks' failure policy is `Ignore`, so a create before the server listens would
+    /// pass undefaulted: wait until the `machineset` process accepts connections.
+    async fn wait_webhooks_served(&mut self, port: u16) -> Result<(), RealClusterError> {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            self.check_running()?;
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(self.not_ready("machineset's webhook server", 120));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+fn kubeconfig_yaml(url: &str, ca_pem: &str, user: &Value, user_name: &str) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "real-cluster", "cluster": {
+            "server": url, "certificate-authority-data": STANDARD.encode(ca_pem)}}],
+        "users": [{"name": user_name, "user": user}],
+        "contexts": [{"name": "real-cluster", "context": {"cluster": "real-cluster", "user": user_name}}],
+        "current-context": "real-cluster",
+    })
+    .to_string()
+}
+
+/// A client of a kubeconfig file.
+pub async fn client_of(path: &Path) -> Result<Client, RealClusterError> {
+    let kubeconfig_error = |message: String| RealClusterError::Kubeconfig {
+        path: path.to_owned(),
+        message,
+    };
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|e| kubeconfig_error(e.to_string()))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| kubeconfig_error(e.to_string()))?;
+    Client::try_from(config).map_err(api_error(format!("client of {}", path.display())))
+}
+
+/// Creates one object given as JSON, finding its resource by discovery.
+pub async fn create(client: &Client, object: Value) -> Result<Value, RealClusterError> {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default().to_owned();
+    let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+    let gvk = GroupVersionKind::gvk(group, version, &kind);
+    let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .map_err(api_error(format!("discover {api_version} {kind}")))?;
+    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(namespace) if capabilities.scope == kube::discovery::Scope::Namespaced => {
+            Api::namespaced_with(client.clone(), namespace, &resource)
+        }
+        _ => Api::all_with(client.clone(), &resource),
+    };
+    let typed: DynamicObject =
+        serde_json::from_value(object).map_err(|e| RealClusterError::Manifest {
+            path: PathBuf::from(format!("{kind}/{name}")),
+            message: e.to_string(),
+        })?;
+    let created = api
+        .create(&PostParams::default(), &typed)
+        .await
+        .map_err(api_error(format!("create {kind} {name}")))?;
+    serde_json::to_value(created).map_err(|e| RealClusterError::Manifest {
+        path: PathBuf::from(format!("{kind}/{name}")),
+        message: e.to_string(),
+    })
+}
+
+/// `Infrastructure/cluster` as the installer leaves it on Nutanix: the spec's Prism Central and
+/// Prism Element, then the status (a subresource in openshift/api's CRD) with the infra ID.
+async fn create_infrastructure(
+    client: &Client,
+    infrastructure_name: &str,
+    prism_port: u16,
+) -> Result<(), RealClusterError> {
+    create(
+        client,
+        json!({
+            "apiVersion": "config.openshift.io/v1", "kind": "Infrastructure",
+            "metadata": {"name": "cluster"},
+            "spec": {"platformSpec": {"type": "Nutanix", "nutanix": {
+                "prismCentral": {"address": "127.0.0.1", "port": prism_port},
+                "prismElements": [{"name": "pe-1", "endpoint": {"address": "127.0.0.1", "port": prism_port}}],
+            }}},
+        }),
+    )
+    .await?;
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("config.openshift.io", "v1", "Infrastructure"),
+        "infrastructures",
+    );
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let status = json!({"status": {
+        "infrastructureName": infrastructure_name,
+        "platform": "Nutanix",
+        "platformStatus": {"type": "Nutanix"},
+        "controlPlaneTopology": "HighlyAvailable",
+        "infrastructureTopology": "HighlyAvailable",
+        "apiServerURL": "https://api.sandbox.example:6443",
+        "apiServerInternalURI": "https://api-int.sandbox.example:6443",
+        "etcdDiscoveryDomain": "",
+    }});
+    api.patch_status(
+        "cluster",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&status),
+    )
+    .await
+    .map_err(api_error("write Infrastructure/cluster status"))?;
+    Ok(())
+}
+
+/// OpenShift's default networks (the installer's `clusterNetwork` and `serviceNetwork`) in
+/// `Network.config.openshift.io/cluster` (its CRD has no status subresource: the status is
+/// written with the object), and OVN-Kubernetes' hybrid overlay, as WMCO requires it, in
+/// `Network.operator.openshift.io/cluster`.
+async fn create_networks(client: &Client) -> Result<(), RealClusterError> {
+    let networks = json!({
+        "clusterNetwork": [{"cidr": "10.128.0.0/14", "hostPrefix": 23}],
+        "serviceNetwork": ["172.30.0.0/16"],
+        "networkType": "OVNKubernetes",
+    });
+    create(
+        client,
+        json!({
+            "apiVersion": "config.openshift.io/v1", "kind": "Network",
+            "metadata": {"name": "cluster"},
+            "spec": networks, "status": networks,
+        }),
+    )
+    .await?;
+    create(
+        client,
+        json!({
+            "apiVersion": "operator.openshift.io/v1", "kind": "Network",
+            "metadata": {"name": "cluster"},
+            "spec": {"defaultNetwork": {"type": "OVNKubernetes", "ovnKubernetesConfig": {
+                "hybridOverlayConfig": {"hybridClusterNetwork": [{"cidr": "10.132.0.0/14", "hostPrefix": 23}]}}}},
+        }),
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,330 @@
+//! The machine-api round trip on the real control plane (`sandbox::real_cluster`): a real
+//! kube-apiserver, etcd and kube-controller-manager, the machine-api-operator's own MachineSet
+//! controller and webhooks, nodelink and machine-healthcheck, and our controller run as MAO runs
+//! it, under the ServiceAccount and roles of `manifests/rbac/` (a permission it lacks fails
+//! here). Kubelets and WMCO (the node agent), the cluster-machine-approver (not served by the Go
+//! module proxy) and Prism Central stay simulated, as clients of the real API server.
+//!
+//! Needs `REAL_CLUSTER_DIR` (what `hack/real-cluster/build.sh` prints): skipped with a message
+//! without it, and failed without it when `REAL_CLUSTER_REQUIRED` is set (CI sets both).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use nutanix_machine_controller::api::{Machine, MachineSet};
+use prism_mock::{MockConfig, MockPrism, Timings};
+use sandbox::approver::{self, ApproverConfig};
+use sandbox::manifests;
+use sandbox::node_agent::{self, NodeAgentConfig};
+use sandbox::real_cluster::{self, Binaries, ControlPlane};
+use sandbox::world::{
+    self, ControllerCommand, ControllerIntervals, ControllerLaunch, ControllerProcess,
+};
+use serde_json::json;
+
+use crate::support::TIMEOUT;
+
+const NAMESPACE: &str = sandbox::MACHINE_API_NAMESPACE;
+const SERVICE_ACCOUNT: &str = "nutanix-machine-controller";
+
+fn binaries() -> Option<Binaries> {
+    let binaries = Binaries::from_env();
+    if binaries.is_none() {
+        assert!(
+            std::env::var_os("REAL_CLUSTER_REQUIRED").is_none(),
+            "REAL_CLUSTER_REQUIRED is set but {} is not: run hack/real-cluster/build.sh",
+            real_cluster::DIR_VARIABLE
+        );
+        eprintln!(
+            "skipped: {} is not set (hack/real-cluster/build.sh prints it)",
+            real_cluster::DIR_VARIABLE
+        );
+    }
+    binaries
+}
+
+fn work_dir(test: &str) -> (PathBuf, Option<tempfile::TempDir>) {
+    match std::env::var_os("E2E_WORK_DIR") {
+        Some(dir) => {
+            let dir = PathBuf::from(dir).join(test);
+            let _ = std::fs::remove_dir_all(&dir);
+            (dir, None)
+        }
+        None => {
+            let temp = tempfile::tempdir().expect("a temporary directory");
+            (temp.path().to_owned(), Some(temp))
+        }
+    }
+}
+
+fn kubectl(plane: &ControlPlane, args: &[&str]) -> String {
+    let program = plane.binaries().program("kubectl").expect("kubectl built");
+    let output = std::process::Command::new(program)
+        .arg("--kubeconfig")
+        .arg(plane.admin_kubeconfig())
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn repository(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+async fn wait_for<T>(
+    what: &str,
+    plane: &mut ControlPlane,
+    mut probe: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + TIMEOUT * 2;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        plane.check_running().expect("the control plane is running");
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {:?}; logs in {}",
+            TIMEOUT * 2,
+            plane.dir().display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn scale(client: &Client, set: &str, replicas: i32) {
+    let sets: Api<MachineSet> = Api::namespaced(client.clone(), NAMESPACE);
+    sets.patch(
+        set,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("scale {set} to {replicas}: {e}"));
+}
+
+fn set_of(machine: &Machine) -> Option<&str> {
+    machine
+        .labels()
+        .get(manifests::MACHINE_SET_LABEL)
+        .map(String::as_str)
+}
+
+/// What a Running, linked Machine of ours has.
+fn running_and_linked(machine: &Machine) -> bool {
+    let status = machine.status.as_ref();
+    status.and_then(|s| s.phase.as_deref()) == Some("Running")
+        && status.is_some_and(|s| s.node_ref.is_some())
+        && machine
+            .spec
+            .provider_id
+            .as_deref()
+            .is_some_and(|p| p.starts_with("nutanix://"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn machine_sets_scale_through_the_real_machine_api_operator_and_api_server() {
+    let Some(binaries) = binaries() else {
+        return;
+    };
+    eprintln!("real control plane:\n{}", binaries.versions());
+    let (dir, _temp) = work_dir("real_cluster");
+    std::fs::create_dir_all(&dir).unwrap();
+
+    let mock = MockPrism::start(MockConfig {
+        timings: Timings::for_tests(),
+        ..MockConfig::default()
+    })
+    .await
+    .expect("prism-mock starts");
+    let seed_vms = mock.admin().vms().len();
+    let prism_ca_file = dir.join("prism-ca.pem");
+    std::fs::write(&prism_ca_file, mock.ca_pem().unwrap_or_default()).unwrap();
+
+    let mut plane = ControlPlane::start(
+        binaries,
+        &dir.join("control-plane"),
+        NAMESPACE,
+        manifests::INFRASTRUCTURE_ID,
+        mock.addr().port(),
+    )
+    .await
+    .expect("the real control plane starts");
+    let admin = plane.admin_client().await.unwrap();
+
+    // The controller's identity and permissions exactly as shipped.
+    let rbac = repository("manifests/rbac");
+    kubectl(&plane, &["apply", "-k", rbac.to_str().unwrap()]);
+    let controller_kubeconfig = dir.join("kubeconfig-controller");
+    plane
+        .write_service_account_kubeconfig(SERVICE_ACCOUNT, &controller_kubeconfig)
+        .await
+        .expect("a token for the controller's ServiceAccount");
+
+    world::write_secrets(&admin, NAMESPACE, &mock)
+        .await
+        .expect("Secrets");
+    let sets: Api<MachineSet> = Api::namespaced(admin.clone(), NAMESPACE);
+    let raw_sets: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        NAMESPACE,
+        &kube::api::ApiResource::erase::<MachineSet>(&()),
+    );
+    for mut object in manifests::objects(&manifests::EXAMPLES).unwrap() {
+        if object["kind"] != "MachineSet" {
+            continue;
+        }
+        object["spec"]["replicas"] = json!(0);
+        real_cluster::create(&admin, object)
+            .await
+            .expect("an example MachineSet is created");
+    }
+
+    // MAO's defaulting webhook ran: a MachineSet naming no user data or credentials Secret gets
+    // `worker-user-data` and `nutanix-credentials` (machine_webhook.go, defaultNutanix).
+    let mut probe = manifests::example("MachineSet", manifests::LINUX_SET).unwrap();
+    probe["metadata"]["name"] = json!("webhook-probe");
+    probe["spec"]["replicas"] = json!(0);
+    let spec = &mut probe["spec"]["template"]["spec"]["providerSpec"]["value"];
+    spec.as_object_mut().unwrap().remove("userDataSecret");
+    spec.as_object_mut().unwrap().remove("credentialsSecret");
+    let stored = real_cluster::create(&admin, probe).await.unwrap();
+    let value = &stored["spec"]["template"]["spec"]["providerSpec"]["value"];
+    assert_eq!(
+        value["userDataSecret"]["name"], "worker-user-data",
+        "{value}"
+    );
+    assert_eq!(
+        value["credentialsSecret"]["name"], "nutanix-credentials",
+        "{value}"
+    );
+    // ... and its validating webhook: a Nutanix providerSpec without subnets is refused
+    // (machine_webhook.go, validateNutanix: "missing subnets").
+    let mut invalid = manifests::example("MachineSet", manifests::LINUX_SET).unwrap();
+    invalid["metadata"]["name"] = json!("webhook-refused");
+    invalid["spec"]["template"]["spec"]["providerSpec"]["value"]
+        .as_object_mut()
+        .unwrap()
+        .remove("subnets");
+    let refused = raw_sets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(invalid).unwrap(),
+        )
+        .await;
+    match refused {
+        Err(kube::Error::Api(status)) => assert!(
+            status.message.contains("missing subnets"),
+            "refused for another reason: {}",
+            status.message
+        ),
+        other => panic!("a MachineSet without subnets was accepted: {other:?}"),
+    }
+
+    // Our controller as the machine-api-operator runs it, with the ServiceAccount's token.
+    let launch = ControllerLaunch {
+        command: ControllerCommand::binary(env!("CARGO_BIN_EXE_e2e-controller")),
+        kubeconfig: controller_kubeconfig,
+        prism_ca_file,
+        namespace: NAMESPACE.to_owned(),
+        intervals: ControllerIntervals::tests(),
+        excluded_cidrs: Vec::new(),
+        verbosity: 4,
+        extra_args: Vec::new(),
+        log_file: dir.join("controller.log"),
+    };
+    let mut controller = ControllerProcess::start(&launch, 1).expect("the controller starts");
+    let agent = node_agent::start(
+        admin.clone(),
+        mock.admin().clone(),
+        NodeAgentConfig {
+            namespace: NAMESPACE.to_owned(),
+            ..NodeAgentConfig::default()
+        },
+    );
+    let approver = approver::start(
+        admin.clone(),
+        ApproverConfig {
+            namespace: NAMESPACE.to_owned(),
+            ..ApproverConfig::default()
+        },
+    );
+
+    scale(&admin, manifests::LINUX_SET, 2).await;
+    scale(&admin, manifests::WINDOWS_IMAGE_SET, 1).await;
+    let machines: Api<Machine> = Api::namespaced(admin.clone(), NAMESPACE);
+    let running = wait_for(
+        "3 Machines Running and linked to their Nodes",
+        &mut plane,
+        async || {
+            assert!(
+                controller.exited().is_none(),
+                "the controller exited: {}",
+                launch.log_file.display()
+            );
+            let list = machines.list(&ListParams::default()).await.ok()?;
+            let linked: Vec<Machine> = list.items.into_iter().filter(running_and_linked).collect();
+            (linked.len() == 3).then_some(linked)
+        },
+    )
+    .await;
+
+    // Who made what: the Machines are the real MachineSet controller's (owner reference to
+    // their set), their VMs ours, the Node link nodelink's.
+    let nodes: Api<Node> = Api::all(admin.clone());
+    for machine in &running {
+        let set = set_of(machine).expect("a MachineSet label");
+        let owner = machine.owner_references().first().expect("an owner");
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("MachineSet", set)
+        );
+        let node_name = &machine
+            .status
+            .as_ref()
+            .unwrap()
+            .node_ref
+            .as_ref()
+            .unwrap()
+            .name;
+        let node = nodes.get(node_name.as_deref().unwrap()).await.unwrap();
+        assert_eq!(
+            node.spec.as_ref().and_then(|s| s.provider_id.as_deref()),
+            machine.spec.provider_id.as_deref(),
+            "the Node of {} has its VM's providerID",
+            machine.name_any()
+        );
+        // nodelink's annotation on the Node (nodelink_controller.go, machineAnnotationKey).
+        assert_eq!(
+            node.annotations()
+                .get("machine.openshift.io/machine")
+                .map(String::as_str),
+            Some(format!("{NAMESPACE}/{}", machine.name_any()).as_str())
+        );
+    }
+    assert_eq!(mock.admin().vms().len(), seed_vms + 3, "one VM per Machine");
+
+    // The round trip back: every Machine deleted by the MachineSet controller, every VM by us.
+    for set in [manifests::LINUX_SET, manifests::WINDOWS_IMAGE_SET] {
+        scale(&admin, set, 0).await;
+    }
+    wait_for("no Machine and no VM left", &mut plane, async || {
+        let list = machines.list(&ListParams::default()).await.ok()?;
+        (list.items.is_empty() && mock.admin().vms().len() == seed_vms).then_some(())
+    })
+    .await;
+    let stored = sets.get(manifests::LINUX_SET).await.unwrap();
+    assert_eq!(stored.status.map(|s| s.replicas), Some(0));
+    approver.stop().await;
+    agent.stop().await;
+    controller.kill().await.unwrap();
+}
