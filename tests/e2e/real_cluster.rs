@@ -18,7 +18,7 @@ use nutanix_machine_controller::api::{Machine, MachineSet};
 use prism_mock::{MockConfig, MockPrism, Timings};
 use sandbox::approver::{self, ApproverConfig};
 use sandbox::manifests;
-use sandbox::node_agent::{self, NodeAgentConfig};
+use sandbox::node_agent::{self, JoinBehaviour, NodeAgentConfig};
 use sandbox::real_cluster::{self, Binaries, ControlPlane};
 use sandbox::world::{
     self, ControllerCommand, ControllerIntervals, ControllerLaunch, ControllerProcess,
@@ -80,27 +80,6 @@ fn repository(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
 }
 
-async fn wait_for<T>(
-    what: &str,
-    plane: &mut ControlPlane,
-    mut probe: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let deadline = Instant::now() + TIMEOUT * 2;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        plane.check_running().expect("the control plane is running");
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within {:?}; logs in {}",
-            TIMEOUT * 2,
-            plane.dir().display()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 async fn scale(client: &Client, set: &str, replicas: i32) {
     let sets: Api<MachineSet> = Api::namespaced(client.clone(), NAMESPACE);
     sets.patch(
@@ -131,63 +110,177 @@ fn running_and_linked(machine: &Machine) -> bool {
             .is_some_and(|p| p.starts_with("nutanix://"))
 }
 
+/// Everything one test runs: prism-mock, the real control plane, our controller under its
+/// ServiceAccount, and the simulated kubelets/WMCO and approver. Dropping it stops every process.
+struct RealWorld {
+    mock: prism_mock::RunningMock,
+    plane: ControlPlane,
+    admin: Client,
+    launch: ControllerLaunch,
+    controller: ControllerProcess,
+    agent: node_agent::NodeAgentHandle,
+    approver: approver::ApproverHandle,
+    seed_vms: usize,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl RealWorld {
+    /// `None` (the test skipped) when the real control plane is not built.
+    async fn start(test: &str, node_agent: NodeAgentConfig) -> Option<Self> {
+        let binaries = binaries()?;
+        eprintln!("real control plane:\n{}", binaries.versions());
+        let (dir, temp) = work_dir(test);
+        std::fs::create_dir_all(&dir).unwrap();
+
+        let mock = MockPrism::start(MockConfig {
+            timings: Timings::for_tests(),
+            ..MockConfig::default()
+        })
+        .await
+        .expect("prism-mock starts");
+        let seed_vms = mock.admin().vms().len();
+        let prism_ca_file = dir.join("prism-ca.pem");
+        std::fs::write(&prism_ca_file, mock.ca_pem().unwrap_or_default()).unwrap();
+
+        let plane = ControlPlane::start(
+            binaries,
+            &dir.join("control-plane"),
+            NAMESPACE,
+            manifests::INFRASTRUCTURE_ID,
+            mock.addr().port(),
+        )
+        .await
+        .expect("the real control plane starts");
+        let admin = plane.admin_client().await.unwrap();
+
+        // The controller's identity and permissions exactly as shipped.
+        let rbac = repository("manifests/rbac");
+        kubectl(&plane, &["apply", "-k", rbac.to_str().unwrap()]);
+        let controller_kubeconfig = dir.join("kubeconfig-controller");
+        plane
+            .write_service_account_kubeconfig(SERVICE_ACCOUNT, &controller_kubeconfig)
+            .await
+            .expect("a token for the controller's ServiceAccount");
+
+        world::write_secrets(&admin, NAMESPACE, &mock)
+            .await
+            .expect("Secrets");
+        for mut object in manifests::objects(&manifests::EXAMPLES).unwrap() {
+            if object["kind"] != "MachineSet" {
+                continue;
+            }
+            object["spec"]["replicas"] = json!(0);
+            real_cluster::create(&admin, object)
+                .await
+                .expect("an example MachineSet is created");
+        }
+
+        // Our controller as the machine-api-operator runs it, with the ServiceAccount's token.
+        let launch = ControllerLaunch {
+            command: ControllerCommand::binary(env!("CARGO_BIN_EXE_e2e-controller")),
+            kubeconfig: controller_kubeconfig,
+            prism_ca_file,
+            namespace: NAMESPACE.to_owned(),
+            intervals: ControllerIntervals::tests(),
+            excluded_cidrs: Vec::new(),
+            verbosity: 4,
+            extra_args: Vec::new(),
+            log_file: dir.join("controller.log"),
+        };
+        let controller = ControllerProcess::start(&launch, 1).expect("the controller starts");
+        let agent = node_agent::start(
+            admin.clone(),
+            mock.admin().clone(),
+            NodeAgentConfig {
+                namespace: NAMESPACE.to_owned(),
+                ..node_agent
+            },
+        );
+        let approver = approver::start(
+            admin.clone(),
+            ApproverConfig {
+                namespace: NAMESPACE.to_owned(),
+                ..ApproverConfig::default()
+            },
+        );
+        Some(Self {
+            mock,
+            plane,
+            admin,
+            launch,
+            controller,
+            agent,
+            approver,
+            seed_vms,
+            _temp: temp,
+        })
+    }
+
+    fn machines(&self) -> Api<Machine> {
+        Api::namespaced(self.admin.clone(), NAMESPACE)
+    }
+
+    /// Polls `probe` until it gives a value; fails when a process of the control plane or the
+    /// controller has exited, or after twice the e2e timeout.
+    async fn wait_for<T>(
+        &mut self,
+        what: &str,
+        mut probe: impl AsyncFnMut(&Self) -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + TIMEOUT * 2;
+        loop {
+            if let Some(value) = probe(self).await {
+                return value;
+            }
+            self.plane
+                .check_running()
+                .expect("the control plane is running");
+            assert!(
+                self.controller.exited().is_none(),
+                "the controller exited: {}",
+                self.launch.log_file.display()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {:?}; logs in {}",
+                TIMEOUT * 2,
+                self.plane.dir().display()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Every set scaled to 0; waits until no Machine and no VM of ours is left.
+    async fn scale_all_to_zero(&mut self) {
+        for set in manifests::MACHINE_SETS {
+            scale(&self.admin, set, 0).await;
+        }
+        self.wait_for("no Machine and no VM left", async |world| {
+            let list = world.machines().list(&ListParams::default()).await.ok()?;
+            (list.items.is_empty() && world.mock.admin().vms().len() == world.seed_vms)
+                .then_some(())
+        })
+        .await;
+    }
+
+    async fn stop(mut self) {
+        self.approver.stop().await;
+        self.agent.stop().await;
+        self.controller.kill().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn machine_sets_scale_through_the_real_machine_api_operator_and_api_server() {
-    let Some(binaries) = binaries() else {
+    let Some(mut world) = RealWorld::start("real_cluster", NodeAgentConfig::default()).await else {
         return;
     };
-    eprintln!("real control plane:\n{}", binaries.versions());
-    let (dir, _temp) = work_dir("real_cluster");
-    std::fs::create_dir_all(&dir).unwrap();
-
-    let mock = MockPrism::start(MockConfig {
-        timings: Timings::for_tests(),
-        ..MockConfig::default()
-    })
-    .await
-    .expect("prism-mock starts");
-    let seed_vms = mock.admin().vms().len();
-    let prism_ca_file = dir.join("prism-ca.pem");
-    std::fs::write(&prism_ca_file, mock.ca_pem().unwrap_or_default()).unwrap();
-
-    let mut plane = ControlPlane::start(
-        binaries,
-        &dir.join("control-plane"),
-        NAMESPACE,
-        manifests::INFRASTRUCTURE_ID,
-        mock.addr().port(),
-    )
-    .await
-    .expect("the real control plane starts");
-    let admin = plane.admin_client().await.unwrap();
-
-    // The controller's identity and permissions exactly as shipped.
-    let rbac = repository("manifests/rbac");
-    kubectl(&plane, &["apply", "-k", rbac.to_str().unwrap()]);
-    let controller_kubeconfig = dir.join("kubeconfig-controller");
-    plane
-        .write_service_account_kubeconfig(SERVICE_ACCOUNT, &controller_kubeconfig)
-        .await
-        .expect("a token for the controller's ServiceAccount");
-
-    world::write_secrets(&admin, NAMESPACE, &mock)
-        .await
-        .expect("Secrets");
-    let sets: Api<MachineSet> = Api::namespaced(admin.clone(), NAMESPACE);
+    let admin = world.admin.clone();
     let raw_sets: Api<kube::api::DynamicObject> = Api::namespaced_with(
         admin.clone(),
         NAMESPACE,
         &kube::api::ApiResource::erase::<MachineSet>(&()),
     );
-    for mut object in manifests::objects(&manifests::EXAMPLES).unwrap() {
-        if object["kind"] != "MachineSet" {
-            continue;
-        }
-        object["spec"]["replicas"] = json!(0);
-        real_cluster::create(&admin, object)
-            .await
-            .expect("an example MachineSet is created");
-    }
 
     // MAO's defaulting webhook ran: a MachineSet naming no user data or credentials Secret gets
     // `worker-user-data` and `nutanix-credentials` (machine_webhook.go, defaultNutanix).
@@ -230,53 +323,19 @@ async fn machine_sets_scale_through_the_real_machine_api_operator_and_api_server
         other => panic!("a MachineSet without subnets was accepted: {other:?}"),
     }
 
-    // Our controller as the machine-api-operator runs it, with the ServiceAccount's token.
-    let launch = ControllerLaunch {
-        command: ControllerCommand::binary(env!("CARGO_BIN_EXE_e2e-controller")),
-        kubeconfig: controller_kubeconfig,
-        prism_ca_file,
-        namespace: NAMESPACE.to_owned(),
-        intervals: ControllerIntervals::tests(),
-        excluded_cidrs: Vec::new(),
-        verbosity: 4,
-        extra_args: Vec::new(),
-        log_file: dir.join("controller.log"),
-    };
-    let mut controller = ControllerProcess::start(&launch, 1).expect("the controller starts");
-    let agent = node_agent::start(
-        admin.clone(),
-        mock.admin().clone(),
-        NodeAgentConfig {
-            namespace: NAMESPACE.to_owned(),
-            ..NodeAgentConfig::default()
-        },
-    );
-    let approver = approver::start(
-        admin.clone(),
-        ApproverConfig {
-            namespace: NAMESPACE.to_owned(),
-            ..ApproverConfig::default()
-        },
-    );
-
     scale(&admin, manifests::LINUX_SET, 2).await;
     scale(&admin, manifests::WINDOWS_IMAGE_SET, 1).await;
-    let machines: Api<Machine> = Api::namespaced(admin.clone(), NAMESPACE);
-    let running = wait_for(
-        "3 Machines Running and linked to their Nodes",
-        &mut plane,
-        async || {
-            assert!(
-                controller.exited().is_none(),
-                "the controller exited: {}",
-                launch.log_file.display()
-            );
-            let list = machines.list(&ListParams::default()).await.ok()?;
-            let linked: Vec<Machine> = list.items.into_iter().filter(running_and_linked).collect();
-            (linked.len() == 3).then_some(linked)
-        },
-    )
-    .await;
+    let running = world
+        .wait_for(
+            "3 Machines Running and linked to their Nodes",
+            async |world| {
+                let list = world.machines().list(&ListParams::default()).await.ok()?;
+                let linked: Vec<Machine> =
+                    list.items.into_iter().filter(running_and_linked).collect();
+                (linked.len() == 3).then_some(linked)
+            },
+        )
+        .await;
 
     // Who made what: the Machines are the real MachineSet controller's (owner reference to
     // their set), their VMs ours, the Node link nodelink's.
@@ -311,20 +370,95 @@ async fn machine_sets_scale_through_the_real_machine_api_operator_and_api_server
             Some(format!("{NAMESPACE}/{}", machine.name_any()).as_str())
         );
     }
-    assert_eq!(mock.admin().vms().len(), seed_vms + 3, "one VM per Machine");
+    assert_eq!(
+        world.mock.admin().vms().len(),
+        world.seed_vms + 3,
+        "one VM per Machine"
+    );
 
     // The round trip back: every Machine deleted by the MachineSet controller, every VM by us.
-    for set in [manifests::LINUX_SET, manifests::WINDOWS_IMAGE_SET] {
-        scale(&admin, set, 0).await;
-    }
-    wait_for("no Machine and no VM left", &mut plane, async || {
-        let list = machines.list(&ListParams::default()).await.ok()?;
-        (list.items.is_empty() && mock.admin().vms().len() == seed_vms).then_some(())
-    })
-    .await;
+    world.scale_all_to_zero().await;
+    let sets: Api<MachineSet> = Api::namespaced(admin.clone(), NAMESPACE);
     let stored = sets.get(manifests::LINUX_SET).await.unwrap();
     assert_eq!(stored.status.map(|s| s.replicas), Some(0));
-    approver.stop().await;
-    agent.stop().await;
-    controller.kill().await.unwrap();
+    world.stop().await;
+}
+
+/// The real machine-healthcheck remediates a Windows Machine whose Node never comes: after the
+/// MHC's `nodeStartupTimeout` without a Node (counted from the Machine's `status.lastUpdated`,
+/// machinehealthcheck_controller.go `needsRemediation`) it deletes the Machine; our controller
+/// deletes its VM, the MachineSet controller makes a replacement, and nothing is left after 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_real_machine_health_check_replaces_a_windows_machine_that_never_joins() {
+    let never = JoinBehaviour {
+        delay: Duration::from_secs(24 * 3600),
+        ..JoinBehaviour::default()
+    };
+    let agent = NodeAgentConfig {
+        overrides: vec![(format!("{}-", manifests::WINDOWS_IMAGE_SET), never)],
+        ..NodeAgentConfig::default()
+    };
+    let Some(mut world) = RealWorld::start("real_cluster_mhc", agent).await else {
+        return;
+    };
+    real_cluster::create(
+        &world.admin,
+        json!({
+            "apiVersion": "machine.openshift.io/v1beta1", "kind": "MachineHealthCheck",
+            "metadata": {"name": "windows-startup", "namespace": NAMESPACE},
+            "spec": {
+                "selector": {"matchLabels": {manifests::MACHINE_SET_LABEL: manifests::WINDOWS_IMAGE_SET}},
+                "nodeStartupTimeout": "15s",
+                "maxUnhealthy": "100%",
+                "unhealthyConditions": [
+                    {"type": "Ready", "status": "Unknown", "timeout": "300s"},
+                    {"type": "Ready", "status": "False", "timeout": "300s"},
+                ],
+            },
+        }),
+    )
+    .await
+    .expect("the MachineHealthCheck is created");
+    scale(&world.admin, manifests::WINDOWS_IMAGE_SET, 1).await;
+
+    let (first, first_vm) = world
+        .wait_for("a Windows Machine with its VM", async |world| {
+            let list = world.machines().list(&ListParams::default()).await.ok()?;
+            let machine = list.items.into_iter().next()?;
+            let vm = machine
+                .spec
+                .provider_id
+                .as_deref()?
+                .strip_prefix("nutanix://")?
+                .to_owned();
+            Some((machine.name_any(), vm))
+        })
+        .await;
+    let replacement = world
+        .wait_for(
+            "the unjoined Machine replaced and its VM deleted",
+            async |world| {
+                let list = world.machines().list(&ListParams::default()).await.ok()?;
+                let vm_left = world
+                    .mock
+                    .admin()
+                    .vms()
+                    .iter()
+                    .any(|vm| vm.uuid == first_vm);
+                let others: Vec<String> = list
+                    .items
+                    .iter()
+                    .map(ResourceExt::name_any)
+                    .filter(|name| *name != first)
+                    .collect();
+                (!vm_left
+                    && !list.items.iter().any(|m| m.name_any() == first)
+                    && !others.is_empty())
+                .then_some(others)
+            },
+        )
+        .await;
+    assert_eq!(replacement.len(), 1, "one replacement: {replacement:?}");
+    world.scale_all_to_zero().await;
+    world.stop().await;
 }
