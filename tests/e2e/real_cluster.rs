@@ -323,16 +323,19 @@ async fn machine_sets_scale_through_the_real_machine_api_operator_and_api_server
         other => panic!("a MachineSet without subnets was accepted: {other:?}"),
     }
 
+    // Linux, Windows from an image (cloud-init) and Windows from a template with Sysprep (its
+    // choices carried by template annotations through MAO's webhook).
     scale(&admin, manifests::LINUX_SET, 2).await;
     scale(&admin, manifests::WINDOWS_IMAGE_SET, 1).await;
+    scale(&admin, manifests::WINDOWS_TEMPLATE_SET, 1).await;
     let running = world
         .wait_for(
-            "3 Machines Running and linked to their Nodes",
+            "4 Machines Running and linked to their Nodes",
             async |world| {
                 let list = world.machines().list(&ListParams::default()).await.ok()?;
                 let linked: Vec<Machine> =
                     list.items.into_iter().filter(running_and_linked).collect();
-                (linked.len() == 3).then_some(linked)
+                (linked.len() == 4).then_some(linked)
             },
         )
         .await;
@@ -372,7 +375,7 @@ async fn machine_sets_scale_through_the_real_machine_api_operator_and_api_server
     }
     assert_eq!(
         world.mock.admin().vms().len(),
-        world.seed_vms + 3,
+        world.seed_vms + 4,
         "one VM per Machine"
     );
 

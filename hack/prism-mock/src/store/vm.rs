@@ -141,10 +141,12 @@ impl Vm {
     }
 
     /// `status.state` as a `GET` shows it: `PENDING` until the task that makes the VM ends (and
-    /// while an update runs), then `COMPLETE`; clients wait for a created VM by reading it until
-    /// it is `COMPLETE` (openshift/machine-api-provider-nutanix `pkg/client/state.go`,
-    /// nutanix-cloud-native/packer-plugin-nutanix `builder/nutanix/driver.go`), and `ERROR`
-    /// carries `message_list` (the latter).
+    /// while an update runs), then `COMPLETE`; v3 clients waited for a created VM by reading it
+    /// until it was `COMPLETE` (openshift/machine-api-provider-nutanix `pkg/client/state.go`
+    /// `WaitForGetVMComplete`, uncalled since its 9df9b5f2 of October 2024: it now waits for the
+    /// create task; nutanix-cloud-native/packer-plugin-nutanix `builder/nutanix/driver.go` up to
+    /// daf8428, before its February 2026 move to v4), and `ERROR` carries `message_list` (the
+    /// latter).
     pub(crate) fn state(&self) -> &'static str {
         if self.deleting.is_some() {
             "DELETE_PENDING"

@@ -229,10 +229,12 @@ enum BeforeRead {
 /// What a `GET` of a cloned VM says of its clone, once the listing no longer does (the task is
 /// old: [`task_read_directly`]): `COMPLETE`, the clone ended and the same read is the
 /// follow-up's base; `PENDING`, it is still running. A v3 VM reads `PENDING` until the task that
-/// makes it ends, then `COMPLETE` (the shipped provider waits for a created VM that way:
-/// openshift/machine-api-provider-nutanix `pkg/client/state.go`, `WaitForGetVMComplete`; so
-/// does nutanix-cloud-native/packer-plugin-nutanix `builder/nutanix/driver.go`, `Create`). Any
-/// other answer (404, `ERROR`) is the task's to explain: it is read.
+/// makes it ends, then `COMPLETE` (openshift/machine-api-provider-nutanix `pkg/client/state.go`,
+/// `WaitForGetVMComplete`, which the shipped provider called until its 9df9b5f2 of October 2024
+/// and now waits for the create task instead; nutanix-cloud-native/packer-plugin-nutanix
+/// `builder/nutanix/driver.go` `Create` polled the v3 `GET` for `COMPLETE` up to daf8428, before
+/// its move to v4 in February 2026). Any other answer (404, `ERROR`) is the task's to explain: it
+/// is read.
 ///
 /// [`task_read_directly`]: crate::plan::machine::provision::task_read_directly
 fn clone_seen_by_get(
