@@ -116,17 +116,63 @@ struct RealWorld {
     mock: prism_mock::RunningMock,
     plane: ControlPlane,
     admin: Client,
-    launch: ControllerLaunch,
-    controller: ControllerProcess,
+    provider: RunningProvider,
     agent: node_agent::NodeAgentHandle,
     approver: approver::ApproverHandle,
     seed_vms: usize,
     _temp: Option<tempfile::TempDir>,
 }
 
+/// Which machine-api provider the world runs.
+enum Provider {
+    /// Ours, this package's `e2e-controller`.
+    Ours,
+    /// openshift/machine-api-provider-nutanix's `cmd/manager`, built by whoever runs the test.
+    Go(PathBuf),
+}
+
+/// The provider's process.
+enum RunningProvider {
+    Ours {
+        launch: Box<ControllerLaunch>,
+        process: ControllerProcess,
+    },
+    Go {
+        child: tokio::process::Child,
+        log_file: PathBuf,
+    },
+}
+
+impl RunningProvider {
+    /// The log file, when the process has exited.
+    fn exited(&mut self) -> Option<&Path> {
+        match self {
+            Self::Ours { launch, process } => process.exited().map(|_| launch.log_file.as_path()),
+            Self::Go { child, log_file } => {
+                matches!(child.try_wait(), Ok(Some(_))).then_some(log_file.as_path())
+            }
+        }
+    }
+
+    async fn kill(&mut self) {
+        match self {
+            Self::Ours { process, .. } => process.kill().await.unwrap(),
+            Self::Go { child, .. } => child.kill().await.unwrap(),
+        }
+    }
+}
+
 impl RealWorld {
     /// `None` (the test skipped) when the real control plane is not built.
     async fn start(test: &str, node_agent: NodeAgentConfig) -> Option<Self> {
+        Self::start_with(test, node_agent, Provider::Ours).await
+    }
+
+    async fn start_with(
+        test: &str,
+        node_agent: NodeAgentConfig,
+        provider: Provider,
+    ) -> Option<Self> {
         let binaries = binaries()?;
         eprintln!("real control plane:\n{}", binaries.versions());
         let (dir, temp) = work_dir(test);
@@ -175,19 +221,47 @@ impl RealWorld {
                 .expect("an example MachineSet is created");
         }
 
-        // Our controller as the machine-api-operator runs it, with the ServiceAccount's token.
-        let launch = ControllerLaunch {
-            command: ControllerCommand::binary(env!("CARGO_BIN_EXE_e2e-controller")),
-            kubeconfig: controller_kubeconfig,
-            prism_ca_file,
-            namespace: NAMESPACE.to_owned(),
-            intervals: ControllerIntervals::tests(),
-            excluded_cidrs: Vec::new(),
-            verbosity: 4,
-            extra_args: Vec::new(),
-            log_file: dir.join("controller.log"),
+        let provider = match provider {
+            // Our controller as the machine-api-operator runs it, with the ServiceAccount's token.
+            Provider::Ours => {
+                let launch = ControllerLaunch {
+                    command: ControllerCommand::binary(env!("CARGO_BIN_EXE_e2e-controller")),
+                    kubeconfig: controller_kubeconfig,
+                    prism_ca_file,
+                    namespace: NAMESPACE.to_owned(),
+                    intervals: ControllerIntervals::tests(),
+                    excluded_cidrs: Vec::new(),
+                    verbosity: 4,
+                    extra_args: Vec::new(),
+                    log_file: dir.join("controller.log"),
+                };
+                let process = ControllerProcess::start(&launch, 1).expect("the controller starts");
+                RunningProvider::Ours {
+                    launch: Box::new(launch),
+                    process,
+                }
+            }
+            // The Go provider with MAO's flags for it; its roles are not in manifests/, so it
+            // runs as admin. It takes Prism Central's CA from the system roots, which Go reads
+            // from SSL_CERT_FILE (crypto/x509, root_unix.go).
+            Provider::Go(program) => {
+                let log_file = dir.join("go-provider.log");
+                let log = std::fs::File::create(&log_file).unwrap();
+                let child = tokio::process::Command::new(program)
+                    .arg(format!("--namespace={NAMESPACE}"))
+                    .arg("--metrics-bind-address=127.0.0.1:0")
+                    .arg("--health-addr=127.0.0.1:0")
+                    .arg("--v=4")
+                    .env("KUBECONFIG", plane.admin_kubeconfig())
+                    .env("SSL_CERT_FILE", &prism_ca_file)
+                    .stdout(std::process::Stdio::from(log.try_clone().unwrap()))
+                    .stderr(std::process::Stdio::from(log))
+                    .kill_on_drop(true)
+                    .spawn()
+                    .expect("the Go provider starts");
+                RunningProvider::Go { child, log_file }
+            }
         };
-        let controller = ControllerProcess::start(&launch, 1).expect("the controller starts");
         let agent = node_agent::start(
             admin.clone(),
             mock.admin().clone(),
@@ -207,8 +281,7 @@ impl RealWorld {
             mock,
             plane,
             admin,
-            launch,
-            controller,
+            provider,
             agent,
             approver,
             seed_vms,
@@ -235,11 +308,9 @@ impl RealWorld {
             self.plane
                 .check_running()
                 .expect("the control plane is running");
-            assert!(
-                self.controller.exited().is_none(),
-                "the controller exited: {}",
-                self.launch.log_file.display()
-            );
+            if let Some(log) = self.provider.exited() {
+                panic!("the provider exited: {}", log.display());
+            }
             assert!(
                 Instant::now() < deadline,
                 "{what}: not within {:?}; logs in {}",
@@ -266,7 +337,7 @@ impl RealWorld {
     async fn stop(mut self) {
         self.approver.stop().await;
         self.agent.stop().await;
-        self.controller.kill().await.unwrap();
+        self.provider.kill().await;
     }
 }
 
@@ -463,5 +534,53 @@ async fn the_real_machine_health_check_replaces_a_windows_machine_that_never_joi
         .await;
     assert_eq!(replacement.len(), 1, "one replacement: {replacement:?}");
     world.scale_all_to_zero().await;
+    world.stop().await;
+}
+
+/// The Go provider we replace, on the same real control plane, prism-mock and MachineSets: its
+/// Prism client (prism-go-client) is then a client of prism-mock, and every call it makes must be
+/// answered as Prism Central answers. Needs `GO_PROVIDER_BIN`, a `cmd/manager` built from
+/// openshift/machine-api-provider-nutanix (the Go module proxy does not serve that module, so no
+/// script of ours builds it: hack/real-cluster/README.md); skipped with a message without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_go_provider_runs_on_the_same_control_plane_and_mock() {
+    let Some(program) = std::env::var_os("GO_PROVIDER_BIN") else {
+        eprintln!("skipped: GO_PROVIDER_BIN is not set");
+        return;
+    };
+    let Some(mut world) = RealWorld::start_with(
+        "real_cluster_go_provider",
+        NodeAgentConfig::default(),
+        Provider::Go(PathBuf::from(program)),
+    )
+    .await
+    else {
+        return;
+    };
+    scale(&world.admin, manifests::LINUX_SET, 2).await;
+    scale(&world.admin, manifests::WINDOWS_IMAGE_SET, 1).await;
+    world
+        .wait_for(
+            "3 Machines of the Go provider Running and linked",
+            async |world| {
+                let list = world.machines().list(&ListParams::default()).await.ok()?;
+                let linked = list.items.iter().filter(|m| running_and_linked(m)).count();
+                (linked == 3).then_some(())
+            },
+        )
+        .await;
+    world.scale_all_to_zero().await;
+    let refused: Vec<String> = world
+        .mock
+        .admin()
+        .requests_since(0)
+        .into_iter()
+        .filter(|r| r.status >= 400 && !(r.method == "DELETE" && r.status == 404))
+        .map(|r| format!("{} {} -> {}", r.method, r.endpoint, r.status))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "prism-mock refused calls of the Go provider: {refused:#?}"
+    );
     world.stop().await;
 }
