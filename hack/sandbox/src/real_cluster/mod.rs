@@ -65,6 +65,8 @@ pub enum RealClusterError {
     Api { action: String, source: kube::Error },
     #[error("manifest {path}: {message}")]
     Manifest { path: PathBuf, message: String },
+    #[error("the TokenRequest for ServiceAccount {service_account} answered no status.token")]
+    NoToken { service_account: String },
 }
 
 fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RealClusterError {
@@ -389,7 +391,12 @@ impl ControlPlane {
             .map_err(api_error(format!(
                 "request a token for ServiceAccount {service_account}"
             )))?;
-        let token = answer["status"]["token"].as_str().unwrap_or_default();
+        let token = answer["status"]["token"]
+            .as_str()
+            .filter(|token| !token.is_empty())
+            .ok_or_else(|| RealClusterError::NoToken {
+                service_account: service_account.to_owned(),
+            })?;
         let text = kubeconfig_yaml(
             &self.url,
             &self.pki.ca_pem,
