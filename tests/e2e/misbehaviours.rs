@@ -104,7 +104,7 @@ async fn apipa_first_and_a_late_hybrid_overlay_address_still_give_the_primary_ip
         node_ip, ips[0],
         "the kubelet registered the primary address"
     );
-    let events = events_of(&world, &name);
+    let events = events_of(&world, &name).await;
     assert!(
         !events
             .iter()

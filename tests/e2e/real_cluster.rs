@@ -19,32 +19,16 @@ use prism_mock::{MockConfig, MockPrism, Timings};
 use sandbox::approver::{self, ApproverConfig};
 use sandbox::manifests;
 use sandbox::node_agent::{self, JoinBehaviour, NodeAgentConfig};
-use sandbox::real_cluster::{self, Binaries, ControlPlane};
+use sandbox::real_cluster::{self, ControlPlane};
 use sandbox::world::{
     self, ControllerCommand, ControllerIntervals, ControllerLaunch, ControllerProcess,
 };
 use serde_json::json;
 
-use crate::support::TIMEOUT;
+use crate::support::{TIMEOUT, real_control_plane};
 
 const NAMESPACE: &str = sandbox::MACHINE_API_NAMESPACE;
 const SERVICE_ACCOUNT: &str = "nutanix-machine-controller";
-
-fn binaries() -> Option<Binaries> {
-    let binaries = Binaries::from_env();
-    if binaries.is_none() {
-        assert!(
-            std::env::var_os("REAL_CLUSTER_REQUIRED").is_none(),
-            "REAL_CLUSTER_REQUIRED is set but {} is not: run hack/real-cluster/build.sh",
-            real_cluster::DIR_VARIABLE
-        );
-        eprintln!(
-            "skipped: {} is not set (hack/real-cluster/build.sh prints it)",
-            real_cluster::DIR_VARIABLE
-        );
-    }
-    binaries
-}
 
 fn work_dir(test: &str) -> (PathBuf, Option<tempfile::TempDir>) {
     match std::env::var_os("E2E_WORK_DIR") {
@@ -173,8 +157,7 @@ impl RealWorld {
         node_agent: NodeAgentConfig,
         provider: Provider,
     ) -> Option<Self> {
-        let binaries = binaries()?;
-        eprintln!("real control plane:\n{}", binaries.versions());
+        let binaries = real_control_plane()?;
         let (dir, temp) = work_dir(test);
         std::fs::create_dir_all(&dir).unwrap();
 
@@ -267,6 +250,10 @@ impl RealWorld {
             mock.admin().clone(),
             NodeAgentConfig {
                 namespace: NAMESPACE.to_owned(),
+                identities: plane
+                    .kubelet_identities()
+                    .await
+                    .expect("the kubelets' bootstrap token"),
                 ..node_agent
             },
         );

@@ -14,12 +14,12 @@ use sandbox::autoscaler::{MAX_SIZE_ANNOTATION, MIN_SIZE_ANNOTATION, node_templat
 use sandbox::machine_autoscaler::OWNER_ANNOTATION;
 use sandbox::manifests::{LINUX_SET, WINDOWS_IMAGE_SET, WINDOWS_TEMPLATE_SET};
 use sandbox::scenario::{Scenario, ScenarioOptions, scale_down_candidate};
-use sandbox::world::{self, LINUX_USER_DATA_MARKER, Snapshot, World};
+use sandbox::world::{self, ControlPlaneChoice, LINUX_USER_DATA_MARKER, Snapshot, World};
 use serde_json::json;
 
 use crate::support::{
     TIMEOUT, VM_NETWORK, addresses, admin_password, assert_no_secrets_logged, element, in_network,
-    landed_script, options, start, vm_uuid, wait_event,
+    landed_script, options, real_control_plane, start, vm_uuid, wait_event,
 };
 
 /// What every joined Machine must show, whatever its kind; returns its Node.
@@ -97,7 +97,23 @@ fn check_capacity(snapshot: &Snapshot, set: &str, node: &Node) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scenario_holds_step_by_step() {
-    let world = start(options("scenario")).await;
+    scenario_holds_step_by_step(start(options("scenario")).await).await;
+}
+
+/// The same scenario with the same assertions on the real control plane: etcd, kube-apiserver,
+/// kube-controller-manager, the machine-api-operator's MachineSet controller, webhooks and
+/// nodelink, our controller under its ServiceAccount and roles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scenario_holds_step_by_step_on_the_real_control_plane() {
+    let Some(binaries) = real_control_plane() else {
+        return;
+    };
+    let mut options = options("scenario-real");
+    options.control_plane = ControlPlaneChoice::Real(binaries);
+    scenario_holds_step_by_step(start(options).await).await;
+}
+
+async fn scenario_holds_step_by_step(world: World) {
     let mut scenario = Scenario::new(
         &world,
         ScenarioOptions {

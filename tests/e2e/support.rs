@@ -10,6 +10,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use kube::ResourceExt;
 use nutanix_machine_controller::api::Machine;
+use sandbox::real_cluster::{self, Binaries};
 use sandbox::world::{
     self, ControllerCommand, LINUX_USER_DATA_MARKER, WINDOWS_USER_DATA_MARKER, World, WorldOptions,
 };
@@ -31,6 +32,28 @@ pub fn options(test: &str) -> WorldOptions {
     options.progress = Some(Arc::new(|line: &str| eprintln!("{line}")));
     options.work_dir = std::env::var_os("E2E_WORK_DIR").map(|dir| PathBuf::from(dir).join(test));
     options
+}
+
+/// The real control plane's build (`REAL_CLUSTER_DIR`, what `hack/real-cluster/build.sh`
+/// prints), or `None` with a message saying the test is skipped; without it a test fails when
+/// `REAL_CLUSTER_REQUIRED` is set (CI sets both).
+pub fn real_control_plane() -> Option<Binaries> {
+    let binaries = Binaries::from_env();
+    match &binaries {
+        Some(binaries) => eprintln!("real control plane:\n{}", binaries.versions()),
+        None => {
+            assert!(
+                std::env::var_os("REAL_CLUSTER_REQUIRED").is_none(),
+                "REAL_CLUSTER_REQUIRED is set but {} is not: run hack/real-cluster/build.sh",
+                real_cluster::DIR_VARIABLE
+            );
+            eprintln!(
+                "skipped: {} is not set (hack/real-cluster/build.sh prints it)",
+                real_cluster::DIR_VARIABLE
+            );
+        }
+    }
+    binaries
 }
 
 pub async fn start(options: WorldOptions) -> World {
@@ -113,11 +136,11 @@ pub fn admin_password(unattend_xml: &str) -> String {
 }
 
 /// Events about the object named `name`: (reason, type, note).
-pub fn events_of(world: &World, name: &str) -> Vec<(String, String, String)> {
+pub async fn events_of(world: &World, name: &str) -> Vec<(String, String, String)> {
     world
-        .sim()
-        .list("", "events")
-        .unwrap_or_default()
+        .events()
+        .await
+        .expect("Events are listed")
         .into_iter()
         .filter(|e| e["involvedObject"]["name"] == name || e["regarding"]["name"] == name)
         .map(|e| {
@@ -142,7 +165,7 @@ pub async fn wait_event(
 ) -> Vec<(String, String, String)> {
     let deadline = std::time::Instant::now() + TIMEOUT;
     loop {
-        let events = events_of(world, name);
+        let events = events_of(world, name).await;
         if events.iter().any(|(r, t, _)| r == reason && t == type_) {
             return events;
         }

@@ -1230,8 +1230,15 @@ fn to_scale(def: &ResourceDef, object: &Value) -> ApiResult<Value> {
             scale_meta[field] = v.clone();
         }
     }
+    // `spec.replicas` is omitted at 0, `status.replicas` never (k8s.io/api v0.34.2
+    // `autoscaling/v1` `ScaleSpec`: `json:"replicas,omitempty"`; `ScaleStatus`: `json:"replicas"`).
+    let spec = if spec_replicas == 0 {
+        json!({})
+    } else {
+        json!({"replicas": spec_replicas})
+    };
     Ok(
-        json!({"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": scale_meta, "spec": {"replicas": spec_replicas}, "status": status}),
+        json!({"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": scale_meta, "spec": spec, "status": status}),
     )
 }
 

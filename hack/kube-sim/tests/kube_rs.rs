@@ -817,6 +817,19 @@ async fn controller_with_finalizer_and_status_runs_to_completion() {
         .await
         .unwrap();
     assert_eq!(widgets.get("w").await.unwrap().spec.size, 6);
+    // At 0 the API server omits spec.replicas (k8s.io/api v0.34.2 autoscaling/v1 ScaleSpec,
+    // `omitempty`) and keeps status.replicas.
+    widgets
+        .patch_scale(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .unwrap();
+    let scale = widgets.get_scale("w").await.unwrap();
+    assert_eq!(scale.spec.and_then(|s| s.replicas), None);
+    assert!(scale.status.is_some());
 
     widgets.delete("w", &DeleteParams::default()).await.unwrap();
     eventually("widget gone after cleanup", || async {

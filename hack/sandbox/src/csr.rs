@@ -82,7 +82,9 @@ pub fn node_user(node: &str) -> String {
     format!("system:node:{node}")
 }
 
-fn request_pem(node: &str, sans: Vec<String>) -> Result<String, CsrError> {
+/// A request and the PEM of its private key (PKCS#8), which the kubelet keeps to use the issued
+/// certificate.
+fn request_pem(node: &str, sans: Vec<String>) -> Result<(String, String), CsrError> {
     let error = |source| CsrError::Generate {
         node: node.to_owned(),
         source,
@@ -94,11 +96,12 @@ fn request_pem(node: &str, sans: Vec<String>) -> Result<String, CsrError> {
     subject.push(DnType::OrganizationName, NODES_GROUP);
     subject.push(DnType::CommonName, node_user(node));
     params.distinguished_name = subject;
-    params
+    let request = params
         .serialize_request(&key)
         .map_err(error)?
         .pem()
-        .map_err(error)
+        .map_err(error)?;
+    Ok((request, key.serialize_pem()))
 }
 
 fn csr_object(
@@ -126,10 +129,12 @@ fn csr_object(
 }
 
 /// The kubelet's bootstrap request (`requestNodeCertificate`): `O=system:nodes,
-/// CN=system:node:<node>`, no SANs, asked by the node-bootstrapper service account.
-pub fn client_csr(node: &str) -> Result<CertificateSigningRequest, CsrError> {
-    let pem = request_pem(node, Vec::new())?;
-    Ok(csr_object(
+/// CN=system:node:<node>`, no SANs, asked by the node-bootstrapper service account; with its
+/// private key's PEM: once the certificate is issued, the kubelet is `system:node:<node>` with
+/// them.
+pub fn client_csr(node: &str) -> Result<(CertificateSigningRequest, String), CsrError> {
+    let (pem, key) = request_pem(node, Vec::new())?;
+    let csr = csr_object(
         CLIENT_SIGNER,
         &CLIENT_USAGES,
         NODE_BOOTSTRAPPER.to_owned(),
@@ -138,7 +143,8 @@ pub fn client_csr(node: &str) -> Result<CertificateSigningRequest, CsrError> {
             .map(|g| (*g).to_owned())
             .collect(),
         pem,
-    ))
+    );
+    Ok((csr, key))
 }
 
 /// The serving certificate's SANs from the Node's addresses (kubernetes
@@ -175,7 +181,7 @@ pub fn serving_csr(
         .into_iter()
         .chain(ips.iter().map(ToString::to_string))
         .collect();
-    let pem = request_pem(node, sans)?;
+    let (pem, _) = request_pem(node, sans)?;
     Ok(csr_object(
         SERVING_SIGNER,
         &SERVING_USAGES,
@@ -261,7 +267,7 @@ mod tests {
 
     #[test]
     fn client_request_round_trips_with_the_kubelet_identity() {
-        let object = named(client_csr("win-a1b2c").unwrap());
+        let object = named(client_csr("win-a1b2c").unwrap().0);
         assert_eq!(object.spec.signer_name, CLIENT_SIGNER);
         assert_eq!(object.spec.username.as_deref(), Some(NODE_BOOTSTRAPPER));
         assert_eq!(
@@ -303,7 +309,7 @@ mod tests {
 
     #[test]
     fn requests_that_are_not_pkcs10_pem_are_errors_naming_the_csr() {
-        let mut not_pem = named(client_csr("n").unwrap());
+        let mut not_pem = named(client_csr("n").unwrap().0);
         not_pem.spec.request = ByteString(b"AAAA".to_vec());
         assert!(matches!(parse(&not_pem), Err(CsrError::NotPem { csr, .. }) if csr == "csr-test"));
 

@@ -1,9 +1,10 @@
 //! `sandbox`: the one-command demo of the Nutanix machine controller, and the cluster simulators
 //! around it.
 //!
-//! - `sandbox [run] [--keep]` (the default): starts prism-mock, kube-sim, the controller and the
-//!   simulated actors on loopback, applies the CRDs and the examples, plays the scenario with a
-//!   progress display, prints the closing table, and exits 0 only when the scenario held.
+//! - `sandbox [run] [--keep] [--control-plane real]` (the default): starts prism-mock, kube-sim
+//!   (or the real control plane of `hack/real-cluster/`), the controller and the simulated
+//!   actors on loopback, applies the CRDs and the examples, plays the scenario with a progress
+//!   display, prints the closing table, and exits 0 only when the scenario held.
 //! - `sandbox bench --machines N [--kind image|template|clone] [--rate-limit 50]`: the scale
 //!   benchmark (tables, then one JSON line).
 //! - `sandbox chaos [--machines 50] [--kills 5] [--seed S]`: the chaos soak (faults on, the
@@ -26,8 +27,11 @@ use prism_mock::Timings;
 use sandbox::approver::{self, ApproverConfig};
 use sandbox::machineset::{self, MachineSetControllerConfig};
 use sandbox::nodelink::{self, NodeLinkConfig};
+use sandbox::real_cluster::{self, Binaries};
 use sandbox::scenario::{self, ScenarioOptions};
-use sandbox::world::{ControllerCommand, ControllerIntervals, World, WorldOptions};
+use sandbox::world::{
+    ControlPlaneChoice, ControllerCommand, ControllerIntervals, World, WorldOptions,
+};
 
 /// The hidden subcommand running the controller (dispatched before anything else starts: the
 /// controller sets up its own logging and async runtime).
@@ -78,8 +82,22 @@ enum TimingsChoice {
     Tests,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ControlPlaneArg {
+    /// kube-sim in process, with the stand-ins for the machine-api-operator's MachineSet
+    /// controller, nodelink and webhooks (no Go build needed).
+    KubeSim,
+    /// etcd, kube-apiserver, kube-controller-manager and the machine-api-operator's own
+    /// controllers and webhooks, built by `hack/real-cluster/build.sh` (its directory in
+    /// REAL_CLUSTER_DIR); the controller runs under its ServiceAccount and `manifests/rbac/`.
+    Real,
+}
+
 #[derive(Clone, Debug, Args)]
 struct RunArgs {
+    /// The Kubernetes API and machine-api controllers the scenario runs on.
+    #[arg(long, value_enum, default_value = "kube-sim")]
+    control_plane: ControlPlaneArg,
     /// Leave everything running after the scenario and print the KUBECONFIG to explore it with
     /// kubectl (scale the MachineSets yourself); Ctrl-C stops it.
     #[arg(long)]
@@ -211,8 +229,26 @@ async fn run_scenario(args: RunArgs) -> ExitCode {
     options.controller_verbosity = args.controller_v;
     options.work_dir = args.work_dir.clone();
     options.progress = Some(Arc::new(|line: &str| println!("{line}")));
+    let api_server = match args.control_plane {
+        ControlPlaneArg::KubeSim => "kube-sim",
+        ControlPlaneArg::Real => {
+            let Some(binaries) = Binaries::from_env() else {
+                eprintln!(
+                    "sandbox: --control-plane real needs {}: run `export {}=\"$(bash hack/real-cluster/build.sh)\"` first",
+                    real_cluster::DIR_VARIABLE,
+                    real_cluster::DIR_VARIABLE,
+                );
+                return ExitCode::FAILURE;
+            };
+            println!("sandbox: the real control plane:\n{}", binaries.versions());
+            options.control_plane = ControlPlaneChoice::Real(binaries);
+            "the real control plane (etcd, kube-apiserver, kube-controller-manager, MAO)"
+        }
+    };
 
-    println!("sandbox: starting prism-mock, kube-sim, the controller and the actors on loopback");
+    println!(
+        "sandbox: starting prism-mock, {api_server}, the controller and the actors on loopback"
+    );
     let mut world = match World::start(options).await {
         Ok(world) => world,
         Err(error) => {
@@ -225,7 +261,7 @@ async fn run_scenario(args: RunArgs) -> ExitCode {
         world.mock().base_url(),
         world.work_dir().join("prism-ca.pem").display()
     );
-    println!("  kube-sim   {}", world.sim().url());
+    println!("  API server {}", world.api_url());
     println!(
         "  controller pid {} (log {})",
         world

@@ -94,8 +94,6 @@ pub enum AutoscalerError {
     },
     #[error("node {node}: its Machine {machine} is already being deleted")]
     MachineAlreadyDeleting { node: String, machine: String },
-    #[error("MachineSet {set}: its /scale subresource has no spec.replicas")]
-    NoReplicas { set: String },
     #[error("{what} is not readable as machine.openshift.io/v1beta1: {message}")]
     Unreadable { what: String, message: String },
     #[error("{action}: {source}")]
@@ -331,20 +329,17 @@ impl Autoscaler {
         group_of(&set)
     }
 
-    /// `Replicas`: `spec.replicas` of the `/scale` subresource.
+    /// `Replicas`: `spec.replicas` of the `/scale` subresource. The API server omits it at 0
+    /// (k8s.io/api v0.34.2 `autoscaling/v1` `ScaleSpec.Replicas`, `json:"replicas,omitempty"`),
+    /// and the autoscaler reads the typed `int32`, so a missing one is 0
+    /// (`clusterapi_unstructured.go`, `Replicas`).
     async fn replicas(&self, set: &str) -> Result<i64, AutoscalerError> {
         let scale = self
             .machine_sets
             .get_scale(set)
             .await
             .map_err(api_error(format!("read the scale of MachineSet {set}")))?;
-        scale
-            .spec
-            .and_then(|s| s.replicas)
-            .map(i64::from)
-            .ok_or_else(|| AutoscalerError::NoReplicas {
-                set: set.to_owned(),
-            })
+        Ok(scale.spec.and_then(|s| s.replicas).map_or(0, i64::from))
     }
 
     /// `SetSize`: refused above max or below min, else a merge patch of `/scale`.

@@ -153,6 +153,8 @@ pub enum BenchError {
     },
     #[error("the controller is not running (while {what}); see {log}")]
     ControllerGone { what: String, log: String },
+    #[error("the benchmark reads kube-sim's store and request log: it runs on kube-sim only")]
+    NeedsKubeSim,
 }
 
 fn ms(duration: Duration) -> u64 {
@@ -212,6 +214,8 @@ impl LoadSamples {
 
 struct Bench<'a> {
     world: &'a World,
+    /// The benchmark reads the store and the request log of kube-sim.
+    sim: &'a kube_sim::RunningKubeSim,
     options: &'a BenchOptions,
     progress: Option<ProgressSink>,
     started: Instant,
@@ -278,7 +282,7 @@ impl Bench<'_> {
     ) -> Result<(), BenchError> {
         let deadline = Instant::now() + self.options.phase_timeout;
         let mut next_progress = Instant::now() + PROGRESS_EVERY;
-        let store = self.world.sim().store().clone();
+        let store = self.sim.store().clone();
         loop {
             let machines = set_machines(&store, self.world.namespace(), BENCH_SET);
             let nodes = node_names(&store);
@@ -365,7 +369,7 @@ impl Bench<'_> {
     fn kube_requests(&self) -> (BTreeMap<String, u64>, Vec<String>) {
         let mut by_user: BTreeMap<String, u64> = BTreeMap::new();
         let mut controller_writes = Vec::new();
-        for record in self.world.sim().requests() {
+        for record in self.sim.requests() {
             *by_user.entry(record.user.clone()).or_default() += 1;
             if record.user == CONTROLLER_USER
                 && matches!(
@@ -394,7 +398,7 @@ impl Bench<'_> {
         if record.resource != "events" {
             return None;
         }
-        let store = self.world.sim().store();
+        let store = self.sim.store();
         let def = store.resource(&record.api_group, "events")?;
         let event = store.get(&def, &record.namespace, &record.name).ok()?;
         let field = |name: &str| event.value.get(name).and_then(|v| v.as_str()).unwrap_or("");
@@ -494,7 +498,7 @@ impl Bench<'_> {
             source: Box::new(source),
         })?;
         // The controller's MachineSet controller annotates it: the controller is up.
-        let store = self.world.sim().store().clone();
+        let store = self.sim.store().clone();
         let deadline = Instant::now() + self.options.phase_timeout;
         loop {
             let annotated = store
@@ -576,8 +580,10 @@ async fn run_in(
     progress: Option<ProgressSink>,
     load_before: Option<f64>,
 ) -> Result<BenchReport, BenchError> {
+    let sim = world.sim().ok_or(BenchError::NeedsKubeSim)?;
     let bench = Bench {
         world,
+        sim,
         options,
         progress,
         started: Instant::now(),
@@ -629,7 +635,7 @@ async fn phases(
     // The startup's own calls are not the benchmark's.
     tokio::time::sleep(Duration::from_secs(1)).await;
     world.admin().reset_counters();
-    world.sim().request_log().clear();
+    bench.sim.request_log().clear();
     let mut processes = Vec::new();
 
     // Scale-up.
@@ -712,7 +718,7 @@ async fn phases(
         // events of its last status writes when the last Machine is seen Running, and those are
         // not the restarted controller's writes.
         world.kill_controller().await?;
-        world.sim().request_log().clear();
+        bench.sim.request_log().clear();
         let restart_from = bench.mark().await;
         bench.say("restarting the controller with the production intervals");
         world

@@ -729,7 +729,7 @@ impl<'w> Soak<'w> {
     fn machine_record(&self, name: &str) -> Option<String> {
         let machines = self
             .world
-            .sim()
+            .sim()?
             .list("machine.openshift.io", "machines")
             .ok()?;
         let machine = machines.iter().find(|m| m["metadata"]["name"] == name)?;

@@ -24,11 +24,13 @@
 //! 6. Windows only: annotate the Node `windowsmachineconfig.openshift.io/version` (WMCO is done).
 //!
 //! A VM that disappears or powers off stops its join; a joined VM is left alone (the Machine
-//! controller, not the kubelet, deletes Nodes). A failed step starts the join again after a
+//! controller, not the kubelet, deletes Nodes), except that its kubelet ends the graceful
+//! deletion of its pods ([`pods`]). A failed step starts the join again after a
 //! second. [`JoinBehaviour`] provokes faults: register with the hybrid-overlay address or a fixed
 //! wrong IP (the provider's join reconciler must report `NodeIPMismatch`), or wait before joining.
 
 mod guest;
+mod pods;
 pub mod wmco;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -36,6 +38,8 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use ipnet::Ipv4Net;
 use jiff::Timestamp;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -99,6 +103,38 @@ pub struct NodeAgentConfig {
     /// Behaviours for VMs whose name starts with the prefix (first match wins), e.g. a
     /// MachineSet name followed by `-`.
     pub overrides: Vec<(String, JoinBehaviour)>,
+    /// Whose credentials the kubelets' requests carry.
+    pub identities: KubeletIdentities,
+}
+
+/// Whose credentials the kubelets' requests carry.
+#[derive(Clone, Default)]
+pub enum KubeletIdentities {
+    /// The agent's own client for everything; each CSR's spec names its requester (kube-sim
+    /// keeps what the client writes there).
+    #[default]
+    Agent,
+    /// As on a cluster, where the API server writes the requester into the CSR: the client CSR
+    /// asked with the node-bootstrapper's token (`bootstrap`), then the Node registered and the
+    /// serving CSR asked as `system:node:<name>`, with the client certificate issued for the first
+    /// request and its key (kubernetes `pkg/kubelet/certificate/bootstrap/bootstrap.go`).
+    Real {
+        bootstrap: Client,
+        api_url: String,
+        ca_pem: String,
+    },
+}
+
+impl std::fmt::Debug for KubeletIdentities {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Agent => f.write_str("Agent"),
+            Self::Real { api_url, .. } => f
+                .debug_struct("Real")
+                .field("api_url", api_url)
+                .finish_non_exhaustive(),
+        }
+    }
 }
 
 impl Default for NodeAgentConfig {
@@ -112,6 +148,7 @@ impl Default for NodeAgentConfig {
             wmco_public_key: wmco::SANDBOX_PUBLIC_KEY.to_owned(),
             behaviour: JoinBehaviour::default(),
             overrides: Vec::new(),
+            identities: KubeletIdentities::Agent,
         }
     }
 }
@@ -183,12 +220,18 @@ pub enum AgentError {
     },
     #[error("node {node}: CSR {csr} was denied")]
     Denied { node: String, csr: String },
-    #[error("node {node}: CSR {csr} was deleted before it was approved")]
+    #[error("node {node}: CSR {csr} was deleted while the kubelet waited for it")]
     CsrDeleted { node: String, csr: String },
     #[error("node {node}: the VM disappeared from prism-mock")]
     VmGone { node: String },
     #[error("node {node}: cannot build the Node object: {message}")]
     NodeObject { node: String, message: String },
+    #[error("node {node}: no client with the certificate issued for CSR {csr}: {source}")]
+    KubeletClient {
+        node: String,
+        csr: String,
+        source: Box<crate::real_cluster::RealClusterError>,
+    },
 }
 
 type Records = Arc<Mutex<BTreeMap<String, JoinRecord>>>;
@@ -269,6 +312,15 @@ pub fn start(client: Client, admin: Admin, config: NodeAgentConfig) -> NodeAgent
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 async fn supervise(shared: Arc<Shared>, cancel: CancellationToken) {
+    let kubelet_nodes: pods::KubeletNodes = {
+        let records = shared.records.clone();
+        Arc::new(move || lock(&records).values().map(|r| r.node.clone()).collect())
+    };
+    let pods = tokio::spawn(pods::finish_terminating_pods(
+        shared.client.clone(),
+        kubelet_nodes,
+        cancel.clone(),
+    ));
     let mut running: HashMap<String, JoinHandle<Result<(), AgentError>>> = HashMap::new();
     let mut done: HashSet<String> = HashSet::new();
     let mut retry_at: HashMap<String, Instant> = HashMap::new();
@@ -357,6 +409,7 @@ async fn supervise(shared: Arc<Shared>, cancel: CancellationToken) {
     for (_, task) in running {
         task.abort();
     }
+    pods.abort();
 }
 
 fn api_error(node: &str, action: &str) -> impl FnOnce(kube::Error) -> AgentError {
@@ -410,9 +463,14 @@ async fn join(shared: Arc<Shared>, guest: Guest) -> Result<(), AgentError> {
         tokio::time::sleep(behaviour.delay).await;
     }
 
-    let csrs: Api<CertificateSigningRequest> = Api::all(shared.client.clone());
-    let client_csr = csrs
-        .create(&PostParams::default(), &csr::client_csr(&node_name)?)
+    let bootstrap = match &config.identities {
+        KubeletIdentities::Agent => shared.client.clone(),
+        KubeletIdentities::Real { bootstrap, .. } => bootstrap.clone(),
+    };
+    let bootstrap_csrs: Api<CertificateSigningRequest> = Api::all(bootstrap);
+    let (request, key_pem) = csr::client_csr(&node_name)?;
+    let client_csr = bootstrap_csrs
+        .create(&PostParams::default(), &request)
         .await
         .map_err(api_error(&node_name, "create client CSR"))?
         .name_any();
@@ -420,13 +478,34 @@ async fn join(shared: Arc<Shared>, guest: Guest) -> Result<(), AgentError> {
         r.client_csr = Some(client_csr.clone());
         r.stage = JoinStage::ClientCsrPending;
     });
-    wait_for_approval(&csrs, &node_name, &client_csr).await?;
+    wait_for_approval(&bootstrap_csrs, &node_name, &client_csr).await?;
+    let kubelet = match &config.identities {
+        KubeletIdentities::Agent => shared.client.clone(),
+        KubeletIdentities::Real {
+            api_url, ca_pem, ..
+        } => {
+            let certificate =
+                wait_for_certificate(&bootstrap_csrs, &node_name, &client_csr).await?;
+            let user = json!({
+                "client-certificate-data": STANDARD.encode(certificate),
+                "client-key-data": STANDARD.encode(&key_pem),
+            });
+            crate::real_cluster::client_of_identity(api_url, ca_pem, &user)
+                .await
+                .map_err(|source| AgentError::KubeletClient {
+                    node: node_name.clone(),
+                    csr: client_csr.clone(),
+                    source: Box::new(source),
+                })?
+        }
+    };
+    let csrs: Api<CertificateSigningRequest> = Api::all(kubelet.clone());
 
     let size = guest::size_of(&shared.admin, &uuid).ok_or_else(|| AgentError::VmGone {
         node: node_name.clone(),
     })?;
     let node = node_object(&node_name, &guest, node_ip, size)?;
-    nodes
+    Api::<Node>::all(kubelet)
         .create(&PostParams::default(), &node)
         .await
         .map_err(api_error(&node_name, "register Node"))?;
@@ -553,6 +632,36 @@ fn condition(csr: &CertificateSigningRequest, type_: &str) -> bool {
         .unwrap_or_default()
         .iter()
         .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// The certificate kube-controller-manager's signer issues once the request is approved.
+async fn wait_for_certificate(
+    csrs: &Api<CertificateSigningRequest>,
+    node: &str,
+    name: &str,
+) -> Result<Vec<u8>, AgentError> {
+    let issued = |csr: Option<&CertificateSigningRequest>| {
+        csr.is_none_or(|c| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.certificate.as_ref())
+                .is_some_and(|pem| !pem.0.is_empty())
+        })
+    };
+    let seen = await_condition(csrs.clone(), name, issued)
+        .await
+        .map_err(|e| AgentError::Wait {
+            node: node.to_owned(),
+            csr: name.to_owned(),
+            message: e.to_string(),
+        })?;
+    seen.and_then(|c| c.status)
+        .and_then(|s| s.certificate)
+        .map(|pem| pem.0)
+        .ok_or_else(|| AgentError::CsrDeleted {
+            node: node.to_owned(),
+            csr: name.to_owned(),
+        })
 }
 
 async fn wait_for_approval(

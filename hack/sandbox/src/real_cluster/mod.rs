@@ -65,6 +65,12 @@ pub enum RealClusterError {
     Api { action: String, source: kube::Error },
     #[error("manifest {path}: {message}")]
     Manifest { path: PathBuf, message: String },
+    #[error("kubectl apply -k {dir} exited with {status}: {stderr}")]
+    Kubectl {
+        dir: PathBuf,
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
     #[error("the TokenRequest for ServiceAccount {service_account} answered no status.token")]
     NoToken { service_account: String },
 }
@@ -123,6 +129,12 @@ impl Binaries {
     }
 }
 
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A port free on loopback now (the program binds it shortly after).
 fn free_port() -> Result<u16, RealClusterError> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(io_error("bind a free port"))?;
@@ -144,7 +156,8 @@ struct Process {
 /// The running control plane. Dropping it kills every process.
 #[derive(Debug)]
 pub struct ControlPlane {
-    processes: Vec<Process>,
+    /// Behind a lock so that [`ControlPlane::check_running`] works through `&self`.
+    processes: std::sync::Mutex<Vec<Process>>,
     dir: PathBuf,
     url: String,
     pki: Pki,
@@ -200,7 +213,7 @@ impl ControlPlane {
         let etcd_peer_port = free_port()?;
         let api_port = free_port()?;
         let mut plane = Self {
-            processes: Vec::new(),
+            processes: std::sync::Mutex::new(Vec::new()),
             dir: dir.to_owned(),
             url: format!("https://127.0.0.1:{api_port}"),
             admin_kubeconfig: dir.join("kubeconfig"),
@@ -213,6 +226,12 @@ impl ControlPlane {
         let etcd_client = format!("http://127.0.0.1:{etcd_port}");
         let etcd_peer = format!("http://127.0.0.1:{etcd_peer_port}");
         let etcd_data = dir.join("etcd");
+        // A fresh cluster every start: a data directory left by an earlier run (a kept work
+        // directory) would hold its objects.
+        if etcd_data.exists() {
+            std::fs::remove_dir_all(&etcd_data)
+                .map_err(io_error(format!("remove {}", etcd_data.display())))?;
+        }
         plane.spawn(
             "etcd",
             vec![
@@ -259,8 +278,11 @@ impl ControlPlane {
                 pki.service_account_private.display().to_string(),
                 "--service-cluster-ip-range".into(),
                 "172.30.0.0/16".into(),
+                // OpenShift's kube-apiserver has the Node authorizer beside RBAC: the kubelets'
+                // own identities (`system:node:<name>`) register their Nodes and ask for their
+                // serving certificates.
                 "--authorization-mode".into(),
-                "RBAC".into(),
+                "Node,RBAC".into(),
                 // The `kubernetes` Service's endpoints would name a loopback address, which the
                 // endpoint validation refuses; nothing here reaches the API server through it.
                 "--endpoint-reconciler-type".into(),
@@ -303,6 +325,7 @@ impl ControlPlane {
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
         )
         .await?;
+        create_node_bootstrapper(&client).await?;
         create_infrastructure(&client, infrastructure_name, prism_port).await?;
         create_networks(&client).await?;
         // MAO's webhooks read `DNS/cluster` at start (machine_webhook.go, getDNS): no public zone,
@@ -371,16 +394,15 @@ impl ControlPlane {
         client_of(&self.admin_kubeconfig).await
     }
 
-    /// Writes a kubeconfig for a ServiceAccount of the namespace, with a token the API server
-    /// issued for it (TokenRequest), so its requests are authorized by its RBAC alone.
-    pub async fn write_service_account_kubeconfig(
+    /// A TokenRequest token (valid a day) of the ServiceAccount `namespace/service_account`.
+    pub async fn service_account_token(
         &self,
+        namespace: &str,
         service_account: &str,
-        path: &Path,
-    ) -> Result<(), RealClusterError> {
+    ) -> Result<String, RealClusterError> {
         let client = self.admin_client().await?;
         let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-            Api::namespaced(client, &self.namespace);
+            Api::namespaced(client, namespace);
         let request = json!({
             "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
             "spec": {"expirationSeconds": 86_400},
@@ -389,14 +411,27 @@ impl ControlPlane {
             .create_subresource("token", service_account, &PostParams::default(), &request)
             .await
             .map_err(api_error(format!(
-                "request a token for ServiceAccount {service_account}"
+                "request a token for ServiceAccount {namespace}/{service_account}"
             )))?;
-        let token = answer["status"]["token"]
+        answer["status"]["token"]
             .as_str()
             .filter(|token| !token.is_empty())
+            .map(str::to_owned)
             .ok_or_else(|| RealClusterError::NoToken {
-                service_account: service_account.to_owned(),
-            })?;
+                service_account: format!("{namespace}/{service_account}"),
+            })
+    }
+
+    /// Writes a kubeconfig with a token of the ServiceAccount `service_account` of the
+    /// machine-api namespace, as the controller's pod would have it.
+    pub async fn write_service_account_kubeconfig(
+        &self,
+        service_account: &str,
+        path: &Path,
+    ) -> Result<(), RealClusterError> {
+        let token = self
+            .service_account_token(&self.namespace, service_account)
+            .await?;
         let text = kubeconfig_yaml(
             &self.url,
             &self.pki.ca_pem,
@@ -404,6 +439,27 @@ impl ControlPlane {
             service_account,
         );
         std::fs::write(path, text).map_err(io_error(format!("write {}", path.display())))
+    }
+
+    /// The kubelets' identities on this API server: the node-bootstrapper's token, then each
+    /// Node's own certificate.
+    pub async fn kubelet_identities(
+        &self,
+    ) -> Result<crate::node_agent::KubeletIdentities, RealClusterError> {
+        let token = self
+            .service_account_token(NODE_BOOTSTRAPPER_NAMESPACE, NODE_BOOTSTRAPPER)
+            .await?;
+        Ok(crate::node_agent::KubeletIdentities::Real {
+            bootstrap: self.client_as(&json!({"token": token})).await?,
+            api_url: self.url.clone(),
+            ca_pem: self.pki.ca_pem.clone(),
+        })
+    }
+
+    /// A client of this API server authenticating with `user` (a kubeconfig user: a `token`, or
+    /// `client-certificate-data` and `client-key-data`).
+    pub async fn client_as(&self, user: &Value) -> Result<Client, RealClusterError> {
+        client_of_identity(&self.url, &self.pki.ca_pem, user).await
     }
 
     fn write_admin_kubeconfig(&self) -> Result<(), RealClusterError> {
@@ -435,7 +491,7 @@ impl ControlPlane {
             .kill_on_drop(true)
             .spawn()
             .map_err(io_error(format!("start {}", path.display())))?;
-        self.processes.push(Process {
+        lock(&self.processes).push(Process {
             program,
             child,
             log,
@@ -444,8 +500,8 @@ impl ControlPlane {
     }
 
     /// Fails if a started process has exited.
-    pub fn check_running(&mut self) -> Result<(), RealClusterError> {
-        for process in &mut self.processes {
+    pub fn check_running(&self) -> Result<(), RealClusterError> {
+        for process in lock(&self.processes).iter_mut() {
             if let Ok(Some(status)) = process.child.try_wait() {
                 return Err(RealClusterError::Exited {
                     program: process.program,
@@ -491,24 +547,36 @@ impl ControlPlane {
     }
 
     async fn apply_crds(&mut self, client: &Client) -> Result<(), RealClusterError> {
-        let mut names = Vec::new();
+        let mut documents = Vec::new();
         for path in self.binaries.crd_files()? {
             let text = std::fs::read_to_string(&path)
                 .map_err(io_error(format!("read {}", path.display())))?;
-            let documents =
-                kube_sim::load::documents(&text).map_err(|e| RealClusterError::Manifest {
+            documents.extend(kube_sim::load::documents(&text).map_err(|e| {
+                RealClusterError::Manifest {
                     path: path.clone(),
                     message: e.to_string(),
-                })?;
-            for crd in documents {
-                names.push(
-                    crd["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                );
-                create(client, crd).await?;
-            }
+                }
+            })?);
+        }
+        self.add_crds(client, documents).await
+    }
+
+    /// Creates CRDs (other than openshift/api's, which [`ControlPlane::start`] applies) and
+    /// waits until each is `Established`.
+    pub async fn add_crds(
+        &self,
+        client: &Client,
+        documents: Vec<Value>,
+    ) -> Result<(), RealClusterError> {
+        let mut names = Vec::new();
+        for crd in documents {
+            names.push(
+                crd["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+            create(client, crd).await?;
         }
         let crds: Api<
             k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
@@ -533,6 +601,28 @@ impl ControlPlane {
             }
         }
         Ok(())
+    }
+
+    /// `kubectl apply -k DIR` with the built kubectl, as an administrator applies
+    /// `manifests/rbac/`.
+    pub async fn apply_kustomization(&self, dir: &Path) -> Result<(), RealClusterError> {
+        let output = Command::new(self.binaries.program("kubectl")?)
+            .arg("--kubeconfig")
+            .arg(&self.admin_kubeconfig)
+            .arg("apply")
+            .arg("-k")
+            .arg(dir)
+            .output()
+            .await
+            .map_err(io_error(format!("run kubectl apply -k {}", dir.display())))?;
+        if output.status.success() {
+            return Ok(());
+        }
+        Err(RealClusterError::Kubectl {
+            dir: dir.to_owned(),
+            status: output.status,
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        })
     }
 
     /// The machine-api-operator registers its webhooks by Service with the service CA injected
@@ -606,6 +696,25 @@ fn kubeconfig_yaml(url: &str, ca_pem: &str, user: &Value, user_name: &str) -> St
     .to_string()
 }
 
+/// A client of the API server at `url` (whose CA is `ca_pem`) authenticating with `user` (a
+/// kubeconfig user).
+pub async fn client_of_identity(
+    url: &str,
+    ca_pem: &str,
+    user: &Value,
+) -> Result<Client, RealClusterError> {
+    let text = kubeconfig_yaml(url, ca_pem, user, "user");
+    let kubeconfig_error = |message: String| RealClusterError::Kubeconfig {
+        path: PathBuf::from(format!("(in memory, for {url})")),
+        message,
+    };
+    let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|e| kubeconfig_error(e.to_string()))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| kubeconfig_error(e.to_string()))?;
+    Client::try_from(config).map_err(api_error(format!("client of {url}")))
+}
+
 /// A client of a kubeconfig file.
 pub async fn client_of(path: &Path) -> Result<Client, RealClusterError> {
     let kubeconfig_error = |message: String| RealClusterError::Kubeconfig {
@@ -651,6 +760,60 @@ pub async fn create(client: &Client, object: Value) -> Result<Value, RealCluster
         path: PathBuf::from(format!("{kind}/{name}")),
         message: e.to_string(),
     })
+}
+
+/// The machine-config-operator's namespace, where the ServiceAccount of the kubelets' bootstrap
+/// token lives.
+pub const NODE_BOOTSTRAPPER_NAMESPACE: &str = "openshift-machine-config-operator";
+/// The ServiceAccount whose token a new kubelet asks for its client certificate with.
+pub const NODE_BOOTSTRAPPER: &str = "node-bootstrapper";
+
+/// The kubelets' bootstrap identity as the machine-config-operator installs it
+/// (`manifests/machineconfigserver/`: `node-bootstrapper-sa.yaml`,
+/// `csr-bootstrap-role-binding.yaml` binding Kubernetes' `system:node-bootstrapper` ClusterRole,
+/// and `csr-renewal-role-binding.yaml` letting `system:nodes` renew their own client
+/// certificates). It may create CSRs, not approve them: kube-controller-manager's approver leaves
+/// its requests to the cluster-machine-approver.
+async fn create_node_bootstrapper(client: &Client) -> Result<(), RealClusterError> {
+    create(
+        client,
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": NODE_BOOTSTRAPPER_NAMESPACE}}),
+    )
+    .await?;
+    create(
+        client,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": NODE_BOOTSTRAPPER, "namespace": NODE_BOOTSTRAPPER_NAMESPACE}}),
+    )
+    .await?;
+    for (name, subject, role) in [
+        (
+            "system-bootstrap-node-bootstrapper",
+            json!({"kind": "ServiceAccount", "name": NODE_BOOTSTRAPPER,
+                   "namespace": NODE_BOOTSTRAPPER_NAMESPACE}),
+            "system:node-bootstrapper",
+        ),
+        (
+            "system-bootstrap-node-renewal",
+            json!({"kind": "Group", "name": "system:nodes",
+                   "apiGroup": "rbac.authorization.k8s.io"}),
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+        ),
+    ] {
+        create(
+            client,
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": name},
+                "subjects": [subject],
+                "roleRef": {"kind": "ClusterRole", "name": role,
+                            "apiGroup": "rbac.authorization.k8s.io"},
+            }),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// `Infrastructure/cluster` as the installer leaves it on Nutanix: the spec's Prism Central and

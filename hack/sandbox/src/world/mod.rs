@@ -16,6 +16,7 @@
 //! # Ok(()) }
 //! ```
 
+mod cluster;
 mod controller;
 mod history;
 mod snapshot;
@@ -26,11 +27,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use kube_sim::{KubeSim, RunningKubeSim, Store};
-use nutanix_machine_controller::api::{Machine, MachineSet};
+use kube_sim::{KubeSim, RunningKubeSim};
+use nutanix_machine_controller::api::MachineSet;
 use prism_mock::{Admin, Counter, GuestBehaviour, MockConfig, MockPrism, RunningMock, Timings};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -43,6 +44,8 @@ use crate::machineset::{self, MachineSetControllerConfig};
 use crate::manifests::{self, ManifestError};
 use crate::node_agent::{self, NodeAgentConfig, NodeAgentHandle};
 use crate::nodelink::{self, NodeLinkConfig};
+pub use cluster::{CONTROLLER_SERVICE_ACCOUNT, ControlPlaneChoice};
+use cluster::{Cluster, Objects};
 pub use controller::{ControllerCommand, ControllerIntervals};
 pub use controller::{ControllerLaunch, ControllerProcess};
 pub use history::{History, MachineRecord};
@@ -79,6 +82,8 @@ pub type ProgressSink = Arc<dyn Fn(&str) + Send + Sync>;
 /// How to build the world.
 #[derive(Clone)]
 pub struct WorldOptions {
+    /// kube-sim with the stand-ins (the default), or the real control plane.
+    pub control_plane: ControlPlaneChoice,
     /// Namespace of the machine API objects.
     pub namespace: String,
     /// prism-mock's delays.
@@ -113,6 +118,7 @@ pub struct WorldOptions {
 impl std::fmt::Debug for WorldOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WorldOptions")
+            .field("control_plane", &self.control_plane)
             .field("namespace", &self.namespace)
             .field("mock_timings", &self.mock_timings)
             .field("guest_behaviour", &self.guest_behaviour)
@@ -128,6 +134,7 @@ impl WorldOptions {
     /// command runs.
     pub fn sandbox(controller: ControllerCommand) -> Self {
         Self {
+            control_plane: ControlPlaneChoice::KubeSim,
             namespace: crate::MACHINE_API_NAMESPACE.to_owned(),
             mock_timings: Timings::sandbox(),
             guest_behaviour: GuestBehaviour::default(),
@@ -171,6 +178,8 @@ pub enum WorldError {
     KubeSim(Box<kube_sim::StartError>),
     #[error("kube-sim client: {0}")]
     KubeClient(Box<kube_sim::ClientError>),
+    #[error("real control plane: {0}")]
+    RealCluster(Box<crate::real_cluster::RealClusterError>),
     #[error("kube-sim: {what}: {message}")]
     Store { what: String, message: String },
     #[error("manifest {0}")]
@@ -235,46 +244,20 @@ fn api_error(action: impl Into<String>) -> impl FnOnce(kube::Error) -> WorldErro
 
 /// What the snapshots read, shared with the task that records the history.
 struct Sources {
-    store: Arc<Store>,
+    objects: Objects,
     admin: Admin,
     agent: Arc<NodeAgentHandle>,
     seed_vms: BTreeSet<String>,
     started: Instant,
 }
 
-fn list_values(store: &Store, group: &str, plural: &str) -> Vec<Value> {
-    store
-        .resource(group, plural)
-        .and_then(|def| {
-            store
-                .list(&def, &kube_sim::store::ListParams::default())
-                .ok()
-        })
-        .map(|result| {
-            result
-                .items
-                .into_iter()
-                .map(|s| (*s.value).clone())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn typed<T: serde::de::DeserializeOwned>(values: Vec<Value>) -> Vec<T> {
-    values
-        .into_iter()
-        .filter_map(|v| serde_json::from_value(v).ok())
-        .collect()
-}
-
 impl Sources {
     fn snapshot(&self) -> Snapshot {
-        let group = "machine.openshift.io";
         Snapshot {
             elapsed: self.started.elapsed(),
-            machine_sets: typed::<MachineSet>(list_values(&self.store, group, "machinesets")),
-            machines: typed::<Machine>(list_values(&self.store, group, "machines")),
-            nodes: typed::<Node>(list_values(&self.store, "", "nodes")),
+            machine_sets: self.objects.machine_sets(),
+            machines: self.objects.machines(),
+            nodes: self.objects.nodes(),
             vms: self
                 .admin
                 .vms()
@@ -320,7 +303,7 @@ pub struct World {
     work_dir: PathBuf,
     temp_dir: Option<tempfile::TempDir>,
     mock: RunningMock,
-    sim: RunningKubeSim,
+    cluster: Cluster,
     client: Client,
     sources: Arc<Sources>,
     observed: Arc<Mutex<Observed>>,
@@ -342,7 +325,7 @@ impl std::fmt::Debug for World {
         f.debug_struct("World")
             .field("work_dir", &self.work_dir)
             .field("prism", &self.mock.base_url())
-            .field("kube", &self.sim.url())
+            .field("kube", &self.cluster.url())
             .finish_non_exhaustive()
     }
 }
@@ -389,83 +372,82 @@ impl World {
         std::fs::write(&prism_ca_file, mock.ca_pem().unwrap_or_default())
             .map_err(io_error(format!("write {}", prism_ca_file.display())))?;
 
-        let sim = KubeSim::start(kube_sim::Config {
-            namespaces: vec![options.namespace.clone()],
-            // An OpenShift cluster on Nutanix: every Machine and MachineSet goes through the
-            // machine-api-operator's defaulting when it is created.
-            machine_api_webhooks: Some(kube_sim::webhooks::MachineApiWebhooks {
-                infrastructure_name: manifests::INFRASTRUCTURE_ID.to_owned(),
-            }),
-            ..kube_sim::Config::default()
-        })
-        .await?;
-        sim.write_kubeconfig(&work_dir.join("kubeconfig"))?;
+        let kubeconfig = work_dir.join("kubeconfig");
         let controller_kubeconfig = work_dir.join("kubeconfig-controller");
-        std::fs::write(
-            &controller_kubeconfig,
-            sim.kubeconfig_yaml().replace(
-                kube_sim::KUBECONFIG_TOKEN,
-                &format!("user:{CONTROLLER_USER}"),
-            ),
-        )
-        .map_err(io_error(format!(
-            "write {}",
-            controller_kubeconfig.display()
-        )))?;
-        let client = client_as(&sim, "sandbox")?;
-
-        for crd in manifests::objects(&manifests::MACHINE_API_CRDS)?
-            .into_iter()
-            .chain(manifests::objects(&manifests::SANDBOX_CRDS)?)
-        {
-            let name = crd["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            sim.create(crd).map_err(|e| WorldError::Store {
-                what: format!("create CRD {name}"),
-                message: e.to_string(),
-            })?;
-        }
-        create_infrastructure(&sim, mock.addr().port())?;
-        create_networks(&sim)?;
+        let namespace = options.namespace.clone();
+        let (cluster, client) = match &options.control_plane {
+            ControlPlaneChoice::KubeSim => {
+                let sim = start_kube_sim(&options, &kubeconfig, &controller_kubeconfig).await?;
+                create_infrastructure(&sim, mock.addr().port())?;
+                create_networks(&sim)?;
+                let client = client_as(&sim, "sandbox")?;
+                (Cluster::Sim(sim), client)
+            }
+            ControlPlaneChoice::Real(binaries) => {
+                Cluster::start_real(
+                    binaries.clone(),
+                    &work_dir,
+                    &namespace,
+                    manifests::INFRASTRUCTURE_ID,
+                    mock.addr().port(),
+                    &kubeconfig,
+                    &controller_kubeconfig,
+                )
+                .await?
+            }
+        };
+        // Each actor's requests under its own user on kube-sim (its request log tells them
+        // apart); the real API server sees them all as its administrator.
+        let client_for = |user: &str| match &cluster {
+            Cluster::Sim(sim) => client_as(sim, user),
+            Cluster::Real(_) => Ok(client.clone()),
+        };
         write_secrets(&client, &options.namespace, &mock).await?;
         apply_examples(&client, &options.namespace).await?;
         machine_autoscaler::apply_machine_autoscalers(&client, &options.namespace).await?;
 
-        let namespace = options.namespace.clone();
-        let actors = vec![
-            machineset::start(
-                client_as(&sim, "machineset-controller")?,
-                MachineSetControllerConfig {
-                    namespace: namespace.clone(),
-                    ..MachineSetControllerConfig::default()
-                },
-            ),
-            nodelink::start(
-                client_as(&sim, "nodelink")?,
-                NodeLinkConfig {
-                    namespace: namespace.clone(),
-                    ..NodeLinkConfig::default()
-                },
-            ),
-        ];
+        // On the real control plane the machine-api-operator's own MachineSet controller and
+        // nodelink run (`real_cluster`); their stand-ins only on kube-sim.
+        let actors = match &cluster {
+            Cluster::Sim(_) => vec![
+                machineset::start(
+                    client_for("machineset-controller")?,
+                    MachineSetControllerConfig {
+                        namespace: namespace.clone(),
+                        ..MachineSetControllerConfig::default()
+                    },
+                ),
+                nodelink::start(
+                    client_for("nodelink")?,
+                    NodeLinkConfig {
+                        namespace: namespace.clone(),
+                        ..NodeLinkConfig::default()
+                    },
+                ),
+            ],
+            Cluster::Real(_) => Vec::new(),
+        };
         let approver = approver::start(
-            client_as(&sim, "approver")?,
+            client_for("approver")?,
             ApproverConfig {
                 namespace: namespace.clone(),
                 ..ApproverConfig::default()
             },
         );
         let agent = Arc::new(node_agent::start(
-            client_as(&sim, "node-agent")?,
+            client_for("node-agent")?,
             mock.admin().clone(),
             NodeAgentConfig {
                 namespace: namespace.clone(),
+                identities: cluster.kubelet_identities().await?,
                 ..options.node_agent.clone()
             },
         ));
-        let autoscaler = Autoscaler::new(client_as(&sim, "autoscaler")?, &namespace);
+        let autoscaler = Autoscaler::new(client_for("autoscaler")?, &namespace);
+        let objects = match &cluster {
+            Cluster::Sim(sim) => Objects::Store(sim.store().clone()),
+            Cluster::Real(_) => Objects::watch(&client, &namespace).await?,
+        };
 
         let launch = ControllerLaunch {
             command: options.controller.clone(),
@@ -486,7 +468,7 @@ impl World {
         )))?;
 
         let sources = Arc::new(Sources {
-            store: sim.store().clone(),
+            objects,
             admin: mock.admin().clone(),
             agent,
             seed_vms,
@@ -513,7 +495,7 @@ impl World {
             work_dir,
             temp_dir,
             mock,
-            sim,
+            cluster,
             client,
             sources,
             observed,
@@ -534,7 +516,8 @@ impl World {
         &self.work_dir
     }
 
-    /// A kubeconfig for kubectl (user `kube-sim-admin`).
+    /// A kubeconfig for kubectl (user `kube-sim-admin` on kube-sim, the administrator's client
+    /// certificate on the real control plane).
     pub fn kubeconfig(&self) -> PathBuf {
         self.work_dir.join("kubeconfig")
     }
@@ -567,8 +550,24 @@ impl World {
         self.mock.admin()
     }
 
-    pub fn sim(&self) -> &RunningKubeSim {
-        &self.sim
+    /// kube-sim, when the world runs on it.
+    pub fn sim(&self) -> Option<&RunningKubeSim> {
+        self.cluster.sim()
+    }
+
+    /// Whether the world runs on the real control plane.
+    pub fn on_real_control_plane(&self) -> bool {
+        self.cluster.sim().is_none()
+    }
+
+    /// The API server's URL.
+    pub fn api_url(&self) -> String {
+        self.cluster.url()
+    }
+
+    /// Every Event so far (core/v1).
+    pub async fn events(&self) -> Result<Vec<Value>, WorldError> {
+        cluster::events(&self.cluster, &self.client).await
     }
 
     pub fn approver(&self) -> &ApproverHandle {
@@ -695,8 +694,10 @@ impl World {
         }
     }
 
-    /// Fails when the controller process exited without being asked to.
+    /// Fails when the controller process exited without being asked to, or a process of the
+    /// real control plane did.
     async fn check_controller(&self, what: &str) -> Result<(), WorldError> {
+        self.cluster.check_running()?;
         let mut state = self.controller.lock().await;
         let Some(process) = state.process.as_mut() else {
             return Ok(());
@@ -791,7 +792,7 @@ impl World {
         {
             agent.stop().await;
         }
-        self.sim.shutdown().await;
+        self.cluster.shutdown().await;
         self.mock.shutdown().await;
         drop(self.temp_dir);
     }
@@ -813,6 +814,52 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// kube-sim with the machine-api-operator's webhooks, its CRDs and the sandbox's, an admin
+/// kubeconfig at `kubeconfig` and the controller's (user `nutanix-machine-controller`) at
+/// `controller_kubeconfig`.
+async fn start_kube_sim(
+    options: &WorldOptions,
+    kubeconfig: &Path,
+    controller_kubeconfig: &Path,
+) -> Result<RunningKubeSim, WorldError> {
+    let sim = KubeSim::start(kube_sim::Config {
+        namespaces: vec![options.namespace.clone()],
+        // An OpenShift cluster on Nutanix: every Machine and MachineSet goes through the
+        // machine-api-operator's defaulting when it is created.
+        machine_api_webhooks: Some(kube_sim::webhooks::MachineApiWebhooks {
+            infrastructure_name: manifests::INFRASTRUCTURE_ID.to_owned(),
+        }),
+        ..kube_sim::Config::default()
+    })
+    .await?;
+    sim.write_kubeconfig(kubeconfig)?;
+    std::fs::write(
+        controller_kubeconfig,
+        sim.kubeconfig_yaml().replace(
+            kube_sim::KUBECONFIG_TOKEN,
+            &format!("user:{CONTROLLER_USER}"),
+        ),
+    )
+    .map_err(io_error(format!(
+        "write {}",
+        controller_kubeconfig.display()
+    )))?;
+    for crd in manifests::objects(&manifests::MACHINE_API_CRDS)?
+        .into_iter()
+        .chain(manifests::objects(&manifests::SANDBOX_CRDS)?)
+    {
+        let name = crd["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        sim.create(crd).map_err(|e| WorldError::Store {
+            what: format!("create CRD {name}"),
+            message: e.to_string(),
+        })?;
+    }
+    Ok(sim)
 }
 
 fn create_infrastructure(sim: &RunningKubeSim, prism_port: u16) -> Result<(), WorldError> {
