@@ -1,7 +1,8 @@
 //! The official Nutanix MachineSets (openshift-docs' Windows and compute samples, the one WMCO's
 //! end-to-end tests create; `fixtures/official/README.md` names each source) applied as a user
 //! applies them, their placeholders filled in: created through the API, so the
-//! machine-api-operator's defaulting applies, then scaled by the sandbox's replica controller. Each
+//! machine-api-operator's defaulting applies (kube-sim's reading of it, or MAO's own webhook on the
+//! real control plane), then scaled by the replica controller (the stand-in, or MAO's). Each
 //! one's Machines reach Running and join, the Windows ones with the Go provider's customization
 //! (WMCO's user data unchanged as cloud-init): a MachineSet written for the Go provider works
 //! unchanged.
@@ -9,10 +10,10 @@
 use kube::api::{Api, DynamicObject, PostParams};
 use prism_mock::{GuestOs, ImageSeed, Seed};
 use sandbox::manifests::INFRASTRUCTURE_ID;
-use sandbox::world;
+use sandbox::world::{self, ControlPlaneChoice, World};
 use serde_json::Value;
 
-use crate::support::{TIMEOUT, options, start, vm_uuid};
+use crate::support::{TIMEOUT, options, real_control_plane, start, vm_uuid};
 
 const CLUSTER_UUID: &str = "00061aa2-4c5e-4f1b-0000-00000000c0de";
 const SUBNET_UUID: &str = "5f0a1b2c-3d4e-4f50-8a6b-7c8d9e0f1a2b";
@@ -101,7 +102,23 @@ fn seed() -> Seed {
 async fn the_official_samples_run_as_a_user_applies_them() {
     let mut options = options("official-samples");
     options.mock_seed = seed();
-    let world = start(options).await;
+    official_samples_run(start(options).await).await;
+}
+
+/// The same on the real control plane: the machine-api-operator's own webhooks default and
+/// validate the samples, and its MachineSet controller scales them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_samples_run_on_the_real_control_plane() {
+    let Some(binaries) = real_control_plane() else {
+        return;
+    };
+    let mut options = options("official-samples-real");
+    options.mock_seed = seed();
+    options.control_plane = ControlPlaneChoice::Real(binaries);
+    official_samples_run(start(options).await).await;
+}
+
+async fn official_samples_run(world: World) {
     let sets_api = Api::<DynamicObject>::namespaced_with(
         world.client().clone(),
         world.namespace(),
