@@ -13,3 +13,4 @@ mod official_samples;
 mod real_cluster;
 mod scenario;
 mod support;
+mod writes;

@@ -21,7 +21,10 @@
 //!   running, and the controller as a separate process (killable, restartable);
 //! - [`scenario`]: the scenario's steps, checks and closing report;
 //! - [`chaos`]: the chaos soak (`sandbox chaos`): faults on, the controller killed, invariants checked;
-//! - [`bench`]: the scale benchmark (`sandbox bench --machines N`).
+//! - [`bench`]: the scale benchmark (`sandbox bench --machines N`);
+//! - [`real_cluster`]: the real control plane (etcd, kube-apiserver, kube-controller-manager, the
+//!   machine-api-operator's binaries) the world can run on instead of kube-sim;
+//! - [`writes`]: who wrote what on kube-sim and on the real API server, compared.
 //!
 //! See the README for what each simulates and what it does not.
 
@@ -40,6 +43,7 @@ pub mod nodelink;
 pub mod real_cluster;
 pub mod scenario;
 pub mod world;
+pub mod writes;
 
 pub use actor::ActorHandle;
 

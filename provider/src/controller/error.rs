@@ -120,9 +120,18 @@ impl Error {
         }
     }
 
+    /// Whether a Kubernetes write lost a race: its resourceVersion precondition failed because
+    /// another writer changed the object since it was read (answer 409 with reason `Conflict`,
+    /// not `AlreadyExists`). On a cluster this is routine: nodelink writes the same Machines.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Kube { source: kube::Error::Api(status), .. }
+            if status.code == 409 && status.reason == "Conflict")
+    }
+
     /// A short label for metrics.
     pub fn reason(&self) -> &'static str {
         match self {
+            _ if self.is_conflict() => "Conflict",
             Self::Kube { .. } => "Kubernetes",
             Self::Prism(_) | Self::PrismConfig(_) => "Prism",
             Self::Configuration(_) => "Configuration",
@@ -134,6 +143,34 @@ impl Error {
             Self::VmError(_) => "VmError",
             Self::Drain(_) => "Drain",
             Self::MachineGone { .. } => "MachineGone",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(code: u16, reason: &str) -> Error {
+        Error::kube(
+            "patch status of Machine m",
+            kube::Error::Api(Box::new(kube::core::Status {
+                message: "the object has been modified".to_owned(),
+                reason: reason.to_owned(),
+                code,
+                ..kube::core::Status::default()
+            })),
+        )
+    }
+
+    #[test]
+    fn only_a_failed_precondition_is_a_conflict() {
+        let conflict = answered(409, "Conflict");
+        assert!(conflict.is_conflict());
+        assert_eq!(conflict.reason(), "Conflict");
+        for other in [answered(409, "AlreadyExists"), answered(404, "NotFound")] {
+            assert!(!other.is_conflict(), "{other}");
+            assert_eq!(other.reason(), "Kubernetes");
         }
     }
 }

@@ -19,6 +19,9 @@ use super::Shared;
 use super::error::Error;
 use crate::api::{Machine, MachineSet};
 
+/// How soon an object whose write lost a race is reconciled again, if no watch event came first.
+const CONFLICT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How one controller uses the kit.
 #[derive(Debug)]
 pub struct Kit {
@@ -106,14 +109,23 @@ impl Kit {
 
     /// What follows a failed reconcile of `object`: counted, logged, and retried after the
     /// object's backoff (at least what Prism asked for). The controller's error policy.
+    ///
+    /// A write that lost a race ([`Error::is_conflict`]) is no failure: the other writer's change
+    /// is already on its way as a watch event, so the object is looked at again soon, at debug
+    /// level and without growing its backoff (on a real API server nodelink's Machine status
+    /// writes made these `reconcile failed` warnings in every scale-up).
     pub fn retry(&self, shared: &Shared, object: &impl Resource, error: &Error) -> Action {
         let key = self.backoff_key(object);
-        let delay = shared.backoff.failed(&key, error.retry_after());
         shared
             .metrics
             .reconcile_errors
             .with_label_values(&[self.controller, error.reason()])
             .inc();
+        if error.is_conflict() {
+            tracing::debug!(controller = self.controller, object = %key, %error, "the object changed since it was read; reconciling again");
+            return Action::requeue(CONFLICT_RETRY);
+        }
+        let delay = shared.backoff.failed(&key, error.retry_after());
         tracing::warn!(controller = self.controller, object = %key, %error, retry_in = ?delay, "reconcile failed");
         Action::requeue(delay)
     }

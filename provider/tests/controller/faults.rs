@@ -399,3 +399,55 @@ async fn a_failed_create_task_is_explained_and_retried_or_fails_the_machine() {
     assert!(env.vms_named("broken-0").is_empty());
     env.assert_no_secrets_logged(&[]);
 }
+
+/// Another writer changes the Machine all the time (as nodelink does on a cluster): the
+/// controller's resourceVersion-guarded status writes lose races, and each loss is reconciled
+/// again at once, counted as `Conflict`, never a `reconcile failed` warning (on the real API
+/// server they were one per scale-up and Machine).
+#[tokio::test]
+async fn a_write_that_loses_a_race_is_retried_without_a_warning() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let controller = env.controller("controller", &[]);
+    let metrics_line = controller.wait_log("metrics listening").await;
+
+    env.create_machine("race-0", linux_spec(), false).await;
+    let machines = env.machines_api();
+    let writer = tokio::spawn(async move {
+        for round in 0u32.. {
+            let patch =
+                serde_json::json!({"metadata": {"labels": {"other-writer": round.to_string()}}});
+            let _ = machines
+                .patch(
+                    "race-0",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(patch),
+                )
+                .await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    env.wait_phase("race-0", "Running").await;
+    let conflicts =
+        r#"nutanix_machine_reconcile_errors_total{controller="machine",reason="Conflict"}"#;
+    let mut metrics = scrape(&metrics_line, "/metrics").await;
+    for _ in 0..50 {
+        if metrics.contains(conflicts) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        metrics = scrape(&metrics_line, "/metrics").await;
+    }
+    writer.abort();
+    assert!(
+        metrics.contains(conflicts),
+        "no write lost a race, the test proved nothing: {metrics}"
+    );
+    let warnings: Vec<String> = env
+        .all_logs()
+        .into_iter()
+        .filter(|line| line.contains("reconcile failed"))
+        .collect();
+    assert!(warnings.is_empty(), "{warnings:#?}");
+    assert_eq!(env.vms_named("race-0").len(), 1);
+}

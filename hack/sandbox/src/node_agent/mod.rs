@@ -30,6 +30,7 @@
 //! wrong IP (the provider's join reconciler must report `NodeIPMismatch`), or wait before joining.
 
 mod guest;
+pub mod lease;
 mod pods;
 pub mod wmco;
 
@@ -277,6 +278,7 @@ struct Shared {
     admin: Admin,
     config: NodeAgentConfig,
     records: Records,
+    heartbeats: lease::Heartbeats,
 }
 
 impl Shared {
@@ -304,6 +306,7 @@ pub fn start(client: Client, admin: Admin, config: NodeAgentConfig) -> NodeAgent
         admin,
         config,
         records: records.clone(),
+        heartbeats: Arc::default(),
     });
     let actor = ActorHandle::spawn("node-agent", move |cancel| supervise(shared, cancel));
     NodeAgentHandle { actor, records }
@@ -319,6 +322,19 @@ async fn supervise(shared: Arc<Shared>, cancel: CancellationToken) {
     let pods = tokio::spawn(pods::finish_terminating_pods(
         shared.client.clone(),
         kubelet_nodes,
+        cancel.clone(),
+    ));
+    let beating: Arc<dyn Fn(&str) -> bool + Send + Sync> = {
+        let records = shared.records.clone();
+        Arc::new(move |node: &str| {
+            lock(&records)
+                .values()
+                .any(|r| r.node == node && r.stage != JoinStage::Stopped)
+        })
+    };
+    let leases = tokio::spawn(lease::renew_leases(
+        shared.heartbeats.clone(),
+        beating,
         cancel.clone(),
     ));
     let mut running: HashMap<String, JoinHandle<Result<(), AgentError>>> = HashMap::new();
@@ -410,6 +426,7 @@ async fn supervise(shared: Arc<Shared>, cancel: CancellationToken) {
         task.abort();
     }
     pods.abort();
+    leases.abort();
 }
 
 fn api_error(node: &str, action: &str) -> impl FnOnce(kube::Error) -> AgentError {
@@ -426,13 +443,17 @@ async fn join(shared: Arc<Shared>, guest: Guest) -> Result<(), AgentError> {
     let uuid = guest.uuid.clone();
     let config = &shared.config;
     let nodes: Api<Node> = Api::all(shared.client.clone());
-    if nodes
+    if let Some(node) = nodes
         .get_opt(&node_name)
         .await
         .map_err(api_error(&node_name, "read Node"))?
-        .is_some()
     {
-        // The kubelet kept its certificates from an earlier run: nothing to register.
+        // The kubelet kept its certificates from an earlier run: nothing to register, only the
+        // heartbeat to go on with.
+        lock(&shared.heartbeats).insert(
+            node_name.clone(),
+            lease::Heartbeat::new(shared.client.clone(), node.uid().unwrap_or_default()),
+        );
         shared.update(&uuid, |r| {
             r.stage = JoinStage::Joined;
             r.joined = Some(Timestamp::now());
@@ -505,10 +526,14 @@ async fn join(shared: Arc<Shared>, guest: Guest) -> Result<(), AgentError> {
         node: node_name.clone(),
     })?;
     let node = node_object(&node_name, &guest, node_ip, size)?;
-    Api::<Node>::all(kubelet)
+    let registered = Api::<Node>::all(kubelet.clone())
         .create(&PostParams::default(), &node)
         .await
         .map_err(api_error(&node_name, "register Node"))?;
+    lock(&shared.heartbeats).insert(
+        node_name.clone(),
+        lease::Heartbeat::new(kubelet, registered.uid().unwrap_or_default()),
+    );
     shared.stage(&uuid, JoinStage::NodeRegistered);
     tracing::info!(node = %node_name, %node_ip, "registered Node");
 

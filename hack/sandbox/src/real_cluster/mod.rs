@@ -29,6 +29,9 @@ use tokio::process::{Child, Command};
 
 pub use pki::Pki;
 
+/// The administrator's user name (its client certificate's CommonName, in `system:masters`).
+pub const ADMIN_USER: &str = "real-cluster-admin";
+
 /// The environment variable naming the build's cache directory (what `build.sh` prints).
 pub const DIR_VARIABLE: &str = "REAL_CLUSTER_DIR";
 
@@ -166,6 +169,26 @@ pub struct ControlPlane {
     namespace: String,
 }
 
+/// Metadata of every request at `ResponseComplete` (the `audit.k8s.io/v1` Policy; no bodies:
+/// Secrets and tokens never reach the log).
+fn audit_policy_document() -> Value {
+    json!({
+        "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+        "omitStages": ["RequestReceived", "ResponseStarted"],
+        "rules": [{"level": "Metadata"}],
+    })
+}
+
+/// The users the simulated actors act as on the real control plane, bound to `cluster-admin`:
+/// the stand-ins have no real roles to run under (the cluster-machine-approver's would come with
+/// it).
+pub const STAND_IN_USERS: [&str; 4] = [
+    "sandbox:approver",
+    "sandbox:node-agent",
+    "sandbox:autoscaler",
+    "sandbox:test",
+];
+
 /// The machine-api-operator's webhook paths (machine-api-operator `pkg/webhooks/config.go`:
 /// `DefaultMachine{Mutating,Validating}HookPath`, `DefaultMachineSet...HookPath`).
 const WEBHOOKS: [(&str, &str, &str, &str); 4] = [
@@ -253,9 +276,20 @@ impl ControlPlane {
         )?;
 
         let pki = plane.pki.clone();
+        let audit_policy = dir.join("audit-policy.json");
+        std::fs::write(&audit_policy, audit_policy_document().to_string())
+            .map_err(io_error(format!("write {}", audit_policy.display())))?;
         plane.spawn(
             "kube-apiserver",
             vec![
+                // Every request's metadata and answer, one JSON line each, for the comparison of
+                // what each actor wrote here and on kube-sim (`sandbox::writes`).
+                "--audit-policy-file".into(),
+                audit_policy.display().to_string(),
+                "--audit-log-path".into(),
+                plane.audit_log().display().to_string(),
+                "--audit-log-format".into(),
+                "json".into(),
                 "--etcd-servers".into(),
                 etcd_client,
                 "--bind-address".into(),
@@ -326,6 +360,18 @@ impl ControlPlane {
         )
         .await?;
         create_node_bootstrapper(&client).await?;
+        create(
+            &client,
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "sandbox-stand-ins"},
+                "subjects": STAND_IN_USERS.map(|name| json!({
+                    "kind": "User", "name": name, "apiGroup": "rbac.authorization.k8s.io"})),
+                "roleRef": {"kind": "ClusterRole", "name": "cluster-admin",
+                            "apiGroup": "rbac.authorization.k8s.io"},
+            }),
+        )
+        .await?;
         create_infrastructure(&client, infrastructure_name, prism_port).await?;
         create_networks(&client).await?;
         // MAO's webhooks read `DNS/cluster` at start (machine_webhook.go, getDNS): no public zone,
@@ -364,6 +410,23 @@ impl ControlPlane {
         )?;
         plane.wait_webhooks_served(webhook_port).await?;
         Ok(plane)
+    }
+
+    /// The API server's audit log: one JSON `audit.k8s.io/v1` Event per request, at its
+    /// `ResponseComplete` stage.
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join("audit.log")
+    }
+
+    /// A client acting as `user` (impersonated by the administrator, who may): a stand-in's own
+    /// name in the audit log. Its permissions are `cluster-admin`'s (see [`STAND_IN_USERS`]).
+    pub async fn impersonating_client(&self, user: &str) -> Result<Client, RealClusterError> {
+        let user = json!({
+            "client-certificate-data": STANDARD.encode(&self.pki.admin_cert_pem),
+            "client-key-data": STANDARD.encode(&self.pki.admin_key_pem),
+            "as": user,
+        });
+        self.client_as(&user).await
     }
 
     /// The API server's URL.

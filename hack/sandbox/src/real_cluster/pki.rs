@@ -76,7 +76,7 @@ pub fn write(dir: &Path) -> Result<Pki, RealClusterError> {
         CertificateParams::new(Vec::<String>::new()).map_err(pki_error("admin"))?;
     admin_params
         .distinguished_name
-        .push(DnType::CommonName, "real-cluster-admin");
+        .push(DnType::CommonName, super::ADMIN_USER);
     admin_params
         .distinguished_name
         .push(DnType::OrganizationName, "system:masters");

@@ -87,7 +87,21 @@ impl Cluster {
             what: format!("copy the admin kubeconfig to {}", kubeconfig.display()),
             source,
         })?;
-        Ok((Self::Real(Box::new(plane)), client))
+        let cluster = Self::Real(Box::new(plane));
+        let client = cluster.actor_client("test").await?;
+        Ok((cluster, client))
+    }
+
+    /// The client of a simulated actor: on kube-sim as the user `name` (its request log tells
+    /// them apart), on the real control plane as `sandbox:<name>` (one of
+    /// [`crate::real_cluster::STAND_IN_USERS`], impersonated: the audit log tells them apart).
+    pub(super) async fn actor_client(&self, name: &str) -> Result<Client, WorldError> {
+        match self {
+            Self::Sim(sim) => super::client_as(sim, name),
+            Self::Real(plane) => Ok(plane
+                .impersonating_client(&format!("sandbox:{name}"))
+                .await?),
+        }
     }
 
     /// The kubelets' identities: the agent's own client on kube-sim; on the real control plane
@@ -249,6 +263,21 @@ fn typed<T: serde::de::DeserializeOwned>(values: Vec<Value>) -> Vec<T> {
         .into_iter()
         .filter_map(|v| serde_json::from_value(v).ok())
         .collect()
+}
+
+/// Every write so far, tallied.
+pub(super) fn writes(cluster: &Cluster) -> Result<crate::writes::Tally, WorldError> {
+    match cluster {
+        Cluster::Sim(sim) => Ok(crate::writes::tally_kube_sim(&sim.requests())),
+        Cluster::Real(plane) => {
+            let path = plane.audit_log();
+            let text = std::fs::read_to_string(&path).map_err(|source| WorldError::Io {
+                what: format!("read {}", path.display()),
+                source,
+            })?;
+            Ok(crate::writes::tally_audit_log(&text)?)
+        }
+    }
 }
 
 /// Every Event (core/v1, where the API server also shows events.k8s.io/v1 ones).

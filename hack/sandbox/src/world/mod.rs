@@ -180,6 +180,8 @@ pub enum WorldError {
     KubeClient(Box<kube_sim::ClientError>),
     #[error("real control plane: {0}")]
     RealCluster(Box<crate::real_cluster::RealClusterError>),
+    #[error(transparent)]
+    AuditLog(#[from] crate::writes::AuditLogError),
     #[error("kube-sim: {what}: {message}")]
     Store { what: String, message: String },
     #[error("manifest {0}")]
@@ -380,8 +382,9 @@ impl World {
                 let sim = start_kube_sim(&options, &kubeconfig, &controller_kubeconfig).await?;
                 create_infrastructure(&sim, mock.addr().port())?;
                 create_networks(&sim)?;
-                let client = client_as(&sim, "sandbox")?;
-                (Cluster::Sim(sim), client)
+                let cluster = Cluster::Sim(sim);
+                let client = cluster.actor_client("sandbox").await?;
+                (cluster, client)
             }
             ControlPlaneChoice::Real(binaries) => {
                 Cluster::start_real(
@@ -396,12 +399,6 @@ impl World {
                 .await?
             }
         };
-        // Each actor's requests under its own user on kube-sim (its request log tells them
-        // apart); the real API server sees them all as its administrator.
-        let client_for = |user: &str| match &cluster {
-            Cluster::Sim(sim) => client_as(sim, user),
-            Cluster::Real(_) => Ok(client.clone()),
-        };
         write_secrets(&client, &options.namespace, &mock).await?;
         apply_examples(&client, &options.namespace).await?;
         machine_autoscaler::apply_machine_autoscalers(&client, &options.namespace).await?;
@@ -411,14 +408,14 @@ impl World {
         let actors = match &cluster {
             Cluster::Sim(_) => vec![
                 machineset::start(
-                    client_for("machineset-controller")?,
+                    cluster.actor_client("machineset-controller").await?,
                     MachineSetControllerConfig {
                         namespace: namespace.clone(),
                         ..MachineSetControllerConfig::default()
                     },
                 ),
                 nodelink::start(
-                    client_for("nodelink")?,
+                    cluster.actor_client("nodelink").await?,
                     NodeLinkConfig {
                         namespace: namespace.clone(),
                         ..NodeLinkConfig::default()
@@ -428,14 +425,14 @@ impl World {
             Cluster::Real(_) => Vec::new(),
         };
         let approver = approver::start(
-            client_for("approver")?,
+            cluster.actor_client("approver").await?,
             ApproverConfig {
                 namespace: namespace.clone(),
                 ..ApproverConfig::default()
             },
         );
         let agent = Arc::new(node_agent::start(
-            client_for("node-agent")?,
+            cluster.actor_client("node-agent").await?,
             mock.admin().clone(),
             NodeAgentConfig {
                 namespace: namespace.clone(),
@@ -443,7 +440,7 @@ impl World {
                 ..options.node_agent.clone()
             },
         ));
-        let autoscaler = Autoscaler::new(client_for("autoscaler")?, &namespace);
+        let autoscaler = Autoscaler::new(cluster.actor_client("autoscaler").await?, &namespace);
         let objects = match &cluster {
             Cluster::Sim(sim) => Objects::Store(sim.store().clone()),
             Cluster::Real(_) => Objects::watch(&client, &namespace).await?,
@@ -563,6 +560,12 @@ impl World {
     /// The API server's URL.
     pub fn api_url(&self) -> String {
         self.cluster.url()
+    }
+
+    /// Every write so far, by actor and answer: kube-sim's request log, or the real API server's
+    /// audit log.
+    pub fn writes(&self) -> Result<crate::writes::Tally, WorldError> {
+        cluster::writes(&self.cluster)
     }
 
     /// Every Event so far (core/v1).
