@@ -1,8 +1,9 @@
 //! The controller against Prism Central as it really answers (prism-mock's recorded shapes and
 //! real-world behaviours, hack/prism-mock/recorded and docs/reliability.md): a clone that Prism
 //! gives another UUID, concurrent clones of one source VM refused with a 409, a Flash data disk,
-//! a create whose power-on fails, Secure Boot with guest customization, and a resent Sysprep
-//! create that must carry the same Administrator password.
+//! a create whose power-on fails, Secure Boot with guest customization, a resent Sysprep
+//! create that must carry the same Administrator password, and a follow-up PUT refused for a
+//! stale `entity_version`.
 
 use base64::Engine as _;
 use prism_mock::{CloneBehaviour, FaultKind, FaultRule};
@@ -12,7 +13,7 @@ use nutanix_machine_controller::api::GUEST_CUSTOMIZATION_ANNOTATION;
 
 use crate::faults::count_with_status;
 use crate::harness::{
-    Env, NS, admin_password_of, choices, linux_spec, provider_spec, windows_clone,
+    Env, NS, admin_password_of, choices, linux_spec, provider_spec, windows_clone, windows_template,
 };
 
 const VMS: &str = "/api/nutanix/v3/vms";
@@ -207,4 +208,60 @@ async fn a_resent_sysprep_create_carries_the_same_administrator_password() {
     let sent = admin_password_of(&guest.unattend_xml.unwrap()).unwrap();
     assert_eq!(sent.as_bytes(), kept.as_slice());
     env.assert_no_secrets_logged(&[sent]);
+}
+
+/// The VM changes through another API namespace between the controller's read and its follow-up
+/// PUT (the deploy's identity description and power on): Prism refuses the PUT, whose
+/// `entity_version` is now stale, with a 409, and the controller reads the VM again and retries
+/// with the fresh version. The 409 shows that the controller sends the `entity_version` it read:
+/// its `spec_version` is still current, and alone it would have let the stale PUT through.
+#[tokio::test]
+async fn a_follow_up_put_refused_for_a_stale_entity_version_is_read_again_and_retried() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let one_vm = "/api/nutanix/v3/vms/{uuid}";
+    env.mock
+        .admin()
+        .add_fault(FaultRule::new(Some("PUT"), one_vm, FaultKind::EditedElsewhere).times(1));
+    let _controller = env.controller("controller", &[]);
+    let (spec, choices) = windows_template();
+    env.create_machine_with("stale-0", spec, true, choices)
+        .await;
+    let machine = env.wait_phase("stale-0", "Running").await;
+    let uuid = vm_uuid(&machine);
+    let vms = env.vms_named("stale-0");
+    assert_eq!(vms.len(), 1, "one VM");
+    assert_eq!(vms[0].power_state, "ON", "the follow-up got through");
+    let vm = env.mock.admin().vm(&uuid).unwrap();
+    assert!(
+        vm["spec"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("openshift-machine:"),
+        "{vm}"
+    );
+    assert_eq!(count_with_status(&env, "PUT", one_vm, 409), 1);
+    let log: Vec<_> = env
+        .mock
+        .admin()
+        .timed_requests_since(0)
+        .into_iter()
+        .map(|r| r.record)
+        .filter(|r| r.vm.as_deref() == Some(uuid.as_str()) && r.endpoint == one_vm)
+        .collect();
+    let refused = log
+        .iter()
+        .position(|r| r.method == "PUT" && r.status == 409)
+        .unwrap();
+    let retried = refused
+        + log[refused..]
+            .iter()
+            .position(|r| r.method == "PUT" && r.status == 202)
+            .expect("the follow-up was sent again");
+    assert!(
+        log[refused..retried]
+            .iter()
+            .any(|r| r.method == "GET" && r.status == 200),
+        "read again before the retry: {log:?}"
+    );
 }
