@@ -158,6 +158,18 @@ impl Admin {
         self.app.lock().list_lag = lag;
     }
 
+    /// How long after a VM's create or update task ends its GET still shows the previous state and power
+    /// state (zero by default).
+    pub fn read_lag(&self) -> Duration {
+        self.app.lock().read_lag
+    }
+
+    /// Sets the read lag of tasks that end from now on: for this long after a VM's create or update task
+    /// ended, `GET /vms/{uuid}` answers the `status.state` and power state the VM had before.
+    pub fn set_read_lag(&self, lag: Duration) {
+        self.app.lock().read_lag = lag;
+    }
+
     /// Current guest misbehaviours.
     pub fn guest_behaviour(&self) -> GuestBehaviour {
         self.app.lock().guest.clone()
@@ -194,7 +206,7 @@ impl Admin {
         self.app.lock().vms.get(uuid).map(summary)
     }
 
-    /// One VM as `GET /vms/{uuid}` would answer it.
+    /// One VM as `GET /vms/{uuid}` would answer it (without a read lag).
     pub fn vm(&self, uuid: &str) -> Option<Value> {
         let store = self.app.lock();
         store.vms.get(uuid).map(|vm| store.vm_json(vm))

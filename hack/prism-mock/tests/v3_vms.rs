@@ -848,3 +848,64 @@ async fn put_counts_entity_version_when_sent_and_spec_version_otherwise() {
     old["metadata"]["spec_version"] = json!(9);
     assert_eq!(api.put(&path, &old).await.status, 409);
 }
+
+#[tokio::test]
+async fn under_a_read_lag_the_get_after_a_finished_task_shows_the_previous_state_for_a_while() {
+    let mock = start().await;
+    let api = Api::new(&mock);
+    let seeded = api.seeded().await;
+    assert_eq!(
+        mock.admin().read_lag(),
+        std::time::Duration::ZERO,
+        "off by default"
+    );
+    let lag = std::time::Duration::from_millis(800);
+    mock.admin().set_read_lag(lag);
+    let reply = api
+        .post(
+            &format!("{V3}/vms"),
+            &seeded.vm_body("laggy", &seeded.rhcos, "ON"),
+        )
+        .await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    let uuid = reply.uuid();
+    let task = api.wait_task(reply.task_uuid()).await;
+    assert_eq!(task["status"], "SUCCEEDED");
+    let ended = std::time::Instant::now();
+    let path = format!("{V3}/vms/{uuid}");
+    let vm = api.get(&path).await.body;
+    assert_eq!(
+        vm["status"]["state"], "PENDING",
+        "the state before the task ended"
+    );
+    assert_eq!(vm["status"]["resources"]["power_state"], "OFF");
+    let summary = mock.admin().vm_summary(&uuid).unwrap();
+    assert_eq!(
+        (summary.state.as_str(), summary.power_state.as_str()),
+        ("COMPLETE", "ON"),
+        "the VM itself has moved on"
+    );
+    let vm = wait_for(|| async {
+        let vm = api.get(&path).await.body;
+        (vm["status"]["state"] == "COMPLETE").then_some(vm)
+    })
+    .await;
+    assert!(ended.elapsed() >= lag / 2, "the lag lasted");
+    assert_eq!(vm["status"]["resources"]["power_state"], "ON");
+
+    // An update's task: the power state asked for shows only after the lag.
+    let mut off = json!({"metadata": vm["metadata"], "spec": vm["spec"]});
+    off["spec"]["resources"]["power_state"] = json!("OFF");
+    let reply = api.put(&path, &off).await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    api.wait_task(reply.task_uuid()).await;
+    let vm = api.get(&path).await.body;
+    assert_eq!(vm["status"]["state"], "PENDING");
+    assert_eq!(vm["status"]["resources"]["power_state"], "ON");
+    let vm = wait_for(|| async {
+        let vm = api.get(&path).await.body;
+        (vm["status"]["state"] == "COMPLETE").then_some(vm)
+    })
+    .await;
+    assert_eq!(vm["status"]["resources"]["power_state"], "OFF");
+}

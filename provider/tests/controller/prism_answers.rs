@@ -265,3 +265,66 @@ async fn a_follow_up_put_refused_for_a_stale_entity_version_is_read_again_and_re
         "read again before the retry: {log:?}"
     );
 }
+
+/// A VM's GET lags behind its tasks (terraform-provider-nutanix polls the GET after a task
+/// succeeded until the state is `COMPLETE` and the power state the one asked for): for a while
+/// after each create, deploy or follow-up task ended, prism-mock's GET still answers the state
+/// and power state from before. The controller creates one VM per Machine all the same, and its
+/// Machines end Running with the VM's real state, not the lagging one.
+#[tokio::test]
+async fn a_get_that_lags_behind_finished_tasks_creates_no_duplicate_and_converges() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    env.mock
+        .admin()
+        .set_read_lag(std::time::Duration::from_secs(5));
+    let _controller = env.controller("controller", &[]);
+    env.create_machine("lag-linux-0", linux_spec(), false).await;
+    let (spec, choices) = windows_template();
+    env.create_machine_with("lag-tpl-0", spec, true, choices)
+        .await;
+    for name in ["lag-linux-0", "lag-tpl-0"] {
+        let machine = env.wait_phase(name, "Running").await;
+        let vms = env.vms_named(name);
+        assert_eq!(vms.len(), 1, "{name}: exactly one VM");
+        assert_eq!(vms[0].uuid, vm_uuid(&machine));
+        assert_eq!(vms[0].power_state, "ON");
+        let annotations = &machine["metadata"]["annotations"];
+        assert_eq!(
+            annotations["machine.openshift.io/instance-state"], "COMPLETE",
+            "{name}"
+        );
+        assert_eq!(
+            annotations["machine.openshift.io/instance-power-state"], "ON",
+            "{name}"
+        );
+    }
+    // The lag was met: the deployed VM was read (for its follow-up) well within the lag after
+    // its deploy task ended (some 40 ms after the deploy was answered), so that GET showed it
+    // PENDING and powered off while its task had succeeded.
+    let log = env.mock.admin().timed_requests_since(0);
+    let deploy = log
+        .iter()
+        .find(|r| r.record.endpoint.ends_with("/$actions/deploy"))
+        .unwrap();
+    let deployed = deploy.record.vm.clone().unwrap();
+    assert!(
+        log.iter().any(|r| r.record.method == "GET"
+            && r.record.endpoint == "/api/nutanix/v3/vms/{uuid}"
+            && r.record.vm.as_ref() == Some(&deployed)
+            && r.answered < deploy.answered + std::time::Duration::from_secs(4)),
+        "the deployed VM was read during the lag"
+    );
+    assert_eq!(env.mock.admin().count("POST", VMS), 1, "one create");
+    assert_eq!(
+        env.mock.admin().count(
+            "POST",
+            "/api/vmm/v4.0/content/templates/{ext_id}/$actions/deploy"
+        ) + env.mock.admin().count(
+            "POST",
+            "/api/vmm/v4.3/content/templates/{ext_id}/$actions/deploy"
+        ),
+        1,
+        "one deploy"
+    );
+}

@@ -81,6 +81,9 @@ pub(crate) struct Store {
     /// How long after its create task ends a VM appears in lists (real Prism's lists are
     /// eventually consistent); zero by default.
     pub(crate) list_lag: Duration,
+    /// How long after a VM's create or update task ends its `GET` still shows the state and power state it had
+    /// before the task ended (see [`Store::get_vm`]); zero (off) by default.
+    pub(crate) read_lag: Duration,
     pub(crate) guest: GuestBehaviour,
     pub(crate) clone_behaviour: CloneBehaviour,
     /// The source VM of each clone task.
@@ -124,6 +127,7 @@ impl Store {
             rng,
             timings: config.timings.clone(),
             list_lag: Duration::ZERO,
+            read_lag: Duration::ZERO,
             guest: config.guest.clone(),
             clone_behaviour: CloneBehaviour::default(),
             clone_sources: HashMap::new(),

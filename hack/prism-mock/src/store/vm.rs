@@ -97,6 +97,14 @@ pub(crate) struct VmMeta {
     pub(crate) project: Option<Value>,
 }
 
+/// What a `GET` of a VM still shows for a while after its task ended (the store's read lag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StaleView {
+    pub(crate) until: Instant,
+    pub(crate) state: &'static str,
+    pub(crate) power_state: &'static str,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Vm {
     pub(crate) uuid: String,
@@ -129,6 +137,8 @@ pub(crate) struct Vm {
     pub(crate) last_update_time: String,
     pub(crate) host_uuid: Option<String>,
     pub(crate) bios_uuid: String,
+    /// Under a read lag: the state and power state a GET shows until then.
+    pub(crate) stale_view: Option<StaleView>,
 }
 
 impl Vm {
@@ -1298,6 +1308,7 @@ impl Store {
             host_uuid: None,
             // The recorded VM's bios_uuid is its own UUID (get_vm.json).
             bios_uuid: uuid.to_owned(),
+            stale_view: None,
         };
         self.vm_order.insert(seq, uuid.to_owned());
         self.vms.insert(uuid.to_owned(), vm);
@@ -2116,11 +2127,27 @@ impl Store {
         ])
     }
 
+    /// `GET /vms/{uuid}`. Under a read lag, a GET soon after the VM's task ended still shows the
+    /// `status.state` and power state from before: terraform-provider-nutanix, after a power change's update
+    /// task SUCCEEDED, polls the VM's GET until `status.state` is `COMPLETE` and
+    /// `status.resources.power_state` is the one asked for (`changePowerState` / `taskVMStateRefreshFunc`,
+    /// nutanix/services/vmm/resource_nutanix_virtual_machine.go, since its c6b983ce), which it would not
+    /// need if the GET were current as soon as the task ended. The length of the lag is not documented.
     pub(crate) fn get_vm(&self, uuid: &str) -> Result<Value, ApiError> {
-        self.vms
+        let vm = self
+            .vms
             .get(uuid)
-            .map(|vm| self.vm_json(vm))
-            .ok_or_else(|| ApiError::not_found(KIND, format!("VM {uuid} was not found")))
+            .ok_or_else(|| ApiError::not_found(KIND, format!("VM {uuid} was not found")))?;
+        let mut body = self.vm_json(vm);
+        if let Some(stale) = vm.stale_view.filter(|s| Instant::now() < s.until)
+            && let Some(status) = body.get_mut("status").and_then(Value::as_object_mut)
+        {
+            status.insert("state".to_owned(), json!(stale.state));
+            if let Some(res) = status.get_mut("resources").and_then(Value::as_object_mut) {
+                res.insert("power_state".to_owned(), json!(stale.power_state));
+            }
+        }
+        Ok(body)
     }
 
     /// `POST /vms/list`: VMs whose create task has not ended (or ended less than the list lag
