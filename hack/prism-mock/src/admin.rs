@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::app::{App, Shared};
-use crate::config::{CloneBehaviour, GuestBehaviour, Timings};
+use crate::config::{CloneBehaviour, DeployTaskShape, GuestBehaviour, Timings};
 use crate::faults::{Counter, FaultRule, InstalledRule, RateLimit, RequestRecord, TimedRequest};
 use crate::seed::GuestOs;
 use crate::store::Vm;
@@ -188,6 +188,16 @@ impl Admin {
     /// Sets how clones requested from now on behave.
     pub fn set_clone_behaviour(&self, behaviour: CloneBehaviour) {
         self.app.lock().clone_behaviour = behaviour;
+    }
+
+    /// Where deploy tasks name their VMs (subtasks by default).
+    pub fn deploy_task_shape(&self) -> DeployTaskShape {
+        self.app.lock().deploy_task_shape
+    }
+
+    /// Sets where deploy tasks created from now on name their VMs.
+    pub fn set_deploy_task_shape(&self, shape: DeployTaskShape) {
+        self.app.lock().deploy_task_shape = shape;
     }
 
     /// All VMs, listed or not, in creation order.

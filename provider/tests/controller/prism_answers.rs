@@ -2,11 +2,11 @@
 //! real-world behaviours, hack/prism-mock/recorded and docs/reliability.md): a clone that Prism
 //! gives another UUID, concurrent clones of one source VM refused with a 409, a Flash data disk,
 //! a create whose power-on fails, Secure Boot with guest customization, a resent Sysprep
-//! create that must carry the same Administrator password, and a follow-up PUT refused for a
-//! stale `entity_version`.
+//! create that must carry the same Administrator password, a follow-up PUT refused for a stale
+//! `entity_version`, a GET that lags behind finished tasks, and both shapes of a deploy task.
 
 use base64::Engine as _;
-use prism_mock::{CloneBehaviour, FaultKind, FaultRule};
+use prism_mock::{CloneBehaviour, DeployTaskShape, FaultKind, FaultRule};
 use serde_json::{Value, json};
 
 use nutanix_machine_controller::api::GUEST_CUSTOMIZATION_ANNOTATION;
@@ -327,4 +327,44 @@ async fn a_get_that_lags_behind_finished_tasks_creates_no_duplicate_and_converge
         1,
         "one deploy"
     );
+}
+
+/// Both shapes of a deploy task seen in real sources: the VM named only by a subtask (the
+/// Ansible collection's recorded ntnx_templates_deploy_v2 answer), and the VM on the parent
+/// task's entities (what terraform-provider-nutanix reads since its 2.4.0). Lists lag long
+/// behind (prism-mock's list lag), so the controller cannot find the VM by name and must read
+/// it from the task: either way it records the deployed VM and finishes it, one VM, Running.
+#[tokio::test]
+async fn a_deployed_vm_is_found_on_a_subtask_or_on_the_deploy_task_itself() {
+    for shape in [
+        DeployTaskShape::VmsInSubtasks,
+        DeployTaskShape::VmsOnParentTask,
+    ] {
+        let mut env = Env::start().await;
+        env.start_nodelink();
+        env.mock.admin().set_deploy_task_shape(shape);
+        env.mock
+            .admin()
+            .set_list_lag(std::time::Duration::from_secs(600));
+        let _controller = env.controller("controller", &[]);
+        let (spec, choices) = windows_template();
+        env.create_machine_with("shape-0", spec, true, choices)
+            .await;
+        let machine = env.wait_phase("shape-0", "Running").await;
+        let vms = env.vms_named("shape-0");
+        assert_eq!(vms.len(), 1, "{shape:?}: one VM");
+        assert_eq!(vms[0].uuid, vm_uuid(&machine), "{shape:?}");
+        assert_eq!(vms[0].power_state, "ON", "{shape:?}");
+        let deploy_task_reads = env
+            .mock
+            .admin()
+            .requests_since(0)
+            .iter()
+            .filter(|r| {
+                r.endpoint.ends_with("/config/tasks/{ext_id}")
+                    && r.vm.as_deref() == Some(vms[0].uuid.as_str())
+            })
+            .count();
+        assert!(deploy_task_reads >= 1, "{shape:?}: found through the task");
+    }
 }

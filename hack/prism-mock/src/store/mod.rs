@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::config::{CloneBehaviour, GuestBehaviour, MockConfig, Timings};
+use crate::config::{CloneBehaviour, DeployTaskShape, GuestBehaviour, MockConfig, Timings};
 use crate::faults::FaultState;
 use crate::seed::SeedError;
 
@@ -86,6 +86,7 @@ pub(crate) struct Store {
     pub(crate) read_lag: Duration,
     pub(crate) guest: GuestBehaviour,
     pub(crate) clone_behaviour: CloneBehaviour,
+    pub(crate) deploy_task_shape: DeployTaskShape,
     /// The source VM of each clone task.
     pub(crate) clone_sources: HashMap<String, String>,
     pub(crate) session_ttl: Duration,
@@ -130,6 +131,7 @@ impl Store {
             read_lag: Duration::ZERO,
             guest: config.guest.clone(),
             clone_behaviour: CloneBehaviour::default(),
+            deploy_task_shape: DeployTaskShape::default(),
             clone_sources: HashMap::new(),
             session_ttl: Duration::from_secs(config.session_ttl_secs),
             username: config.credentials.username.clone(),

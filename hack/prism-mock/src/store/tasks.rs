@@ -135,7 +135,8 @@ pub(crate) struct Task {
     pub(crate) uuid: String,
     pub(crate) operation: &'static str,
     pub(crate) status: TaskStatus,
-    /// (kind, UUID): `vm`, or `template` for a deploy (whose VMs are in its subtasks).
+    /// (kind, UUID): `vm`, or `template` for a deploy (whose VMs are in its subtasks, or here too: see
+    /// `DeployTaskShape`).
     pub(crate) entities: Vec<(&'static str, String)>,
     pub(crate) cluster_uuid: Option<String>,
     pub(crate) created: String,

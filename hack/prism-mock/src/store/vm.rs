@@ -17,6 +17,7 @@ use super::net::Ipv4Net;
 use super::schema;
 use super::tasks::{Effect, FailOutcome, FailPlan};
 use super::templates::secure_boot_cdrom_refusal;
+use crate::config::DeployTaskShape;
 use crate::errors::ApiError;
 use crate::seed::{GuestOs, SeedError, VmSeed};
 
@@ -1777,11 +1778,13 @@ impl Store {
         ))
     }
 
-    /// Commits VMs prepared by [`Store::create_vm_from_spec`] under one deploy task. The task names only the
-    /// template (`vmm:content:templates`); each VM has a subtask of its own that names it and moves with the
-    /// deploy (the Ansible collection's ntnx_templates_deploy_v2 RETURN block: a real deploy task lists the
-    /// template in `entities_affected` and its work in `sub_tasks`). One `kVmCreate` subtask per VM is the
-    /// mock's reading: the recorded answer shows three subtasks without saying what each one did.
+    /// Commits VMs prepared by [`Store::create_vm_from_spec`] under one deploy task, in the store's
+    /// [`DeployTaskShape`]. By default the task names only the template (`vmm:content:templates`); each VM has
+    /// a subtask of its own that names it and moves with the deploy (the Ansible collection's
+    /// ntnx_templates_deploy_v2 RETURN block: a real deploy task lists the template in `entities_affected` and
+    /// its work in `sub_tasks`). One `kVmCreate` subtask per VM is the mock's reading: the recorded answer
+    /// shows three subtasks without saying what each one did. With `VmsOnParentTask` the task names the
+    /// template and the VMs itself, as terraform-provider-nutanix reads it.
     pub(crate) fn commit_deploy(
         &mut self,
         now: Instant,
@@ -1797,16 +1800,23 @@ impl Store {
             fail = fail.or(exhausted);
             uuids.push(uuid);
         }
+        let on_parent = self.deploy_task_shape == DeployTaskShape::VmsOnParentTask;
+        let mut entities = vec![("template", template.to_owned())];
+        if on_parent {
+            entities.extend(uuids.iter().map(|uuid| ("vm", uuid.clone())));
+        }
         let task = self.create_task(
             now,
             "kVmTemplateDeploy",
-            vec![("template", template.to_owned())],
+            entities,
             Some(cluster.to_owned()),
             Effect::Create { vms: uuids.clone() },
             fail,
         );
         for uuid in &uuids {
-            self.add_follower_subtask(&task, "kVmCreate", uuid);
+            if !on_parent {
+                self.add_follower_subtask(&task, "kVmCreate", uuid);
+            }
             if let Some(vm) = self.vms.get_mut(uuid) {
                 vm.task_uuids = vec![task.clone()];
             }
