@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::app::{App, Shared};
-use crate::config::{CloneBehaviour, GuestBehaviour, Timings};
+use crate::config::{CloneBehaviour, DeployTaskShape, GuestBehaviour, Timings};
 use crate::faults::{Counter, FaultRule, InstalledRule, RateLimit, RequestRecord, TimedRequest};
 use crate::seed::GuestOs;
 use crate::store::Vm;
@@ -158,6 +158,18 @@ impl Admin {
         self.app.lock().list_lag = lag;
     }
 
+    /// How long after a VM's create or update task ends its GET still shows the previous state and power
+    /// state (zero by default).
+    pub fn read_lag(&self) -> Duration {
+        self.app.lock().read_lag
+    }
+
+    /// Sets the read lag of tasks that end from now on: for this long after a VM's create or update task
+    /// ended, `GET /vms/{uuid}` answers the `status.state` and power state the VM had before.
+    pub fn set_read_lag(&self, lag: Duration) {
+        self.app.lock().read_lag = lag;
+    }
+
     /// Current guest misbehaviours.
     pub fn guest_behaviour(&self) -> GuestBehaviour {
         self.app.lock().guest.clone()
@@ -178,6 +190,16 @@ impl Admin {
         self.app.lock().clone_behaviour = behaviour;
     }
 
+    /// Where deploy tasks name their VMs (subtasks by default).
+    pub fn deploy_task_shape(&self) -> DeployTaskShape {
+        self.app.lock().deploy_task_shape
+    }
+
+    /// Sets where deploy tasks created from now on name their VMs.
+    pub fn set_deploy_task_shape(&self, shape: DeployTaskShape) {
+        self.app.lock().deploy_task_shape = shape;
+    }
+
     /// All VMs, listed or not, in creation order.
     pub fn vms(&self) -> Vec<VmSummary> {
         let store = self.app.lock();
@@ -194,7 +216,7 @@ impl Admin {
         self.app.lock().vms.get(uuid).map(summary)
     }
 
-    /// One VM as `GET /vms/{uuid}` would answer it.
+    /// One VM as `GET /vms/{uuid}` would answer it (without a read lag).
     pub fn vm(&self, uuid: &str) -> Option<Value> {
         let store = self.app.lock();
         store.vms.get(uuid).map(|vm| store.vm_json(vm))
@@ -217,6 +239,12 @@ impl Admin {
     /// Powers a VM off behind the client's back (spec and spec_version change); false if unknown.
     pub fn power_off_out_of_band(&self, uuid: &str) -> bool {
         self.app.lock().power_off_out_of_band(uuid, Instant::now())
+    }
+
+    /// Changes a VM through another API namespace behind the v3 client's back (`entity_version` moves,
+    /// `spec_version` does not); false if unknown.
+    pub fn edit_elsewhere(&self, uuid: &str) -> bool {
+        self.app.lock().edit_elsewhere(uuid, Instant::now())
     }
 
     /// Addresses in use in a subnet's pool, for tests on address reuse.

@@ -259,6 +259,12 @@ async fn prism_layer(State(app): State<App>, mut request: Request, next: Next) -
             match auth {
                 None => ApiError::Unauthorized.into_response(),
                 Some(auth) => {
+                    if decision.edited_elsewhere
+                        && template == "/api/nutanix/v3/vms/{uuid}"
+                        && let Some(uuid) = path.rsplit('/').next()
+                    {
+                        app.lock().edit_elsewhere(uuid, Instant::now());
+                    }
                     let fail_task = decision.fail_task;
                     request
                         .extensions_mut()

@@ -88,6 +88,22 @@ pub struct CloneBehaviour {
     pub concurrent_clones_conflict: bool,
 }
 
+/// Where a template deploy's task names the VMs it made: both shapes appear in real sources.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeployTaskShape {
+    /// The parent task lists only the template (`vmm:content:templates`); each VM is named by a subtask of
+    /// its own. The Ansible collection's ntnx_templates_deploy_v2 RETURN block shows a real deploy task with
+    /// the template alone in `entities_affected` and its work in `sub_tasks` (reference/02, corrections).
+    #[default]
+    VmsInSubtasks,
+    /// The parent task lists the template and each VM (`vmm:ahv:config:vm`), with no per-VM subtask:
+    /// terraform-provider-nutanix takes the deployed VM from the parent task's `entitiesAffected` with rel
+    /// `vmm:ahv:config:vm` (nutanix/services/vmmv2/resource_nutanix_template_deploy_v2.go calling
+    /// `common.ExtractEntityUUIDFromTask`, since its release 2.4.0, 6af3af8f of 2026-01-08).
+    VmsOnParentTask,
+}
+
 /// Credentials the mock accepts. `Debug` never shows the secrets.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {

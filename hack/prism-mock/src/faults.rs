@@ -51,6 +51,10 @@ pub enum FaultKind {
     CreateThen500,
     /// End the session of the request's cookie before authenticating it (the client must log in again).
     ExpireSession,
+    /// Just before a request on `/api/nutanix/v3/vms/{uuid}` runs, another client changes that VM through
+    /// another API namespace: its `entity_version` moves, its `spec_version` does not (a concurrent writer,
+    /// see `Store::edit_elsewhere`). A PUT carrying the entity_version it read then gets the 409.
+    EditedElsewhere,
 }
 
 /// A fault rule: applies to requests whose method and path match.
@@ -187,6 +191,7 @@ pub(crate) struct Decision {
     pub(crate) fail_task: Option<FailPlan>,
     pub(crate) create_then_500: bool,
     pub(crate) expire_session: bool,
+    pub(crate) edited_elsewhere: bool,
 }
 
 #[derive(Debug, Default)]
@@ -301,6 +306,7 @@ impl FaultState {
                 }
                 FaultKind::CreateThen500 => decision.create_then_500 = true,
                 FaultKind::ExpireSession => decision.expire_session = true,
+                FaultKind::EditedElsewhere => decision.edited_elsewhere = true,
             }
         }
         decision

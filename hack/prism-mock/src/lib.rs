@@ -34,7 +34,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use admin::{Admin, VmSummary};
-pub use config::{CloneBehaviour, Credentials, GuestBehaviour, MockConfig, Timings};
+pub use config::{
+    CloneBehaviour, Credentials, DeployTaskShape, GuestBehaviour, MockConfig, Timings,
+};
 pub use faults::{
     Counter, FaultKind, FaultRule, InstalledRule, RateLimit, RequestRecord, TimedRequest,
 };

@@ -69,11 +69,24 @@ impl V4Version {
         self.wrap(object_type, map)
     }
 
-    /// `map` with `$objectType` and `$reserved` added.
+    /// `map` with `$objectType` and `$reserved` added. Objects of the `common.v1` namespace (a response's
+    /// metadata and its flags) carry their own namespace's version, `v1.r0`, under every API version: so do
+    /// `common.v1.response.ApiResponseMetadata` and `common.v1.config.Flag` in ntnx-vmm-py-client 4.0.1 and
+    /// 4.3.2 (`_initialize_object_version`; sdk-check/check_v4.py).
     pub(crate) fn wrap(&self, object_type: &str, mut map: Map<String, Value>) -> Value {
+        let fv = if object_type.starts_with("common.v1.") {
+            "v1.r0"
+        } else {
+            self.fv
+        };
         map.insert("$objectType".to_owned(), json!(object_type));
-        map.insert("$reserved".to_owned(), json!({"$fv": self.fv}));
+        map.insert("$reserved".to_owned(), json!({"$fv": fv}));
         Value::Object(map)
+    }
+
+    /// Whether this is the first v4 version (`v4.0`), whose models lack the fields later revisions added.
+    pub(crate) fn is_v4_0(&self) -> bool {
+        self.path == "v4.0"
     }
 
     /// The response envelope `{data, metadata, $objectType, $reserved}`; `data` is left out when `None`

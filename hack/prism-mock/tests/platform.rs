@@ -1194,3 +1194,56 @@ async fn https_with_http2_and_plain_http_only_when_asked() {
     assert_eq!(reply.version(), reqwest::Version::HTTP_2);
     assert_eq!(reply.status(), 200);
 }
+
+#[tokio::test]
+async fn a_deploy_task_can_name_its_vm_on_the_parent_task_instead_of_a_subtask() {
+    let mock = start().await;
+    let api = Api::new(&mock);
+    let seeded = api.seeded().await;
+    assert_eq!(
+        mock.admin().deploy_task_shape(),
+        prism_mock::DeployTaskShape::VmsInSubtasks,
+        "the Ansible collection's recorded shape by default"
+    );
+    mock.admin()
+        .set_deploy_task_shape(prism_mock::DeployTaskShape::VmsOnParentTask);
+    let templates = api.get("/api/vmm/v4.0/content/templates").await;
+    let ext_id = templates.body["data"][0]["extId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let deploy = json!({"numberOfVms": 1, "clusterReference": seeded.pe});
+    let reply = api
+        .call(
+            Method::POST,
+            &format!("/api/vmm/v4.0/content/templates/{ext_id}/$actions/deploy"),
+            Some(&deploy),
+            &[("NTNX-Request-Id", "parent-shape")],
+        )
+        .await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    let task_ext_id = reply.body["data"]["extId"].as_str().unwrap().to_owned();
+    let task = wait_for(|| async {
+        let t = api
+            .get(&format!("/api/prism/v4.0/config/tasks/{task_ext_id}"))
+            .await;
+        (t.body["data"]["status"] == "SUCCEEDED").then_some(t.body)
+    })
+    .await;
+    let entities = task["data"]["entitiesAffected"].as_array().unwrap();
+    let rels: Vec<&str> = entities
+        .iter()
+        .map(|e| e["rel"].as_str().unwrap())
+        .collect();
+    assert_eq!(rels, ["vmm:content:templates", "vmm:ahv:config:vm"]);
+    let vm = entities[1]["extId"].as_str().unwrap();
+    assert!(
+        task["data"].get("subTasks").is_none(),
+        "no per-VM subtask: {task}"
+    );
+    assert_eq!(task["data"]["numberOfSubtasks"], 0);
+    assert_eq!(
+        api.get(&format!("{V3}/vms/{vm}")).await.body["status"]["state"],
+        "COMPLETE"
+    );
+}

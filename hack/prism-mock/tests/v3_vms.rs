@@ -768,3 +768,144 @@ async fn windows_guests_misbehave_as_in_the_field_when_asked() {
     .await;
     assert!(ips[0].0.starts_with("10.40."), "{ips:?}");
 }
+
+#[tokio::test]
+async fn put_counts_entity_version_when_sent_and_spec_version_otherwise() {
+    let mock = start().await;
+    let api = Api::new(&mock);
+    let seeded = api.seeded().await;
+    let uuid = create_and_wait(&api, &seeded.vm_body("token-vm", &seeded.rhcos, "OFF")).await;
+    let path = format!("{V3}/vms/{uuid}");
+    let read = api.get(&path).await.body;
+    assert_eq!(
+        (
+            &read["metadata"]["spec_version"],
+            &read["metadata"]["entity_version"]
+        ),
+        (&json!(0), &json!("1")),
+        "as recorded (get_vm.json)"
+    );
+
+    // A change through another API namespace moves entity_version only.
+    assert!(mock.admin().edit_elsewhere(&uuid));
+    let now = api.get(&path).await.body;
+    assert_eq!(now["metadata"]["spec_version"], 0);
+    assert_eq!(now["metadata"]["entity_version"], "2");
+
+    // Stale entity_version, current spec_version: the entity_version counts.
+    let mut stale = json!({"metadata": read["metadata"], "spec": read["spec"]});
+    stale["spec"]["description"] = json!("stale writer");
+    let reply = api.put(&path, &stale).await;
+    assert_eq!(reply.status, 409, "{}", reply.text);
+    assert_eq!(
+        reply.body["message_list"][0]["reason"],
+        "CONCURRENT_REQUESTS_NOT_ALLOWED"
+    );
+    assert!(
+        reply.body["message_list"][0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Edit conflict: please retry change."),
+        "{}",
+        reply.text
+    );
+    assert_eq!(
+        api.get(&path).await.body["spec"]["description"],
+        read["spec"]["description"],
+        "the refused PUT changed nothing"
+    );
+
+    // Absent entity_version: the (current) spec_version counts.
+    let mut absent = stale.clone();
+    absent["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("entity_version");
+    let reply = api.put(&path, &absent).await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    api.wait_task(reply.task_uuid()).await;
+    let after = api.get(&path).await.body;
+    assert_eq!(after["metadata"]["spec_version"], 1);
+    assert_eq!(
+        after["metadata"]["entity_version"], "3",
+        "entity_version moves on every update"
+    );
+
+    // Current entity_version with a stale spec_version: accepted, the entity_version overrides.
+    let mut current = json!({"metadata": after["metadata"], "spec": after["spec"]});
+    current["metadata"]["spec_version"] = json!(0);
+    current["spec"]["description"] = json!("current writer");
+    let reply = api.put(&path, &current).await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    api.wait_task(reply.task_uuid()).await;
+    let last = api.get(&path).await.body;
+    assert_eq!(last["spec"]["description"], "current writer");
+    assert_eq!(last["metadata"]["entity_version"], "4");
+    assert_eq!(last["metadata"]["spec_version"], 2);
+
+    // A stale one read before the last update is refused, even with a newer spec_version.
+    let mut old = json!({"metadata": after["metadata"], "spec": after["spec"]});
+    old["metadata"]["spec_version"] = json!(9);
+    assert_eq!(api.put(&path, &old).await.status, 409);
+}
+
+#[tokio::test]
+async fn under_a_read_lag_the_get_after_a_finished_task_shows_the_previous_state_for_a_while() {
+    let mock = start().await;
+    let api = Api::new(&mock);
+    let seeded = api.seeded().await;
+    assert_eq!(
+        mock.admin().read_lag(),
+        std::time::Duration::ZERO,
+        "off by default"
+    );
+    let lag = std::time::Duration::from_millis(800);
+    mock.admin().set_read_lag(lag);
+    let reply = api
+        .post(
+            &format!("{V3}/vms"),
+            &seeded.vm_body("laggy", &seeded.rhcos, "ON"),
+        )
+        .await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    let uuid = reply.uuid();
+    let task = api.wait_task(reply.task_uuid()).await;
+    assert_eq!(task["status"], "SUCCEEDED");
+    let ended = std::time::Instant::now();
+    let path = format!("{V3}/vms/{uuid}");
+    let vm = api.get(&path).await.body;
+    assert_eq!(
+        vm["status"]["state"], "PENDING",
+        "the state before the task ended"
+    );
+    assert_eq!(vm["status"]["resources"]["power_state"], "OFF");
+    let summary = mock.admin().vm_summary(&uuid).unwrap();
+    assert_eq!(
+        (summary.state.as_str(), summary.power_state.as_str()),
+        ("COMPLETE", "ON"),
+        "the VM itself has moved on"
+    );
+    let vm = wait_for(|| async {
+        let vm = api.get(&path).await.body;
+        (vm["status"]["state"] == "COMPLETE").then_some(vm)
+    })
+    .await;
+    assert!(ended.elapsed() >= lag / 2, "the lag lasted");
+    assert_eq!(vm["status"]["resources"]["power_state"], "ON");
+
+    // An update's task: the power state asked for shows only after the lag.
+    let mut off = json!({"metadata": vm["metadata"], "spec": vm["spec"]});
+    off["spec"]["resources"]["power_state"] = json!("OFF");
+    let reply = api.put(&path, &off).await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    api.wait_task(reply.task_uuid()).await;
+    let vm = api.get(&path).await.body;
+    assert_eq!(vm["status"]["state"], "PENDING");
+    assert_eq!(vm["status"]["resources"]["power_state"], "ON");
+    let vm = wait_for(|| async {
+        let vm = api.get(&path).await.body;
+        (vm["status"]["state"] == "COMPLETE").then_some(vm)
+    })
+    .await;
+    assert_eq!(vm["status"]["resources"]["power_state"], "OFF");
+}

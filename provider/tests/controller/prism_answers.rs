@@ -1,18 +1,19 @@
 //! The controller against Prism Central as it really answers (prism-mock's recorded shapes and
 //! real-world behaviours, hack/prism-mock/recorded and docs/reliability.md): a clone that Prism
 //! gives another UUID, concurrent clones of one source VM refused with a 409, a Flash data disk,
-//! a create whose power-on fails, Secure Boot with guest customization, and a resent Sysprep
-//! create that must carry the same Administrator password.
+//! a create whose power-on fails, Secure Boot with guest customization, a resent Sysprep
+//! create that must carry the same Administrator password, a follow-up PUT refused for a stale
+//! `entity_version`, a GET that lags behind finished tasks, and both shapes of a deploy task.
 
 use base64::Engine as _;
-use prism_mock::{CloneBehaviour, FaultKind, FaultRule};
+use prism_mock::{CloneBehaviour, DeployTaskShape, FaultKind, FaultRule};
 use serde_json::{Value, json};
 
 use nutanix_machine_controller::api::GUEST_CUSTOMIZATION_ANNOTATION;
 
 use crate::faults::count_with_status;
 use crate::harness::{
-    Env, NS, admin_password_of, choices, linux_spec, provider_spec, windows_clone,
+    Env, NS, admin_password_of, choices, linux_spec, provider_spec, windows_clone, windows_template,
 };
 
 const VMS: &str = "/api/nutanix/v3/vms";
@@ -207,4 +208,163 @@ async fn a_resent_sysprep_create_carries_the_same_administrator_password() {
     let sent = admin_password_of(&guest.unattend_xml.unwrap()).unwrap();
     assert_eq!(sent.as_bytes(), kept.as_slice());
     env.assert_no_secrets_logged(&[sent]);
+}
+
+/// The VM changes through another API namespace between the controller's read and its follow-up
+/// PUT (the deploy's identity description and power on): Prism refuses the PUT, whose
+/// `entity_version` is now stale, with a 409, and the controller reads the VM again and retries
+/// with the fresh version. The 409 shows that the controller sends the `entity_version` it read:
+/// its `spec_version` is still current, and alone it would have let the stale PUT through.
+#[tokio::test]
+async fn a_follow_up_put_refused_for_a_stale_entity_version_is_read_again_and_retried() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let one_vm = "/api/nutanix/v3/vms/{uuid}";
+    env.mock
+        .admin()
+        .add_fault(FaultRule::new(Some("PUT"), one_vm, FaultKind::EditedElsewhere).times(1));
+    let _controller = env.controller("controller", &[]);
+    let (spec, choices) = windows_template();
+    env.create_machine_with("stale-0", spec, true, choices)
+        .await;
+    let machine = env.wait_phase("stale-0", "Running").await;
+    let uuid = vm_uuid(&machine);
+    let vms = env.vms_named("stale-0");
+    assert_eq!(vms.len(), 1, "one VM");
+    assert_eq!(vms[0].power_state, "ON", "the follow-up got through");
+    let vm = env.mock.admin().vm(&uuid).unwrap();
+    assert!(
+        vm["spec"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("openshift-machine:"),
+        "{vm}"
+    );
+    assert_eq!(count_with_status(&env, "PUT", one_vm, 409), 1);
+    let log: Vec<_> = env
+        .mock
+        .admin()
+        .timed_requests_since(0)
+        .into_iter()
+        .map(|r| r.record)
+        .filter(|r| r.vm.as_deref() == Some(uuid.as_str()) && r.endpoint == one_vm)
+        .collect();
+    let refused = log
+        .iter()
+        .position(|r| r.method == "PUT" && r.status == 409)
+        .unwrap();
+    let retried = refused
+        + log[refused..]
+            .iter()
+            .position(|r| r.method == "PUT" && r.status == 202)
+            .expect("the follow-up was sent again");
+    assert!(
+        log[refused..retried]
+            .iter()
+            .any(|r| r.method == "GET" && r.status == 200),
+        "read again before the retry: {log:?}"
+    );
+}
+
+/// A VM's GET lags behind its tasks (terraform-provider-nutanix polls the GET after a task
+/// succeeded until the state is `COMPLETE` and the power state the one asked for): for a while
+/// after each create, deploy or follow-up task ended, prism-mock's GET still answers the state
+/// and power state from before. The controller creates one VM per Machine all the same, and its
+/// Machines end Running with the VM's real state, not the lagging one.
+#[tokio::test]
+async fn a_get_that_lags_behind_finished_tasks_creates_no_duplicate_and_converges() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    env.mock
+        .admin()
+        .set_read_lag(std::time::Duration::from_secs(5));
+    let _controller = env.controller("controller", &[]);
+    env.create_machine("lag-linux-0", linux_spec(), false).await;
+    let (spec, choices) = windows_template();
+    env.create_machine_with("lag-tpl-0", spec, true, choices)
+        .await;
+    for name in ["lag-linux-0", "lag-tpl-0"] {
+        let machine = env.wait_phase(name, "Running").await;
+        let vms = env.vms_named(name);
+        assert_eq!(vms.len(), 1, "{name}: exactly one VM");
+        assert_eq!(vms[0].uuid, vm_uuid(&machine));
+        assert_eq!(vms[0].power_state, "ON");
+        let annotations = &machine["metadata"]["annotations"];
+        assert_eq!(
+            annotations["machine.openshift.io/instance-state"], "COMPLETE",
+            "{name}"
+        );
+        assert_eq!(
+            annotations["machine.openshift.io/instance-power-state"], "ON",
+            "{name}"
+        );
+    }
+    // The lag was met: the deployed VM was read (for its follow-up) well within the lag after
+    // its deploy task ended (some 40 ms after the deploy was answered), so that GET showed it
+    // PENDING and powered off while its task had succeeded.
+    let log = env.mock.admin().timed_requests_since(0);
+    let deploy = log
+        .iter()
+        .find(|r| r.record.endpoint.ends_with("/$actions/deploy"))
+        .unwrap();
+    let deployed = deploy.record.vm.clone().unwrap();
+    assert!(
+        log.iter().any(|r| r.record.method == "GET"
+            && r.record.endpoint == "/api/nutanix/v3/vms/{uuid}"
+            && r.record.vm.as_ref() == Some(&deployed)
+            && r.answered < deploy.answered + std::time::Duration::from_secs(4)),
+        "the deployed VM was read during the lag"
+    );
+    assert_eq!(env.mock.admin().count("POST", VMS), 1, "one create");
+    assert_eq!(
+        env.mock.admin().count(
+            "POST",
+            "/api/vmm/v4.0/content/templates/{ext_id}/$actions/deploy"
+        ) + env.mock.admin().count(
+            "POST",
+            "/api/vmm/v4.3/content/templates/{ext_id}/$actions/deploy"
+        ),
+        1,
+        "one deploy"
+    );
+}
+
+/// Both shapes of a deploy task seen in real sources: the VM named only by a subtask (the
+/// Ansible collection's recorded ntnx_templates_deploy_v2 answer), and the VM on the parent
+/// task's entities (what terraform-provider-nutanix reads since its 2.4.0). Lists lag long
+/// behind (prism-mock's list lag), so the controller cannot find the VM by name and must read
+/// it from the task: either way it records the deployed VM and finishes it, one VM, Running.
+#[tokio::test]
+async fn a_deployed_vm_is_found_on_a_subtask_or_on_the_deploy_task_itself() {
+    for shape in [
+        DeployTaskShape::VmsInSubtasks,
+        DeployTaskShape::VmsOnParentTask,
+    ] {
+        let mut env = Env::start().await;
+        env.start_nodelink();
+        env.mock.admin().set_deploy_task_shape(shape);
+        env.mock
+            .admin()
+            .set_list_lag(std::time::Duration::from_secs(600));
+        let _controller = env.controller("controller", &[]);
+        let (spec, choices) = windows_template();
+        env.create_machine_with("shape-0", spec, true, choices)
+            .await;
+        let machine = env.wait_phase("shape-0", "Running").await;
+        let vms = env.vms_named("shape-0");
+        assert_eq!(vms.len(), 1, "{shape:?}: one VM");
+        assert_eq!(vms[0].uuid, vm_uuid(&machine), "{shape:?}");
+        assert_eq!(vms[0].power_state, "ON", "{shape:?}");
+        let deploy_task_reads = env
+            .mock
+            .admin()
+            .requests_since(0)
+            .iter()
+            .filter(|r| {
+                r.endpoint.ends_with("/config/tasks/{ext_id}")
+                    && r.vm.as_deref() == Some(vms[0].uuid.as_str())
+            })
+            .count();
+        assert!(deploy_task_reads >= 1, "{shape:?}: found through the task");
+    }
 }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::config::{CloneBehaviour, GuestBehaviour, MockConfig, Timings};
+use crate::config::{CloneBehaviour, DeployTaskShape, GuestBehaviour, MockConfig, Timings};
 use crate::faults::FaultState;
 use crate::seed::SeedError;
 
@@ -81,8 +81,12 @@ pub(crate) struct Store {
     /// How long after its create task ends a VM appears in lists (real Prism's lists are
     /// eventually consistent); zero by default.
     pub(crate) list_lag: Duration,
+    /// How long after a VM's create or update task ends its `GET` still shows the state and power state it had
+    /// before the task ended (see [`Store::get_vm`]); zero (off) by default.
+    pub(crate) read_lag: Duration,
     pub(crate) guest: GuestBehaviour,
     pub(crate) clone_behaviour: CloneBehaviour,
+    pub(crate) deploy_task_shape: DeployTaskShape,
     /// The source VM of each clone task.
     pub(crate) clone_sources: HashMap<String, String>,
     pub(crate) session_ttl: Duration,
@@ -124,8 +128,10 @@ impl Store {
             rng,
             timings: config.timings.clone(),
             list_lag: Duration::ZERO,
+            read_lag: Duration::ZERO,
             guest: config.guest.clone(),
             clone_behaviour: CloneBehaviour::default(),
+            deploy_task_shape: DeployTaskShape::default(),
             clone_sources: HashMap::new(),
             session_ttl: Duration::from_secs(config.session_ttl_secs),
             username: config.credentials.username.clone(),

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::Store;
 use super::entities::reference;
-use super::vm::NicRuntime;
+use super::vm::{NicRuntime, StaleView};
 use crate::v4::V4Version;
 
 /// Prefix of v4 task extIds (`base64("ergon")`, as real Prism Central's extIds look). The part after the colon
@@ -135,7 +135,8 @@ pub(crate) struct Task {
     pub(crate) uuid: String,
     pub(crate) operation: &'static str,
     pub(crate) status: TaskStatus,
-    /// (kind, UUID): `vm`, or `template` for a deploy (whose VMs are in its subtasks).
+    /// (kind, UUID): `vm`, or `template` for a deploy (whose VMs are in its subtasks, or here too: see
+    /// `DeployTaskShape`).
     pub(crate) entities: Vec<(&'static str, String)>,
     pub(crate) cluster_uuid: Option<String>,
     pub(crate) created: String,
@@ -341,6 +342,19 @@ impl Store {
         fail: Option<&FailPlan>,
         at: Instant,
     ) {
+        let touched: Vec<String> = match &effect {
+            Effect::Create { vms } => vms.clone(),
+            Effect::Update { vm, .. } => vec![vm.clone()],
+            Effect::Delete { .. } | Effect::Subtask => Vec::new(),
+        };
+        let before: Vec<(String, &'static str, &'static str)> = touched
+            .into_iter()
+            .filter_map(|uuid| {
+                let vm = self.vms.get(&uuid)?;
+                let (state, power) = (vm.state(), vm.power_state());
+                Some((uuid, state, power))
+            })
+            .collect();
         match effect {
             Effect::Create { vms } => {
                 for vm in vms {
@@ -354,6 +368,18 @@ impl Store {
             } => self.finish_vm_update(&vm, *previous_spec, previous_nics, fail.is_some(), at),
             Effect::Delete { vm } => self.finish_vm_delete(&vm, task_uuid, fail.is_some(), at),
             Effect::Subtask => {}
+        }
+        if !self.read_lag.is_zero() {
+            let until = at + self.read_lag;
+            for (uuid, state, power_state) in before {
+                if let Some(vm) = self.vms.get_mut(&uuid) {
+                    vm.stale_view = Some(StaleView {
+                        until,
+                        state,
+                        power_state,
+                    });
+                }
+            }
         }
     }
 

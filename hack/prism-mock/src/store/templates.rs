@@ -55,7 +55,9 @@ impl Template {
             .iter()
             .map(|s| json!({"networkInfo": {"nicType": "NORMAL_NIC", "subnet": {"extId": s}}}))
             .collect();
-        let template = json!({
+        // No `versionDescription`: the v4.0 model's TemplateVersionSpec.version_description is "min=1 chars"
+        // (ntnx-vmm-py-client 4.0.1), so an empty one is refused; the mock's templates have none.
+        let mut template = json!({
             "$objectType": "vmm.v4.content.Template",
             "extId": self.ext_id,
             "templateName": self.name,
@@ -63,12 +65,10 @@ impl Template {
             "createTime": self.created,
             "updateTime": self.created,
             "createdBy": {"extId": user_uuid, "username": username},
-            "categoryExtIds": [],
             "templateVersionSpec": {
                 "$objectType": "vmm.v4.content.TemplateVersionSpec",
                 "extId": self.version_id,
                 "versionName": "1",
-                "versionDescription": "",
                 "isActiveVersion": true,
                 "isGcOverrideEnabled": true,
                 "createTime": self.created,
@@ -93,6 +93,13 @@ impl Template {
                 },
             },
         });
+        // `categoryExtIds` came with a later revision: ntnx-vmm-py-client 4.3.2's Template has
+        // `category_ext_ids`, 4.0.1's (v4.0) has not.
+        if !version.is_v4_0()
+            && let Some(map) = template.as_object_mut()
+        {
+            map.insert("categoryExtIds".to_owned(), json!([]));
+        }
         match template {
             Value::Object(map) => version.wrap("vmm.v4.content.Template", map),
             other => other,

@@ -17,6 +17,7 @@ use super::net::Ipv4Net;
 use super::schema;
 use super::tasks::{Effect, FailOutcome, FailPlan};
 use super::templates::secure_boot_cdrom_refusal;
+use crate::config::DeployTaskShape;
 use crate::errors::ApiError;
 use crate::seed::{GuestOs, SeedError, VmSeed};
 
@@ -97,6 +98,14 @@ pub(crate) struct VmMeta {
     pub(crate) project: Option<Value>,
 }
 
+/// What a `GET` of a VM still shows for a while after its task ended (the store's read lag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StaleView {
+    pub(crate) until: Instant,
+    pub(crate) state: &'static str,
+    pub(crate) power_state: &'static str,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Vm {
     pub(crate) uuid: String,
@@ -104,6 +113,9 @@ pub(crate) struct Vm {
     pub(crate) spec: Value,
     pub(crate) meta: VmMeta,
     pub(crate) spec_version: u64,
+    /// `metadata.entity_version` (a string in answers): "1" beside spec_version 0 on a new VM (get_vm.json);
+    /// moves on every change, including one made outside v3 (see [`Store::edit_elsewhere`]).
+    pub(crate) entity_version: u64,
     /// The create task ended successfully (or the VM was seeded): it appears in lists.
     pub(crate) listed: bool,
     /// With a list lag, the moment a listed VM starts to appear in lists.
@@ -126,6 +138,8 @@ pub(crate) struct Vm {
     pub(crate) last_update_time: String,
     pub(crate) host_uuid: Option<String>,
     pub(crate) bios_uuid: String,
+    /// Under a read lag: the state and power state a GET shows until then.
+    pub(crate) stale_view: Option<StaleView>,
 }
 
 impl Vm {
@@ -1274,6 +1288,7 @@ impl Store {
             spec: prepared.spec,
             meta: prepared.meta,
             spec_version: 0,
+            entity_version: 1,
             listed: false,
             listed_from: None,
             pending_updates: 0,
@@ -1294,6 +1309,7 @@ impl Store {
             host_uuid: None,
             // The recorded VM's bios_uuid is its own UUID (get_vm.json).
             bios_uuid: uuid.to_owned(),
+            stale_view: None,
         };
         self.vm_order.insert(seq, uuid.to_owned());
         self.vms.insert(uuid.to_owned(), vm);
@@ -1549,27 +1565,7 @@ impl Store {
             ));
         }
         let metadata = body.get("metadata").cloned().unwrap_or_else(|| json!({}));
-        let Some(given) = metadata.get("spec_version").and_then(Value::as_u64) else {
-            return Err(ApiError::invalid_one(
-                KIND,
-                "metadata.spec_version",
-                "is required on update",
-            ));
-        };
-        // A stale spec_version is refused (terraform-provider-nutanix#268: a PUT with the spec_version read
-        // before an out-of-band change failed; gomorpheus/morpheus-nutanix-prism-plugin retries on the 409 "Edit
-        // conflict"). A newer one is accepted: the recorded PUT of update_vm.json sent spec_version 1 to a VM at
-        // 0 and got a 202.
-        if given < existing.spec_version {
-            return Err(ApiError::conflict(
-                KIND,
-                "CONCURRENT_REQUESTS_NOT_ALLOWED",
-                format!(
-                    "Edit conflict: please retry change. spec_version {given} does not match the current {}",
-                    existing.spec_version
-                ),
-            ));
-        }
+        check_version_token(&metadata, &existing)?;
         let spec_in = body.get("spec").cloned().unwrap_or(Value::Null);
         let prepared = self
             .prepare_vm(&spec_in, &metadata, Some(&existing))
@@ -1590,6 +1586,7 @@ impl Store {
             vm.meta = prepared.meta;
             vm.nics = nics;
             vm.spec_version += 1;
+            vm.entity_version += 1;
             vm.pending_updates += 1;
             vm.last_update_time = wall;
         }
@@ -1781,11 +1778,13 @@ impl Store {
         ))
     }
 
-    /// Commits VMs prepared by [`Store::create_vm_from_spec`] under one deploy task. The task names only the
-    /// template (`vmm:content:templates`); each VM has a subtask of its own that names it and moves with the
-    /// deploy (the Ansible collection's ntnx_templates_deploy_v2 RETURN block: a real deploy task lists the
-    /// template in `entities_affected` and its work in `sub_tasks`). One `kVmCreate` subtask per VM is the
-    /// mock's reading: the recorded answer shows three subtasks without saying what each one did.
+    /// Commits VMs prepared by [`Store::create_vm_from_spec`] under one deploy task, in the store's
+    /// [`DeployTaskShape`]. By default the task names only the template (`vmm:content:templates`); each VM has
+    /// a subtask of its own that names it and moves with the deploy (the Ansible collection's
+    /// ntnx_templates_deploy_v2 RETURN block: a real deploy task lists the template in `entities_affected` and
+    /// its work in `sub_tasks`). One `kVmCreate` subtask per VM is the mock's reading: the recorded answer
+    /// shows three subtasks without saying what each one did. With `VmsOnParentTask` the task names the
+    /// template and the VMs itself, as terraform-provider-nutanix reads it.
     pub(crate) fn commit_deploy(
         &mut self,
         now: Instant,
@@ -1801,16 +1800,23 @@ impl Store {
             fail = fail.or(exhausted);
             uuids.push(uuid);
         }
+        let on_parent = self.deploy_task_shape == DeployTaskShape::VmsOnParentTask;
+        let mut entities = vec![("template", template.to_owned())];
+        if on_parent {
+            entities.extend(uuids.iter().map(|uuid| ("vm", uuid.clone())));
+        }
         let task = self.create_task(
             now,
             "kVmTemplateDeploy",
-            vec![("template", template.to_owned())],
+            entities,
             Some(cluster.to_owned()),
             Effect::Create { vms: uuids.clone() },
             fail,
         );
         for uuid in &uuids {
-            self.add_follower_subtask(&task, "kVmCreate", uuid);
+            if !on_parent {
+                self.add_follower_subtask(&task, "kVmCreate", uuid);
+            }
             if let Some(vm) = self.vms.get_mut(uuid) {
                 vm.task_uuids = vec![task.clone()];
             }
@@ -2034,8 +2040,8 @@ impl Store {
 
     /// `GET /vms/{uuid}` body.
     /// `GET /vms/{uuid}` body, in the shape of get_vm.json: `metadata` has no `use_categories_mapping`
-    /// (unless set), names the default project `_internal` when the VM has none, and an `entity_version` one
-    /// above the spec_version; `status.resources` adds what the hypervisor reports.
+    /// (unless set), names the default project `_internal` when the VM has none, and its `entity_version` as a
+    /// string; `status.resources` adds what the hypervisor reports.
     pub(crate) fn vm_json(&self, vm: &Vm) -> Value {
         let cluster_uuid = vm.cluster_uuid();
         let cluster_name = self.clusters.name_of(cluster_uuid);
@@ -2043,7 +2049,7 @@ impl Store {
             "kind": KIND,
             "uuid": vm.uuid,
             "spec_version": vm.spec_version,
-            "entity_version": (vm.spec_version + 1).to_string(),
+            "entity_version": vm.entity_version.to_string(),
             "creation_time": vm.creation_time,
             "last_update_time": vm.last_update_time,
             "categories": vm.meta.categories,
@@ -2131,11 +2137,27 @@ impl Store {
         ])
     }
 
+    /// `GET /vms/{uuid}`. Under a read lag, a GET soon after the VM's task ended still shows the
+    /// `status.state` and power state from before: terraform-provider-nutanix, after a power change's update
+    /// task SUCCEEDED, polls the VM's GET until `status.state` is `COMPLETE` and
+    /// `status.resources.power_state` is the one asked for (`changePowerState` / `taskVMStateRefreshFunc`,
+    /// nutanix/services/vmm/resource_nutanix_virtual_machine.go, since its c6b983ce), which it would not
+    /// need if the GET were current as soon as the task ended. The length of the lag is not documented.
     pub(crate) fn get_vm(&self, uuid: &str) -> Result<Value, ApiError> {
-        self.vms
+        let vm = self
+            .vms
             .get(uuid)
-            .map(|vm| self.vm_json(vm))
-            .ok_or_else(|| ApiError::not_found(KIND, format!("VM {uuid} was not found")))
+            .ok_or_else(|| ApiError::not_found(KIND, format!("VM {uuid} was not found")))?;
+        let mut body = self.vm_json(vm);
+        if let Some(stale) = vm.stale_view.filter(|s| Instant::now() < s.until)
+            && let Some(status) = body.get_mut("status").and_then(Value::as_object_mut)
+        {
+            status.insert("state".to_owned(), json!(stale.state));
+            if let Some(res) = status.get_mut("resources").and_then(Value::as_object_mut) {
+                res.insert("power_state".to_owned(), json!(stale.power_state));
+            }
+        }
+        Ok(body)
     }
 
     /// `POST /vms/list`: VMs whose create task has not ended (or ended less than the list lag
@@ -2224,8 +2246,23 @@ impl Store {
             res.insert("power_state".to_owned(), json!("OFF"));
         }
         vm.spec_version += 1;
+        vm.entity_version += 1;
         vm.last_update_time = wall;
         self.power_off(uuid);
+        true
+    }
+
+    /// The VM changed through another API namespace (v4, Prism Element) behind the v3 client's back: its
+    /// `entity_version` moves, its `spec_version` (the v3 spec's) does not. The v3 swagger's `vm_metadata`
+    /// describes entity_version as the "logical entity version that allows serializing updates to the entity
+    /// across multiple API namespaces" (prism-go-client v3/swagger.json). False if the VM is unknown.
+    pub(crate) fn edit_elsewhere(&mut self, uuid: &str, now: Instant) -> bool {
+        let wall = self.wall(now);
+        let Some(vm) = self.vms.get_mut(uuid) else {
+            return false;
+        };
+        vm.entity_version += 1;
+        vm.last_update_time = wall;
         true
     }
 
@@ -2290,6 +2327,53 @@ impl Store {
 }
 
 /// A 422 when the schema check found anything.
+/// The concurrency token of a `PUT /vms/{uuid}`. When `metadata.entity_version` is sent it is the one that
+/// counts: the v3 swagger's `vm_metadata.entity_version` says "For kinds that support entity_version, it
+/// overrides spec_version" (prism-go-client v3/swagger.json), and a VM's GET carries one (get_vm.json). Any
+/// value but the current one is refused with the 409 of a stale spec_version: no recorded answer shows a PUT
+/// with a wrong entity_version, so the mock keeps to reference/02's "mismatch against current → 409".
+/// Without it, `spec_version` is required and only a stale (lower) one is refused
+/// (terraform-provider-nutanix#268: a PUT with the spec_version read before an out-of-band change failed;
+/// gomorpheus/morpheus-nutanix-prism-plugin retries on the 409 "Edit conflict"); a newer one is accepted: the
+/// recorded PUT of update_vm.json sent spec_version 1 to a VM at 0 and got a 202.
+fn check_version_token(metadata: &Value, existing: &Vm) -> Result<(), ApiError> {
+    let conflict = |what: String| {
+        ApiError::conflict(
+            KIND,
+            "CONCURRENT_REQUESTS_NOT_ALLOWED",
+            format!("Edit conflict: please retry change. {what}"),
+        )
+    };
+    if let Some(given) = metadata.get("entity_version").filter(|v| !v.is_null()) {
+        let current = existing.entity_version;
+        let matches = match given {
+            Value::String(text) => text.trim().parse::<u64>().ok() == Some(current),
+            other => other.as_u64() == Some(current),
+        };
+        return if matches {
+            Ok(())
+        } else {
+            Err(conflict(format!(
+                "entity_version {given} does not match the current \"{current}\""
+            )))
+        };
+    }
+    let Some(given) = metadata.get("spec_version").and_then(Value::as_u64) else {
+        return Err(ApiError::invalid_one(
+            KIND,
+            "metadata.spec_version",
+            "is required on update",
+        ));
+    };
+    if given < existing.spec_version {
+        return Err(conflict(format!(
+            "spec_version {given} does not match the current {}",
+            existing.spec_version
+        )));
+    }
+    Ok(())
+}
+
 fn refuse_by_schema(details: schema::Details) -> Result<(), ApiError> {
     if details.is_empty() {
         Ok(())

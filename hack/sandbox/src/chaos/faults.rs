@@ -38,11 +38,15 @@ pub struct FaultProfile {
     pub session_expiry: f64,
     /// How long after its create task ends a VM appears in lists (prism-mock's list lag).
     pub list_lag_ms: u64,
+    /// How long after a VM's create or update task ends its GET still shows the state and power
+    /// state from before (prism-mock's read lag).
+    pub read_lag_ms: u64,
 }
 
 impl FaultProfile {
     /// Issue 9's soak: 10 % 5xx, 5 % 429, added latency, 2 % failed tasks, "create then 500",
-    /// session expiry, list lag of ten times the added latency (and a few dropped connections).
+    /// session expiry, list lag of ten times the added latency, a read lag of five times it (and a
+    /// few dropped connections).
     pub fn soak(latency_ms: u64) -> Self {
         Self {
             server_errors: 0.10,
@@ -55,6 +59,7 @@ impl FaultProfile {
             write_then_500: 0.03,
             session_expiry: 0.02,
             list_lag_ms: latency_ms * 10,
+            read_lag_ms: latency_ms * 5,
         }
     }
 }

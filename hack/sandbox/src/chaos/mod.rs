@@ -301,6 +301,9 @@ impl<'w> Soak<'w> {
         self.world
             .admin()
             .set_list_lag(Duration::from_millis(self.options.faults.list_lag_ms));
+        self.world
+            .admin()
+            .set_read_lag(Duration::from_millis(self.options.faults.read_lag_ms));
         for (label, rule) in faults::rules(&self.options.faults) {
             let id = self.world.admin().add_fault(rule);
             self.fault_ids.push((id, label));
