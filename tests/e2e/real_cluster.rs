@@ -116,33 +116,21 @@ enum Provider {
 }
 
 /// The provider's process.
-enum RunningProvider {
-    Ours {
-        launch: Box<ControllerLaunch>,
-        process: ControllerProcess,
-    },
-    Go {
-        child: tokio::process::Child,
-        log_file: PathBuf,
-    },
+struct RunningProvider {
+    launch: Box<ControllerLaunch>,
+    process: ControllerProcess,
 }
 
 impl RunningProvider {
     /// The log file, when the process has exited.
     fn exited(&mut self) -> Option<&Path> {
-        match self {
-            Self::Ours { launch, process } => process.exited().map(|_| launch.log_file.as_path()),
-            Self::Go { child, log_file } => {
-                matches!(child.try_wait(), Ok(Some(_))).then_some(log_file.as_path())
-            }
-        }
+        self.process
+            .exited()
+            .map(|_| self.launch.log_file.as_path())
     }
 
     async fn kill(&mut self) {
-        match self {
-            Self::Ours { process, .. } => process.kill().await.unwrap(),
-            Self::Go { child, .. } => child.kill().await.unwrap(),
-        }
+        self.process.kill().await.unwrap();
     }
 }
 
@@ -204,46 +192,32 @@ impl RealWorld {
                 .expect("an example MachineSet is created");
         }
 
-        let provider = match provider {
-            // Our controller as the machine-api-operator runs it, with the ServiceAccount's token.
-            Provider::Ours => {
-                let launch = ControllerLaunch {
-                    command: ControllerCommand::binary(env!("CARGO_BIN_EXE_e2e-controller")),
-                    kubeconfig: controller_kubeconfig,
-                    prism_ca_file,
-                    namespace: NAMESPACE.to_owned(),
-                    intervals: ControllerIntervals::tests(),
-                    excluded_cidrs: Vec::new(),
-                    verbosity: 4,
-                    extra_args: Vec::new(),
-                    log_file: dir.join("controller.log"),
-                };
-                let process = ControllerProcess::start(&launch, 1).expect("the controller starts");
-                RunningProvider::Ours {
-                    launch: Box::new(launch),
-                    process,
-                }
-            }
-            // The Go provider with MAO's flags for it; its roles are not in manifests/, so it
-            // runs as admin. It takes Prism Central's CA from the system roots, which Go reads
-            // from SSL_CERT_FILE (crypto/x509, root_unix.go).
-            Provider::Go(program) => {
-                let log_file = dir.join("go-provider.log");
-                let log = std::fs::File::create(&log_file).unwrap();
-                let child = tokio::process::Command::new(program)
-                    .arg(format!("--namespace={NAMESPACE}"))
-                    .arg("--metrics-bind-address=127.0.0.1:0")
-                    .arg("--health-addr=127.0.0.1:0")
-                    .arg("--v=4")
-                    .env("KUBECONFIG", plane.admin_kubeconfig())
-                    .env("SSL_CERT_FILE", &prism_ca_file)
-                    .stdout(std::process::Stdio::from(log.try_clone().unwrap()))
-                    .stderr(std::process::Stdio::from(log))
-                    .kill_on_drop(true)
-                    .spawn()
-                    .expect("the Go provider starts");
-                RunningProvider::Go { child, log_file }
-            }
+        // Ours as the machine-api-operator runs it, with the ServiceAccount's token; the Go
+        // provider with MAO's flags for it, as the administrator (its roles are not in
+        // manifests/).
+        let command = match provider {
+            Provider::Ours => ControllerCommand::binary(env!("CARGO_BIN_EXE_e2e-controller")),
+            Provider::Go(program) => ControllerCommand::go_provider(program),
+        };
+        let kubeconfig = match command.provider {
+            world::Provider::Ours => controller_kubeconfig,
+            world::Provider::Go => plane.admin_kubeconfig().to_owned(),
+        };
+        let launch = ControllerLaunch {
+            command,
+            kubeconfig,
+            prism_ca_file,
+            namespace: NAMESPACE.to_owned(),
+            intervals: ControllerIntervals::tests(),
+            excluded_cidrs: Vec::new(),
+            verbosity: 4,
+            extra_args: Vec::new(),
+            log_file: dir.join("controller.log"),
+        };
+        let process = ControllerProcess::start(&launch, 1).expect("the provider starts");
+        let provider = RunningProvider {
+            launch: Box::new(launch),
+            process,
         };
         let agent = node_agent::start(
             admin.clone(),

@@ -7,72 +7,20 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use common::python::sdk_python;
 use common::{Api, start};
 use serde_json::Value;
 use tokio::process::Command;
 
+/// The SDKs' newest releases.
 const PACKAGES: [&str; 2] = ["ntnx-vmm-py-client", "ntnx-prism-py-client"];
-
-/// Runs a command to its end within `limit`; `None` when it cannot start, fails or takes longer.
-async fn run(program: &Path, args: &[&str], limit: Duration) -> Option<std::process::Output> {
-    let child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    match tokio::time::timeout(limit, child).await {
-        Ok(Ok(output)) if output.status.success() => Some(output),
-        _ => None,
-    }
-}
-
-/// The venv's interpreter with both SDKs importable, or the reason the test cannot run here.
-async fn sdk_python() -> Result<PathBuf, String> {
-    let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ntnx-sdk-venv");
-    let python = venv.join("bin").join("python");
-    if !python.exists() {
-        let venv_arg = venv.to_string_lossy().into_owned();
-        run(
-            Path::new("python3"),
-            &["-m", "venv", &venv_arg],
-            Duration::from_secs(120),
-        )
-        .await
-        .ok_or("python3 with its venv module is not available")?;
-    }
-    let import = ["-c", "import ntnx_vmm_py_client, ntnx_prism_py_client"];
-    if run(&python, &import, Duration::from_secs(60))
-        .await
-        .is_some()
-    {
-        return Ok(python);
-    }
-    let mut install = vec![
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-    ];
-    install.extend(PACKAGES);
-    run(&python, &install, Duration::from_secs(600))
-        .await
-        .ok_or_else(|| {
-            format!(
-                "{} could not be installed (no network?)",
-                PACKAGES.join(" and ")
-            )
-        })?;
-    Ok(python)
-}
 
 #[tokio::test]
 async fn nutanix_python_sdks_deploy_a_template_and_read_its_tasks() {
-    let python = match sdk_python().await {
+    let python = match sdk_python("ntnx-sdk-venv", &PACKAGES).await {
         Ok(python) => python,
         Err(reason) => {
             eprintln!("skipped: {reason}");

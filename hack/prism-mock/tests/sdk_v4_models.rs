@@ -1,7 +1,8 @@
 //! prism-mock's `/v4.0/` answers read strictly with the models of Nutanix's official v4.0 Python SDKs
 //! (ntnx-vmm-py-client and ntnx-prism-py-client 4.0.x): no field the v4.0 model lacks, no value its
-//! constraints refuse, `$reserved` as the model carries it (sdk-check/check_v4.py). Runs only where
-//! `python3` imports both SDKs at v4.0; otherwise it prints why it is skipped and passes.
+//! constraints refuse, `$reserved` as the model carries it (sdk-check/check_v4.py). The SDKs are
+//! installed at 4.0.1 by package name into a venv under the target directory; where Python 3, its
+//! venv module or the packages are missing, it prints why it is skipped and passes.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a panic is the failure report
 
 mod common;
@@ -9,6 +10,7 @@ mod common;
 use std::path::Path;
 use std::process::Stdio;
 
+use common::python::sdk_python;
 use common::{Api, V3, start, wait_for};
 use prism_mock::{DeployTaskShape, FaultKind, FaultRule};
 use reqwest::Method;
@@ -17,23 +19,8 @@ use tokio::process::Command;
 
 const CHECK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/sdk-check/check_v4.py");
 
-/// Whether `python3` imports both SDKs; the reason when not.
-async fn sdks_importable() -> Result<(), String> {
-    let output = Command::new("python3")
-        .args(["-c", "import ntnx_vmm_py_client, ntnx_prism_py_client"])
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .map_err(|e| format!("python3 cannot be run: {e}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "python3 cannot import ntnx_vmm_py_client and ntnx_prism_py_client: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
-}
+/// The SDKs' v4.0 releases, whose models are the v4.0 API's.
+const V4_0_PACKAGES: [&str; 2] = ["ntnx-vmm-py-client==4.0.1", "ntnx-prism-py-client==4.0.1"];
 
 /// Reads a v4.0 task until it ends.
 async fn ended_task(api: &Api, ext_id: &str) -> Value {
@@ -69,10 +56,13 @@ async fn deploy(api: &Api, template: &str, pe: &str, request_id: &str) -> (Value
 
 #[tokio::test]
 async fn v4_0_answers_are_read_strictly_by_the_official_v4_0_sdk_models() {
-    if let Err(reason) = sdks_importable().await {
-        println!("skipped: {reason}");
-        return;
-    }
+    let python = match sdk_python("ntnx-sdk-v4.0-venv", &V4_0_PACKAGES).await {
+        Ok(python) => python,
+        Err(reason) => {
+            println!("skipped: {reason}");
+            return;
+        }
+    };
     let mock = start().await;
     let api = Api::new(&mock);
     let seeded = api.seeded().await;
@@ -138,7 +128,7 @@ async fn v4_0_answers_are_read_strictly_by_the_official_v4_0_sdk_models() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("answers.json");
     std::fs::write(&file, serde_json::to_vec_pretty(&answers).unwrap()).unwrap();
-    let output = Command::new("python3")
+    let output = Command::new(&python)
         .arg(Path::new(CHECK))
         .arg(&file)
         .stdin(Stdio::null())

@@ -25,6 +25,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use prism_mock::Timings;
 use sandbox::approver::{self, ApproverConfig};
+use sandbox::bench::side_by_side::{self, SideBySideOptions};
 use sandbox::machineset::{self, MachineSetControllerConfig};
 use sandbox::nodelink::{self, NodeLinkConfig};
 use sandbox::real_cluster::{self, Binaries};
@@ -58,6 +59,11 @@ enum Command {
     /// calls per Machine), a controller restart (convergence, writes), the steady state (calls
     /// per minute) and N → 0; controller CPU and peak memory. Prints tables, then one JSON line.
     Bench(sandbox::bench::cli::BenchArgs),
+    /// Ours and the Go provider we replace, one after the other on fresh real control planes and
+    /// prism-mocks with the same settings: the Linux example MachineSet 0 → N, a steady window, a
+    /// restart, N → 0; time against the mock's lower bound, Prism calls, Kubernetes writes, CPU
+    /// and memory of each. Prints the table, then one JSON line.
+    SideBySide(SideBySideArgs),
     /// Chaos soak: Machines of every kind scaled 0 → N → 0 with Prism faults on and the
     /// controller killed at chosen moments; exit 0 only when the invariants held.
     Chaos(ChaosArgs),
@@ -115,6 +121,29 @@ struct RunArgs {
     /// Machines the autoscaler adds to the Windows image MachineSet (at least 2).
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(i32).range(2..=4))]
     windows_replicas: i32,
+}
+
+#[derive(Clone, Debug, Args)]
+struct SideBySideArgs {
+    /// Machines at the top.
+    #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    machines: u32,
+    /// The Go provider's `manager` (openshift/machine-api-provider-nutanix `cmd/manager`, built
+    /// by you: the Go module proxy does not serve it).
+    #[arg(long, value_name = "PATH", env = "GO_PROVIDER_BIN")]
+    go_provider: PathBuf,
+    /// The steady window, minutes.
+    #[arg(long, value_name = "MINUTES", default_value_t = 10)]
+    steady_minutes: u64,
+    /// How long after the restart its calls and writes are counted, seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    restart_seconds: u64,
+    /// How long the scale-up, and the scale-down, may take, seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 3600)]
+    phase_timeout: u64,
+    /// Where each provider's work directory goes (default: temporary directories).
+    #[arg(long, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -178,8 +207,14 @@ fn main() -> ExitCode {
     if !matches!(cli.command, Some(Command::Chaos(_))) {
         tracing_subscriber::fmt()
             .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG")
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
+                tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG").unwrap_or_else(|_| {
+                    // kube-rs logs every answer that is not a success at error level, and the
+                    // real control plane's start polls `/readyz` until it answers 200: what
+                    // fails is reported by the sandbox's own errors.
+                    tracing_subscriber::EnvFilter::new(format!(
+                        "{default_level},kube_client::client::builder=off"
+                    ))
+                }),
             )
             .with_writer(std::io::stderr)
             .with_ansi(std::io::stderr().is_terminal())
@@ -209,6 +244,7 @@ fn main() -> ExitCode {
         Some(Command::Run(args)) => runtime.block_on(run_scenario(args)),
         Some(Command::Chaos(args)) => run_chaos(args, &runtime),
         Some(Command::Bench(args)) => runtime.block_on(sandbox::bench::cli::run(args)),
+        Some(Command::SideBySide(args)) => runtime.block_on(run_side_by_side(args)),
         None => runtime.block_on(run_scenario(cli.run)),
     }
 }
@@ -330,6 +366,52 @@ async fn run_scenario(args: RunArgs) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+async fn run_side_by_side(args: SideBySideArgs) -> ExitCode {
+    let Some(binaries) = Binaries::from_env() else {
+        eprintln!(
+            "sandbox: side-by-side runs on the real control plane: `export {}=\"$(bash hack/real-cluster/build.sh)\"` first",
+            real_cluster::DIR_VARIABLE
+        );
+        return ExitCode::FAILURE;
+    };
+    let ours = match ControllerCommand::this_sandbox_binary() {
+        Ok(command) => command,
+        Err(error) => {
+            eprintln!("sandbox: cannot find its own executable to start the controller: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let steady = Duration::from_secs(args.steady_minutes * 60);
+    let restart_window = Duration::from_secs(args.restart_seconds);
+    let options = SideBySideOptions {
+        machines: args.machines as usize,
+        steady,
+        restart_window,
+        binaries,
+        ours,
+        go_provider: args.go_provider,
+        mock_rate_limit: (50.0, 50),
+        timings: Timings::sandbox(),
+        phase_timeout: Duration::from_secs(args.phase_timeout),
+        work_dir: args.work_dir,
+        progress: Some(Arc::new(|line: &str| println!("{line}"))),
+    };
+    match side_by_side::run(&options).await {
+        Ok(runs) => {
+            println!("\n{}", side_by_side::render(&runs, steady, restart_window));
+            match serde_json::to_string(&runs) {
+                Ok(json) => println!("{json}"),
+                Err(error) => eprintln!("sandbox: cannot write the JSON line: {error}"),
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("sandbox: side-by-side: {error}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -19,6 +19,8 @@ use serde::Deserialize;
 pub enum Actor {
     /// Our controller (its ServiceAccount on the real control plane).
     Controller,
+    /// The Go provider (`manager`, as the administrator on the real control plane).
+    GoProvider,
     /// The machine-api-operator's MachineSet controller (real, or the stand-in).
     MachineSetController,
     /// The machine-api-operator's nodelink (real, or the stand-in).
@@ -188,6 +190,7 @@ fn real_actor(event: &AuditEvent) -> Actor {
     }
     match agent {
         "machineset" => Actor::MachineSetController,
+        "manager" => Actor::GoProvider,
         "nodelink-controller" => Actor::Nodelink,
         "machine-healthcheck" => Actor::MachineHealthCheck,
         "kube-controller-manager" => Actor::KubeControllerManager,

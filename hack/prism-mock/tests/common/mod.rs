@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: a mock, a reqwest client trusting its CA, small request helpers.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // test helpers; not every test file uses all
 
+pub mod python;
+
 use std::sync::Arc;
 use std::time::Duration;
 

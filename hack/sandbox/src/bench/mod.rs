@@ -18,6 +18,7 @@ pub mod calls;
 pub mod cli;
 pub mod process;
 pub mod report;
+pub mod side_by_side;
 pub mod track;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -20,6 +20,17 @@ use tokio::process::{Child, Command};
 pub struct ControllerCommand {
     pub program: PathBuf,
     pub leading_args: Vec<OsString>,
+    pub provider: Provider,
+}
+
+/// Which machine-api provider the command runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Provider {
+    /// Ours (`nutanix-machine-controller`).
+    Ours,
+    /// openshift/machine-api-provider-nutanix's `cmd/manager`, the Go provider we replace, built
+    /// by whoever runs it (the Go module proxy does not serve it).
+    Go,
 }
 
 impl ControllerCommand {
@@ -28,6 +39,7 @@ impl ControllerCommand {
         Ok(Self {
             program: std::env::current_exe()?,
             leading_args: vec!["controller".into(), "--".into()],
+            provider: Provider::Ours,
         })
     }
 
@@ -36,6 +48,16 @@ impl ControllerCommand {
         Self {
             program: program.into(),
             leading_args: Vec::new(),
+            provider: Provider::Ours,
+        }
+    }
+
+    /// The Go provider's `manager` binary.
+    pub fn go_provider(program: impl Into<PathBuf>) -> Self {
+        Self {
+            program: program.into(),
+            leading_args: Vec::new(),
+            provider: Provider::Go,
         }
     }
 }
@@ -104,6 +126,9 @@ pub struct ControllerLaunch {
 impl ControllerLaunch {
     /// The controller's flags (after the command's leading arguments).
     pub fn flags(&self) -> Vec<OsString> {
+        if self.command.provider == Provider::Go {
+            return self.go_provider_flags();
+        }
         let mut flags: Vec<OsString> = vec![
             "--kubeconfig".into(),
             self.kubeconfig.clone().into(),
@@ -130,6 +155,37 @@ impl ControllerLaunch {
         flags.extend(self.extra_args.iter().map(OsString::from));
         flags
     }
+
+    /// The Go provider's flags as the machine-api-operator passes them
+    /// (`pkg/operator/sync.go`, `newContainers`: `--logtostderr=true --v=3 --leader-elect=true
+    /// --leader-elect-lease-duration=120s --namespace=...`; no `--max-concurrent-reconciles` on
+    /// Nutanix), with loopback metrics and health addresses, and leader election off, as ours
+    /// runs here. Its kubeconfig and Prism's CA come from the environment ([`Self::environment`]).
+    fn go_provider_flags(&self) -> Vec<OsString> {
+        let mut flags: Vec<OsString> = vec![
+            "--logtostderr=true".into(),
+            format!("--v={}", self.verbosity).into(),
+            "--leader-elect=false".into(),
+            format!("--namespace={}", self.namespace).into(),
+            "--metrics-bind-address=127.0.0.1:0".into(),
+            "--health-addr=127.0.0.1:0".into(),
+        ];
+        flags.extend(self.extra_args.iter().map(OsString::from));
+        flags
+    }
+
+    /// The environment the process needs beyond its flags: the Go provider takes its kubeconfig
+    /// from `KUBECONFIG` and Prism Central's CA from the system roots, which Go reads from
+    /// `SSL_CERT_FILE` (crypto/x509, `root_unix.go`).
+    pub fn environment(&self) -> Vec<(&'static str, OsString)> {
+        match self.command.provider {
+            Provider::Ours => Vec::new(),
+            Provider::Go => vec![
+                ("KUBECONFIG", self.kubeconfig.clone().into()),
+                ("SSL_CERT_FILE", self.prism_ca_file.clone().into()),
+            ],
+        }
+    }
 }
 
 /// A running (or exited) controller process. Dropping it kills the process.
@@ -152,6 +208,7 @@ impl ControllerProcess {
         let child = Command::new(&launch.command.program)
             .args(&launch.command.leading_args)
             .args(launch.flags())
+            .envs(launch.environment())
             // `--v` decides the level; a RUST_LOG meant for the sandbox must not leak into it.
             .env_remove("RUST_LOG")
             .env("POD_NAME", format!("sandbox-controller-{start_number}"))

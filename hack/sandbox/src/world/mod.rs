@@ -46,7 +46,7 @@ use crate::node_agent::{self, NodeAgentConfig, NodeAgentHandle};
 use crate::nodelink::{self, NodeLinkConfig};
 pub use cluster::{CONTROLLER_SERVICE_ACCOUNT, ControlPlaneChoice};
 use cluster::{Cluster, Objects};
-pub use controller::{ControllerCommand, ControllerIntervals};
+pub use controller::{ControllerCommand, ControllerIntervals, Provider};
 pub use controller::{ControllerLaunch, ControllerProcess};
 pub use history::{History, MachineRecord};
 pub use snapshot::{Snapshot, join_condition, machine_set_of, provider_condition, stage_label};
@@ -399,6 +399,13 @@ impl World {
                 .await?
             }
         };
+        if options.controller.provider == Provider::Go {
+            // The Go provider's roles are not in `manifests/`: it runs as the administrator.
+            std::fs::copy(&kubeconfig, &controller_kubeconfig).map_err(io_error(format!(
+                "write {}",
+                controller_kubeconfig.display()
+            )))?;
+        }
         write_secrets(&client, &options.namespace, &mock).await?;
         apply_examples(&client, &options.namespace).await?;
         machine_autoscaler::apply_machine_autoscalers(&client, &options.namespace).await?;

@@ -1,0 +1,498 @@
+//! `sandbox side-by-side`: ours and the Go provider we replace (openshift/machine-api-provider-
+//! nutanix `cmd/manager`), one after the other in one run, each on a fresh real control plane
+//! (`real_cluster`) and a fresh prism-mock with the same delays and rate limit, on the same
+//! workload: the Linux example MachineSet (an image with cloud-init, which both support) scaled
+//! 0 → N, a steady window, a restart (SIGKILL, then a new process), N → 0. Each provider runs
+//! with the flags the machine-api-operator gives it and its own defaults otherwise.
+//!
+//! Per provider: the scale-up's time against the mock's lower bound ([`super::bound`]), Prism
+//! calls (prism-mock's counters: only the provider calls it over HTTP) and Kubernetes writes (the
+//! audit log, [`crate::writes`]) per phase, and the CPU seconds and peak resident memory of its
+//! processes (`/proc`).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prism_mock::{RateLimit, Timings};
+use serde::Serialize;
+
+use super::bound::lower_bound;
+use super::process::{ProcessStats, process_stats};
+use super::{BenchError, BenchKind};
+use crate::manifests::LINUX_SET;
+use crate::real_cluster::Binaries;
+use crate::world::{
+    ControlPlaneChoice, ControllerCommand, ControllerIntervals, ProgressSink, Provider, Snapshot,
+    World, WorldOptions,
+};
+use crate::writes::{Actor, Tally};
+
+/// How to run it.
+#[derive(Clone)]
+pub struct SideBySideOptions {
+    pub machines: usize,
+    /// The steady window (the issue asks for 10 minutes).
+    pub steady: Duration,
+    /// How long after a restart its calls and writes are counted.
+    pub restart_window: Duration,
+    pub binaries: Binaries,
+    /// Our controller's command (the sandbox binary itself, or a built controller).
+    pub ours: ControllerCommand,
+    /// The Go provider's `manager`.
+    pub go_provider: PathBuf,
+    /// prism-mock's rate limit (requests per second, burst).
+    pub mock_rate_limit: (f64, u32),
+    pub timings: Timings,
+    pub phase_timeout: Duration,
+    pub work_dir: Option<PathBuf>,
+    pub progress: Option<ProgressSink>,
+}
+
+impl std::fmt::Debug for SideBySideOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SideBySideOptions")
+            .field("machines", &self.machines)
+            .field("steady", &self.steady)
+            .field("go_provider", &self.go_provider)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one phase cost.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Phase {
+    pub seconds: f64,
+    pub prism_calls: u64,
+    pub kube_writes: u64,
+}
+
+impl Phase {
+    pub fn calls_per_machine(&self, machines: usize) -> f64 {
+        self.prism_calls as f64 / machines.max(1) as f64
+    }
+
+    pub fn per_minute(count: u64, seconds: f64) -> f64 {
+        if seconds > 0.0 {
+            count as f64 * 60.0 / seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+/// One provider's run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProviderRun {
+    pub provider: &'static str,
+    pub machines: usize,
+    pub up: Phase,
+    pub bound_seconds: f64,
+    pub steady: Phase,
+    pub restart: Phase,
+    pub down: Phase,
+    pub cpu_seconds: f64,
+    pub peak_rss_mib: f64,
+}
+
+/// CPU and memory of every process a provider ran as (a restart makes a second one).
+#[derive(Default)]
+struct Usage {
+    last: HashMap<u32, ProcessStats>,
+}
+
+impl Usage {
+    fn sample(&mut self, pid: Option<u32>) {
+        if let Some((pid, stats)) = pid.and_then(|pid| process_stats(pid).map(|s| (pid, s))) {
+            self.last.insert(pid, stats);
+        }
+    }
+
+    fn cpu_seconds(&self) -> f64 {
+        self.last.values().map(|s| s.cpu_seconds).sum()
+    }
+
+    fn peak_rss_mib(&self) -> f64 {
+        self.last
+            .values()
+            .map(|s| s.peak_rss_kib)
+            .max()
+            .unwrap_or_default() as f64
+            / 1024.0
+    }
+}
+
+/// The provider's writes in a tally of the audit log.
+fn writes_of(tally: &Tally, provider: Provider) -> u64 {
+    let actor = match provider {
+        Provider::Ours => Actor::Controller,
+        Provider::Go => Actor::GoProvider,
+    };
+    tally
+        .iter()
+        .filter(|(kind, _)| kind.actor == actor)
+        .map(|(_, count)| count)
+        .sum()
+}
+
+/// Where a run is: the time, Prism calls and the provider's writes so far.
+struct Mark {
+    at: Instant,
+    calls: u64,
+    writes: u64,
+}
+
+fn phase(from: &Mark, to: &Mark) -> Phase {
+    Phase {
+        seconds: to.at.duration_since(from.at).as_secs_f64(),
+        prism_calls: to.calls.saturating_sub(from.calls),
+        kube_writes: to.writes.saturating_sub(from.writes),
+    }
+}
+
+fn all_running(snapshot: &Snapshot, machines: usize) -> Result<(), String> {
+    let set = snapshot.machines_of(LINUX_SET);
+    let running = set
+        .iter()
+        .filter(|m| {
+            let status = m.status.as_ref();
+            status.and_then(|s| s.phase.as_deref()) == Some("Running")
+                && status.is_some_and(|s| s.node_ref.is_some())
+        })
+        .count();
+    if set.len() == machines && running == machines {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} Machines, {running} Running with a Node, of {machines}",
+            set.len()
+        ))
+    }
+}
+
+fn nothing_left(snapshot: &Snapshot) -> Result<(), String> {
+    if snapshot.machines.is_empty() && snapshot.vms.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} Machines and {} VMs left",
+            snapshot.machines.len(),
+            snapshot.vms.len()
+        ))
+    }
+}
+
+async fn mark(world: &World, provider: Provider) -> Result<Mark, BenchError> {
+    let writes = writes_of(&world.writes()?, provider);
+    Ok(Mark {
+        at: Instant::now(),
+        calls: world.prism_calls(),
+        writes,
+    })
+}
+
+/// Sleeps `duration`, sampling the provider's process every second.
+async fn sample_for(world: &World, usage: &Mutex<Usage>, duration: Duration) {
+    let end = Instant::now() + duration;
+    while Instant::now() < end {
+        let pid = world.controller_pid().await;
+        usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .sample(pid);
+        tokio::time::sleep(Duration::from_secs(1).min(end - Instant::now())).await;
+    }
+}
+
+/// Samples the process `pid` every second until aborted.
+fn spawn_sampler(usage: Arc<Mutex<Usage>>, pid: Option<u32>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            usage
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .sample(pid);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+}
+
+/// Runs one provider through every phase on a world of its own.
+async fn run_one(
+    options: &SideBySideOptions,
+    provider: Provider,
+) -> Result<ProviderRun, BenchError> {
+    let (name, command) = match provider {
+        Provider::Ours => ("ours", options.ours.clone()),
+        Provider::Go => ("go", ControllerCommand::go_provider(&options.go_provider)),
+    };
+    let mut world_options = WorldOptions::sandbox(command);
+    world_options.control_plane = ControlPlaneChoice::Real(options.binaries.clone());
+    world_options.mock_timings = options.timings.clone();
+    // Each provider with its shipped defaults (the Go provider has no interval flags).
+    world_options.intervals = ControllerIntervals::production();
+    world_options.work_dir = options.work_dir.as_ref().map(|dir| dir.join(name));
+    world_options.observe_every = Duration::from_secs(1);
+    world_options.progress = options.progress.clone();
+    world_options.controller_verbosity = 2;
+    let say = |line: String| {
+        if let Some(progress) = &options.progress {
+            progress(&line);
+        }
+    };
+    say(format!(
+        "{name}: starting the real control plane, prism-mock and the provider"
+    ));
+    let world = World::start(world_options).await?;
+    let (rate, burst) = options.mock_rate_limit;
+    world.admin().set_rate_limit(Some(RateLimit {
+        requests_per_second: rate,
+        burst,
+    }));
+    let usage = Arc::new(Mutex::new(Usage::default()));
+    // The provider's start-up (caches, a first inventory) is not the workload's.
+    sample_for(&world, &usage, Duration::from_secs(5)).await;
+    let n = options.machines;
+
+    let sampler = spawn_sampler(usage.clone(), world.controller_pid().await);
+    let start = mark(&world, provider).await?;
+    say(format!("{name}: scaling {LINUX_SET} 0 → {n}"));
+    world.set_label(format!("{name}: 0 → {n}"));
+    world
+        .scale(LINUX_SET, i32::try_from(n).unwrap_or(i32::MAX))
+        .await?;
+    world
+        .wait_for(
+            &format!("{n} Machines Running"),
+            options.phase_timeout,
+            |s| all_running(s, n),
+        )
+        .await?;
+    let up_end = mark(&world, provider).await?;
+    sampler.abort();
+
+    say(format!("{name}: steady for {:?}", options.steady));
+    world.set_label(format!("{name}: steady"));
+    sample_for(&world, &usage, options.steady).await;
+    let steady_end = mark(&world, provider).await?;
+
+    say(format!("{name}: restart (SIGKILL, then a new process)"));
+    world.set_label(format!("{name}: restart"));
+    world.restart_controller().await?;
+    sample_for(&world, &usage, options.restart_window).await;
+    let restart_end = mark(&world, provider).await?;
+
+    say(format!("{name}: scaling {LINUX_SET} {n} → 0"));
+    world.set_label(format!("{name}: {n} → 0"));
+    world.scale(LINUX_SET, 0).await?;
+    let sampler = spawn_sampler(usage.clone(), world.controller_pid().await);
+    world
+        .wait_for(
+            "no Machine and no VM left",
+            options.phase_timeout,
+            nothing_left,
+        )
+        .await?;
+    let down_end = mark(&world, provider).await?;
+    sampler.abort();
+    let pid = world.controller_pid().await;
+    let (cpu_seconds, peak_rss_mib) = {
+        let mut usage = usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        usage.sample(pid);
+        (usage.cpu_seconds(), usage.peak_rss_mib())
+    };
+    world.shutdown().await;
+
+    let bound = lower_bound(
+        BenchKind::Image,
+        n,
+        options.timings.task_queued_ms + options.timings.task_running_ms,
+        options.timings.boot_to_address_ms,
+        Some(options.mock_rate_limit),
+    );
+    Ok(ProviderRun {
+        provider: name,
+        machines: n,
+        up: phase(&start, &up_end),
+        bound_seconds: bound.seconds,
+        steady: phase(&up_end, &steady_end),
+        restart: phase(&steady_end, &restart_end),
+        down: phase(&restart_end, &down_end),
+        cpu_seconds,
+        peak_rss_mib,
+    })
+}
+
+/// Both providers, ours first.
+pub async fn run(options: &SideBySideOptions) -> Result<Vec<ProviderRun>, BenchError> {
+    let mut runs = Vec::new();
+    for provider in [Provider::Ours, Provider::Go] {
+        runs.push(run_one(options, provider).await?);
+    }
+    Ok(runs)
+}
+
+/// The table of docs/performance.md: one column per provider.
+pub fn render(runs: &[ProviderRun], steady: Duration, restart_window: Duration) -> String {
+    let row = |label: &str, value: &dyn Fn(&ProviderRun) -> String| {
+        let mut line = format!("| {label} |");
+        for run in runs {
+            line.push_str(&format!(" {} |", value(run)));
+        }
+        line.push('\n');
+        line
+    };
+    let mut out = String::from("| |");
+    for run in runs {
+        out.push_str(&format!(" {} |", run.provider));
+    }
+    out.push('\n');
+    out.push_str(&format!("|---|{}\n", "---|".repeat(runs.len())));
+    let minutes = steady.as_secs_f64() / 60.0;
+    out.push_str(&row("0 → N, seconds (÷ the mock's lower bound)", &|r| {
+        format!(
+            "{:.1} ({:.1}×)",
+            r.up.seconds,
+            r.up.seconds / r.bound_seconds.max(f64::MIN_POSITIVE)
+        )
+    }));
+    out.push_str(&row("0 → N, Prism calls per Machine", &|r| {
+        format!("{:.2}", r.up.calls_per_machine(r.machines))
+    }));
+    out.push_str(&row("0 → N, Kubernetes writes per Machine", &|r| {
+        format!("{:.2}", r.up.kube_writes as f64 / r.machines.max(1) as f64)
+    }));
+    out.push_str(&row(
+        &format!("steady ({minutes:.0} min), Prism calls per minute"),
+        &|r| {
+            format!(
+                "{:.1}",
+                Phase::per_minute(r.steady.prism_calls, r.steady.seconds)
+            )
+        },
+    ));
+    out.push_str(&row(
+        &format!("steady ({minutes:.0} min), Kubernetes writes per minute"),
+        &|r| {
+            format!(
+                "{:.1}",
+                Phase::per_minute(r.steady.kube_writes, r.steady.seconds)
+            )
+        },
+    ));
+    out.push_str(&row(
+        &format!(
+            "restart, Prism calls in the first {} s",
+            restart_window.as_secs()
+        ),
+        &|r| r.restart.prism_calls.to_string(),
+    ));
+    out.push_str(&row(
+        &format!(
+            "restart, Kubernetes writes in the first {} s",
+            restart_window.as_secs()
+        ),
+        &|r| r.restart.kube_writes.to_string(),
+    ));
+    out.push_str(&row("N → 0, seconds", &|r| {
+        format!("{:.1}", r.down.seconds)
+    }));
+    out.push_str(&row("N → 0, Prism calls per Machine", &|r| {
+        format!("{:.2}", r.down.calls_per_machine(r.machines))
+    }));
+    out.push_str(&row("N → 0, Kubernetes writes per Machine", &|r| {
+        format!(
+            "{:.2}",
+            r.down.kube_writes as f64 / r.machines.max(1) as f64
+        )
+    }));
+    out.push_str(&row("CPU seconds, whole run", &|r| {
+        format!("{:.1}", r.cpu_seconds)
+    }));
+    out.push_str(&row("peak resident memory, MiB", &|r| {
+        format!("{:.0}", r.peak_rss_mib)
+    }));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::writes::WriteKind;
+
+    fn run(provider: &'static str, up_seconds: f64, up_calls: u64) -> ProviderRun {
+        ProviderRun {
+            provider,
+            machines: 10,
+            up: Phase {
+                seconds: up_seconds,
+                prism_calls: up_calls,
+                kube_writes: 120,
+            },
+            bound_seconds: 5.0,
+            steady: Phase {
+                seconds: 120.0,
+                prism_calls: 30,
+                kube_writes: 0,
+            },
+            restart: Phase::default(),
+            down: Phase::default(),
+            cpu_seconds: 1.25,
+            peak_rss_mib: 45.6,
+        }
+    }
+
+    #[test]
+    fn the_table_has_a_column_per_provider_and_ratios_per_machine_and_minute() {
+        let table = render(
+            &[run("ours", 25.0, 33), run("go", 50.0, 190)],
+            Duration::from_secs(120),
+            Duration::from_secs(60),
+        );
+        assert!(
+            table.starts_with("| | ours | go |\n|---|---|---|\n"),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "| 0 → N, seconds (÷ the mock's lower bound) | 25.0 (5.0×) | 50.0 (10.0×) |"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains("| 0 → N, Prism calls per Machine | 3.30 | 19.00 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| steady (2 min), Prism calls per minute | 15.0 | 15.0 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| peak resident memory, MiB | 46 | 46 |"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn a_providers_writes_are_its_own_actors() {
+        let kind = |actor| WriteKind {
+            actor,
+            verb: "patch".to_owned(),
+            resource: "machines".to_owned(),
+            subresource: "status".to_owned(),
+            code: 200,
+        };
+        let tally: Tally = [
+            (kind(Actor::Controller), 7),
+            (kind(Actor::GoProvider), 11),
+            (kind(Actor::Nodelink), 5),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(writes_of(&tally, Provider::Ours), 7);
+        assert_eq!(writes_of(&tally, Provider::Go), 11);
+    }
+}
