@@ -31,7 +31,7 @@ use sandbox::nodelink::{self, NodeLinkConfig};
 use sandbox::real_cluster::{self, Binaries};
 use sandbox::scenario::{self, ScenarioOptions};
 use sandbox::world::{
-    ControlPlaneChoice, ControllerCommand, ControllerIntervals, World, WorldOptions,
+    ControlPlaneChoice, ControllerCommand, ControllerIntervals, Provider, World, WorldOptions,
 };
 
 /// The hidden subcommand running the controller (dispatched before anything else starts: the
@@ -123,15 +123,21 @@ struct RunArgs {
     windows_replicas: i32,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ProviderArg {
+    Ours,
+    Go,
+}
+
 #[derive(Clone, Debug, Args)]
 struct SideBySideArgs {
     /// Machines at the top.
     #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
     machines: u32,
     /// The Go provider's `manager` (openshift/machine-api-provider-nutanix `cmd/manager`, built
-    /// by you: the Go module proxy does not serve it).
+    /// by you: the Go module proxy does not serve it); needed unless `--only ours`.
     #[arg(long, value_name = "PATH", env = "GO_PROVIDER_BIN")]
-    go_provider: PathBuf,
+    go_provider: Option<PathBuf>,
     /// The steady window, minutes.
     #[arg(long, value_name = "MINUTES", default_value_t = 10)]
     steady_minutes: u64,
@@ -141,6 +147,9 @@ struct SideBySideArgs {
     /// How long the scale-up, and the scale-down, may take, seconds.
     #[arg(long, value_name = "SECS", default_value_t = 3600)]
     phase_timeout: u64,
+    /// Run one provider only (default: both, ours first).
+    #[arg(long, value_enum, value_name = "PROVIDER")]
+    only: Option<ProviderArg>,
     /// Where each provider's work directory goes (default: temporary directories).
     #[arg(long, value_name = "DIR")]
     work_dir: Option<PathBuf>,
@@ -386,7 +395,13 @@ async fn run_side_by_side(args: SideBySideArgs) -> ExitCode {
     };
     let steady = Duration::from_secs(args.steady_minutes * 60);
     let restart_window = Duration::from_secs(args.restart_seconds);
+    let providers = match args.only {
+        None => vec![Provider::Ours, Provider::Go],
+        Some(ProviderArg::Ours) => vec![Provider::Ours],
+        Some(ProviderArg::Go) => vec![Provider::Go],
+    };
     let options = SideBySideOptions {
+        providers,
         machines: args.machines as usize,
         steady,
         restart_window,

@@ -156,6 +156,8 @@ pub enum BenchError {
     ControllerGone { what: String, log: String },
     #[error("the benchmark reads kube-sim's store and request log: it runs on kube-sim only")]
     NeedsKubeSim,
+    #[error("the Go provider's binary was not given (--go-provider or GO_PROVIDER_BIN)")]
+    NoGoProvider,
 }
 
 fn ms(duration: Duration) -> u64 {

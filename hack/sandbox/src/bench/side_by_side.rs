@@ -32,6 +32,8 @@ use crate::writes::{Actor, Tally};
 /// How to run it.
 #[derive(Clone)]
 pub struct SideBySideOptions {
+    /// The providers to run, in order (both, ours first, for the table).
+    pub providers: Vec<Provider>,
     pub machines: usize,
     /// The steady window (the issue asks for 10 minutes).
     pub steady: Duration,
@@ -40,8 +42,8 @@ pub struct SideBySideOptions {
     pub binaries: Binaries,
     /// Our controller's command (the sandbox binary itself, or a built controller).
     pub ours: ControllerCommand,
-    /// The Go provider's `manager`.
-    pub go_provider: PathBuf,
+    /// The Go provider's `manager` (needed when `providers` has it).
+    pub go_provider: Option<PathBuf>,
     /// prism-mock's rate limit (requests per second, burst).
     pub mock_rate_limit: (f64, u32),
     pub timings: Timings,
@@ -225,7 +227,15 @@ async fn run_one(
 ) -> Result<ProviderRun, BenchError> {
     let (name, command) = match provider {
         Provider::Ours => ("ours", options.ours.clone()),
-        Provider::Go => ("go", ControllerCommand::go_provider(&options.go_provider)),
+        Provider::Go => (
+            "go",
+            ControllerCommand::go_provider(
+                options
+                    .go_provider
+                    .as_ref()
+                    .ok_or(BenchError::NoGoProvider)?,
+            ),
+        ),
     };
     let mut world_options = WorldOptions::sandbox(command);
     world_options.control_plane = ControlPlaneChoice::Real(options.binaries.clone());
@@ -326,11 +336,11 @@ async fn run_one(
     })
 }
 
-/// Both providers, ours first.
+/// The providers of the options, in order.
 pub async fn run(options: &SideBySideOptions) -> Result<Vec<ProviderRun>, BenchError> {
     let mut runs = Vec::new();
-    for provider in [Provider::Ours, Provider::Go] {
-        runs.push(run_one(options, provider).await?);
+    for provider in &options.providers {
+        runs.push(run_one(options, *provider).await?);
     }
     Ok(runs)
 }
