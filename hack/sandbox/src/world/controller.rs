@@ -273,5 +273,44 @@ mod tests {
         assert_eq!(after("--prism-ca-file"), "/tmp/ca.pem");
         assert!(flags.contains(&"--v=2".to_owned()));
         assert_eq!(flags[flags.len() - 2..], ["--concurrency", "4"]);
+        assert!(launch.environment().is_empty());
+    }
+
+    #[test]
+    fn the_go_provider_gets_maos_flags_and_its_kubeconfig_and_ca_from_the_environment() {
+        let launch = ControllerLaunch {
+            command: ControllerCommand::go_provider("/bin/manager"),
+            kubeconfig: "/tmp/admin".into(),
+            prism_ca_file: "/tmp/ca.pem".into(),
+            namespace: "openshift-machine-api".into(),
+            intervals: ControllerIntervals::production(),
+            excluded_cidrs: vec!["10.128.0.0/14".into()],
+            verbosity: 3,
+            extra_args: Vec::new(),
+            log_file: "/tmp/log".into(),
+        };
+        let flags: Vec<String> = launch
+            .flags()
+            .iter()
+            .map(|f| f.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            flags,
+            [
+                "--logtostderr=true",
+                "--v=3",
+                "--leader-elect=false",
+                "--namespace=openshift-machine-api",
+                "--metrics-bind-address=127.0.0.1:0",
+                "--health-addr=127.0.0.1:0",
+            ]
+        );
+        assert_eq!(
+            launch.environment(),
+            [
+                ("KUBECONFIG", OsString::from("/tmp/admin")),
+                ("SSL_CERT_FILE", OsString::from("/tmp/ca.pem")),
+            ]
+        );
     }
 }
