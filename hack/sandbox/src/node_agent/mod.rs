@@ -659,6 +659,22 @@ fn condition(csr: &CertificateSigningRequest, type_: &str) -> bool {
         .any(|c| c.type_ == type_ && c.status == "True")
 }
 
+/// The CSR once `done` holds for it (`None` when it was deleted).
+async fn await_csr(
+    csrs: &Api<CertificateSigningRequest>,
+    node: &str,
+    name: &str,
+    done: impl Fn(Option<&CertificateSigningRequest>) -> bool,
+) -> Result<Option<CertificateSigningRequest>, AgentError> {
+    await_condition(csrs.clone(), name, done)
+        .await
+        .map_err(|e| AgentError::Wait {
+            node: node.to_owned(),
+            csr: name.to_owned(),
+            message: e.to_string(),
+        })
+}
+
 /// The certificate kube-controller-manager's signer issues once the request is approved.
 async fn wait_for_certificate(
     csrs: &Api<CertificateSigningRequest>,
@@ -673,13 +689,7 @@ async fn wait_for_certificate(
                 .is_some_and(|pem| !pem.0.is_empty())
         })
     };
-    let seen = await_condition(csrs.clone(), name, issued)
-        .await
-        .map_err(|e| AgentError::Wait {
-            node: node.to_owned(),
-            csr: name.to_owned(),
-            message: e.to_string(),
-        })?;
+    let seen = await_csr(csrs, node, name, issued).await?;
     seen.and_then(|c| c.status)
         .and_then(|s| s.certificate)
         .map(|pem| pem.0)
@@ -697,13 +707,7 @@ async fn wait_for_approval(
     let decided = |csr: Option<&CertificateSigningRequest>| {
         csr.is_none_or(|c| condition(c, "Approved") || condition(c, "Denied"))
     };
-    let seen = await_condition(csrs.clone(), name, decided)
-        .await
-        .map_err(|e| AgentError::Wait {
-            node: node.to_owned(),
-            csr: name.to_owned(),
-            message: e.to_string(),
-        })?;
+    let seen = await_csr(csrs, node, name, decided).await?;
     match seen {
         None => Err(AgentError::CsrDeleted {
             node: node.to_owned(),
