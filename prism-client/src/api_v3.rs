@@ -142,6 +142,7 @@ impl Client {
             E::LIST_ENDPOINT,
             &[E::COLLECTION, "list"],
             E::KIND,
+            None,
             E::entity_uuid,
         )
         .await
@@ -153,25 +154,26 @@ impl Client {
     /// "none" could make a caller create a second one).
     pub async fn find_by_exact_name<E: V3Entity>(&self, name: &str) -> Result<Option<E>, Error> {
         let listing = self.list_all_with_skipped::<E>().await?;
-        if let Some(unreadable) = listing
-            .skipped
-            .into_iter()
-            .find(|skipped| skipped.name.as_deref() == Some(name))
-        {
-            return Err(Error::UnreadableMatch {
-                kind: E::KIND,
-                name: name.to_owned(),
-                entity: unreadable,
-            });
-        }
-        let matches: Vec<E> = listing
-            .items
-            .into_iter()
-            .filter(|entity| entity.entity_name() == Some(name))
-            .collect();
-        single_match(E::KIND, name, matches, |entity| {
-            entity.entity_uuid().unwrap_or("<no uuid>").to_owned()
-        })
+        exact_name_match(listing, name)
+    }
+
+    /// The one VM named exactly `name`, as [`Client::find_by_exact_name`], listing only the VMs
+    /// whose name contains it: `filter: "vm_name==<name>"`, the request the Go provider sends to
+    /// find a VM by name (prism-go-client's recorded `v3/mocks` request), so that the cost does
+    /// not grow with every VM of the Prism Central. Prism matches partially; names are compared
+    /// here. A name holding FIQL's operators (`,` `;`) is listed unfiltered.
+    pub async fn find_vm_by_exact_name(&self, name: &str) -> Result<Option<Vm>, Error> {
+        let filter = (!name.contains([',', ';', '(', ')'])).then(|| format!("vm_name=={name}"));
+        let listing = self
+            .list_all_at(
+                <Vm as V3Entity>::LIST_ENDPOINT,
+                &[<Vm as V3Entity>::COLLECTION, "list"],
+                <Vm as V3Entity>::KIND,
+                filter.as_deref(),
+                <Vm as V3Entity>::entity_uuid,
+            )
+            .await?;
+        exact_name_match(listing, name)
     }
 
     // ---- VMs ----
@@ -302,6 +304,7 @@ impl Client {
                 endpoints::CATEGORY_KEYS_LIST,
                 &["categories", "list"],
                 "category",
+                None,
                 |key: &CategoryKey| Some(key.name.as_str()),
             )
             .await?;
@@ -315,6 +318,7 @@ impl Client {
                 endpoints::CATEGORY_VALUES_LIST,
                 &["categories", key, "list"],
                 "category",
+                None,
                 |value: &CategoryValue| Some(value.value.as_str()),
             )
             .await?;
@@ -327,6 +331,7 @@ impl Client {
         endpoint: &'static str,
         segments: &[&str],
         kind: &str,
+        filter: Option<&str>,
         identity: impl Fn(&T) -> Option<&str>,
     ) -> Result<Listing<T>, Error> {
         let page_size = self.page_size();
@@ -337,8 +342,10 @@ impl Client {
         let mut received_total: usize = 0;
         for _ in 0..crate::MAX_LIST_PAGES {
             let offset = u32::try_from(received_total).unwrap_or(u32::MAX);
+            let mut request = ListRequest::page(kind, offset, page_size);
+            request.filter = filter.map(str::to_owned);
             let call = Call::new(Api::V3, Method::POST, endpoint, segments)
-                .json(&ListRequest::page(kind, offset, page_size))?
+                .json(&request)?
                 .idempotent();
             let page: ListResponse<T> = self.call_json(call).await?;
             let received = page.entities.len() + page.skipped.len();
@@ -477,4 +484,27 @@ pub(crate) fn single_match<T>(
             uuids: matches.iter().map(id).collect(),
         }),
     }
+}
+
+/// The one entity of `listing` named exactly `name` ([`Client::find_by_exact_name`]).
+fn exact_name_match<E: V3Entity>(listing: Listing<E>, name: &str) -> Result<Option<E>, Error> {
+    if let Some(unreadable) = listing
+        .skipped
+        .into_iter()
+        .find(|skipped| skipped.name.as_deref() == Some(name))
+    {
+        return Err(Error::UnreadableMatch {
+            kind: E::KIND,
+            name: name.to_owned(),
+            entity: unreadable,
+        });
+    }
+    let matches: Vec<E> = listing
+        .items
+        .into_iter()
+        .filter(|entity| entity.entity_name() == Some(name))
+        .collect();
+    single_match(E::KIND, name, matches, |entity| {
+        entity.entity_uuid().unwrap_or("<no uuid>").to_owned()
+    })
 }

@@ -37,7 +37,8 @@ struct Inner {
     endpoint: Url,
     auth: Auth,
     retry: RetryPolicy,
-    limiter: TokenBucket,
+    /// Shared with every client made from this one by [`Client::with_credentials`].
+    limiter: Arc<TokenBucket>,
     page_size: u32,
     observer: Option<Arc<dyn RequestObserver>>,
     session: tokio::sync::Mutex<Session>,
@@ -126,23 +127,7 @@ impl Client {
     /// Builds a client: TLS configuration, HTTP pool, rate limiter. No request is sent yet (a session logs in on
     /// first use).
     pub fn new(config: ClientConfig) -> Result<Self, ConfigError> {
-        let auth = match (&config.credentials, config.auth_mode) {
-            (Credentials::Basic { username, password }, mode) => {
-                let token = base64::engine::general_purpose::STANDARD
-                    .encode(format!("{username}:{}", password.expose()));
-                let value = sensitive_header(&format!("Basic {token}"))?;
-                match mode {
-                    AuthMode::PerRequest => Auth::Basic(value),
-                    AuthMode::Session => Auth::Session { login: value },
-                }
-            }
-            (Credentials::ApiKey(key), AuthMode::PerRequest) => {
-                Auth::ApiKey(sensitive_header(key.expose())?)
-            }
-            (Credentials::ApiKey(_), AuthMode::Session) => {
-                return Err(ConfigError::SessionNeedsBasicCredentials);
-            }
-        };
+        let auth = auth_of(&config.credentials, config.auth_mode)?;
         if config.retry.max_attempts == 0 {
             return Err(ConfigError::InvalidRetryPolicy {
                 reason: "max_attempts 0 must be at least 1".to_owned(),
@@ -151,7 +136,7 @@ impl Client {
         if config.list_page_size == 0 {
             return Err(ConfigError::InvalidPageSize);
         }
-        let limiter = TokenBucket::new(&config.rate_limit)?;
+        let limiter = Arc::new(TokenBucket::new(&config.rate_limit)?);
         let tls = tls::client_config(config.ca_bundle.as_ref(), config.insecure)?;
         let mut default_headers = HeaderMap::new();
         default_headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
@@ -186,6 +171,28 @@ impl Client {
                 limiter,
                 page_size: config.list_page_size,
                 observer: config.observer,
+                session: tokio::sync::Mutex::new(Session::default()),
+            }),
+        })
+    }
+
+    /// A client for the same Prism Central with other credentials: it shares this one's HTTP
+    /// connections and rate limit (the limit is Prism Central's, whoever calls), not its session.
+    pub fn with_credentials(
+        &self,
+        credentials: &Credentials,
+        auth_mode: AuthMode,
+    ) -> Result<Self, ConfigError> {
+        let inner = &self.inner;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                http: inner.http.clone(),
+                endpoint: inner.endpoint.clone(),
+                auth: auth_of(credentials, auth_mode)?,
+                retry: inner.retry.clone(),
+                limiter: inner.limiter.clone(),
+                page_size: inner.page_size,
+                observer: inner.observer.clone(),
                 session: tokio::sync::Mutex::new(Session::default()),
             }),
         })
@@ -425,6 +432,27 @@ fn sensitive_header(value: &str) -> Result<HeaderValue, ConfigError> {
 }
 
 /// `Retry-After` as seconds or an HTTP date.
+/// The auth headers for `credentials` sent the way `mode` says.
+fn auth_of(credentials: &Credentials, mode: AuthMode) -> Result<Auth, ConfigError> {
+    Ok(match (credentials, mode) {
+        (Credentials::Basic { username, password }, mode) => {
+            let token = base64::engine::general_purpose::STANDARD
+                .encode(format!("{username}:{}", password.expose()));
+            let value = sensitive_header(&format!("Basic {token}"))?;
+            match mode {
+                AuthMode::PerRequest => Auth::Basic(value),
+                AuthMode::Session => Auth::Session { login: value },
+            }
+        }
+        (Credentials::ApiKey(key), AuthMode::PerRequest) => {
+            Auth::ApiKey(sensitive_header(key.expose())?)
+        }
+        (Credentials::ApiKey(_), AuthMode::Session) => {
+            return Err(ConfigError::SessionNeedsBasicCredentials);
+        }
+    })
+}
+
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get(header::RETRY_AFTER)?.to_str().ok()?.trim();
     if let Ok(seconds) = value.parse::<u64>() {

@@ -16,6 +16,7 @@ use nutanix_machine_controller::plan::machine::provision::{
 use nutanix_machine_controller::plan::vm::VmPlan;
 use nutanix_machine_controller::plan::vm::request::{VmRequest, build_request};
 use nutanix_machine_controller::plan::vm::resolve::{RequiredLookups, ResolutionMode};
+use nutanix_machine_controller::plan::vm::scope::NameClause;
 use nutanix_machine_controller::plan::vm::secret::AdminPassword;
 use nutanix_machine_controller::plan::vm::unattend::PasswordValue;
 use nutanix_machine_controller::plan::vm::validate::{PlanContext, plan_vm};
@@ -46,7 +47,9 @@ async fn fixture(settings: ActuatorSettings) -> Fixture {
         None,
     );
     let credentials = PrismCredentials::new("admin", "mock-password");
-    let connection = actuator.connection(mock.base_url(), &credentials).unwrap();
+    let connection = actuator
+        .connection(mock.base_url(), "ns/credentials", &credentials)
+        .unwrap();
     Fixture {
         mock,
         _dir: dir,
@@ -88,7 +91,7 @@ async fn plan_for(connection: &Connection, machine: &Machine) -> VmPlan {
     let lookups = RequiredLookups::of(&config, "sandbox", Some(&[]));
     let resolved = connection
         .lookups
-        .resolve(connection.client(), &connection.inventory, &lookups, &[])
+        .resolve(connection.client(), &lookups, &[])
         .await;
     let password = AdminPassword::new("Unused-in-these-tests-1").unwrap();
     plan_vm(
@@ -132,22 +135,115 @@ async fn concurrent_inventory_reads_share_one_refresh() {
         ..ActuatorSettings::default()
     })
     .await;
-    let reads = (0..8).map(|_| f.connection.inventory.snapshot(f.connection.client()));
+    // The seed's one VM, as if a Machine were named after it.
+    let golden = NameClause::Exact("windows-golden".into());
+    let reads = (0..8).map(|_| {
+        f.connection
+            .inventory
+            .snapshot(f.connection.client(), &golden)
+    });
     let snapshots = futures::future::join_all(reads).await;
-    let golden = snapshots[0].as_ref().unwrap();
-    assert_eq!(golden.len(), 1, "the seed has one VM");
+    let golden_listing = snapshots[0].as_ref().unwrap();
+    assert_eq!(golden_listing.len(), 1, "the seed has one VM");
     assert!(snapshots.iter().all(|s| s.as_ref().unwrap().len() == 1));
     // One refresh, paging one VM at a time: a page with the VM, and nothing more.
     assert_eq!(f.mock.admin().count("POST", VMS_LIST), 1);
     f.connection
         .inventory
-        .snapshot(f.connection.client())
+        .snapshot(f.connection.client(), &golden)
         .await
         .unwrap();
     assert_eq!(
         f.mock.admin().count("POST", VMS_LIST),
         1,
         "fresh enough: no new list"
+    );
+}
+
+#[tokio::test]
+async fn the_inventory_keeps_only_the_clusters_vms_and_survives_a_refused_filter() {
+    let f = fixture(ActuatorSettings::default()).await;
+    let client = f.connection.client();
+    // A Machine set whose names do not match the seed's VM: the filtered listing is empty.
+    let workers = NameClause::of_machine("workers-abcde", Some("workers"));
+    let listing = f
+        .connection
+        .inventory
+        .snapshot(client, &workers)
+        .await
+        .unwrap();
+    assert!(listing.is_empty(), "windows-golden is not the cluster's");
+    assert!(listing.covers(&workers));
+
+    // A Prism Central that refuses the filter: listed whole once more, kept to the scope.
+    f.mock.admin().add_fault(FaultRule {
+        times: Some(1),
+        ..FaultRule::new(
+            Some("POST"),
+            VMS_LIST,
+            FaultKind::Error {
+                status: 422,
+                retry_after_secs: None,
+            },
+        )
+    });
+    let golden = NameClause::Exact("windows-golden".into());
+    let listing = f
+        .connection
+        .inventory
+        .snapshot_within(client, &golden, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(
+        listing.len(),
+        1,
+        "the seed's VM, named as a Machine would be"
+    );
+    assert!(
+        listing.covers(&workers),
+        "the scope keeps the earlier names"
+    );
+}
+
+#[tokio::test]
+async fn a_refresh_does_not_hold_up_a_reader_content_with_the_last_listing() {
+    let f = fixture(ActuatorSettings {
+        inventory_max_age: Duration::from_millis(400),
+        ..ActuatorSettings::default()
+    })
+    .await;
+    let client = f.connection.client();
+    let golden = NameClause::Exact("windows-golden".into());
+    let inventory = &f.connection.inventory;
+    let first = inventory.snapshot(client, &golden).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Prism now answers lists slowly.
+    f.mock.admin().add_fault(FaultRule::new(
+        Some("POST"),
+        VMS_LIST,
+        FaultKind::Latency { millis: 3_000 },
+    ));
+    let served = tokio::time::timeout(Duration::from_secs(2), inventory.snapshot(client, &golden))
+        .await
+        .expect("served the last listing, not held up by the slow refresh")
+        .unwrap();
+    assert!(Arc::ptr_eq(&first, &served));
+    // The background refresh lands.
+    let mut refreshed = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = inventory.snapshot(client, &golden).await.unwrap();
+        if !Arc::ptr_eq(&first, &now) {
+            refreshed = Some(now);
+            break;
+        }
+    }
+    let refreshed = refreshed.expect("the refresh started in the background ended");
+    assert!(refreshed.listed_at() > first.listed_at());
+    assert_eq!(
+        f.mock.admin().count("POST", VMS_LIST),
+        2,
+        "one refresh, not one per reader"
     );
 }
 
@@ -241,12 +337,7 @@ async fn a_missing_name_is_unresolved_not_invalid() {
     let resolved = f
         .connection
         .lookups
-        .resolve(
-            f.connection.client(),
-            &f.connection.inventory,
-            &lookups,
-            &[],
-        )
+        .resolve(f.connection.client(), &lookups, &[])
         .await;
     let errors = plan_vm(
         &m,

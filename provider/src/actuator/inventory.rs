@@ -1,5 +1,5 @@
-//! The shared VM inventory: one paged `POST /vms/list` of every VM, refreshed when older than its
-//! maximum age and shared by every reconcile of the same Prism Central.
+//! The shared VM inventory: a paged `POST /vms/list` of this cluster's VMs, refreshed when
+//! older than its maximum age and shared by every reconcile of the same Prism Central.
 //!
 //! It answers two questions without a Prism call per Machine:
 //! - identity recovery: which VM carries a Machine's identity marker (its uid) in its
@@ -7,13 +7,23 @@
 //! - steady state: the VM of a Running Machine (state, power, addresses, cluster), so that N
 //!   Running Machines cost `ceil(N / page length)` list calls per refresh instead of N GETs.
 //!
+//! Only the cluster's VMs are listed: those named as its Machines are
+//! ([`crate::plan::vm::scope`], a `vm_name` filter Prism applies), so that a Prism Central shared
+//! with thousands of other VMs costs no more calls or memory than one holding the cluster alone.
+//! A listing covers the names of the Machines the controller knew when it began; a Machine whose
+//! name it does not cover has a listing made that does (absence from a listing that never
+//! looked for a name would prove nothing).
+//!
 //! Prism lists a VM only once its create task has ended, so the inventory never proves that a
 //! VM does not exist: a VM absent from it is confirmed with one `GET /vms/{uuid}` before anyone
-//! acts on its absence. Refreshes are single-flight: concurrent callers wait for the one refresh
-//! in progress instead of each listing everything.
+//! acts on its absence. Refreshes are single-flight. A caller content with the inventory's
+//! maximum age is never kept waiting by a refresh while the last listing is less than twice
+//! that old: it is served the last listing and the refresh runs in the background. A caller
+//! asking for a younger listing (a Machine waiting for its create to end) waits for it.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
@@ -21,56 +31,59 @@ use prism_client::v3::{ListRequest, Vm};
 use prism_client::{Client, Error};
 use prometheus::IntGauge;
 
-use crate::plan::vm::identity::identity_of;
+use crate::plan::vm::identity::{MarkedVm, identity_of};
+use crate::plan::vm::scope::{NameClause, VmNameScope};
 
-/// One listing of every VM.
+/// Gives the names of every Machine the controller watches, as the scope to list.
+pub type ScopeSource = Arc<dyn Fn() -> VmNameScope + Send + Sync>;
+
+/// Set once the controller's Machine cache exists; until then (and in tools without one) a
+/// listing covers the names its callers asked for.
+pub type SharedScopeSource = Arc<OnceLock<ScopeSource>>;
+
+/// One listing of the cluster's VMs.
 #[derive(Debug, Default)]
 pub struct InventorySnapshot {
     /// When the listing began (what it shows is at least this recent).
     listed_at: Timestamp,
+    /// The names it looked for.
+    scope: VmNameScope,
     by_uuid: HashMap<String, Vm>,
-    /// Machine uid → VM UUID, from the identity markers.
-    by_machine_uid: HashMap<String, String>,
+    /// Machine uid → UUIDs of the VMs whose identity marker names it.
+    by_machine_uid: HashMap<String, Vec<String>>,
 }
 
 impl InventorySnapshot {
-    /// Indexes `vms`. When two VMs claim one Machine (which the create protocol prevents), the
-    /// older one wins, by creation time then UUID, so the answer is stable.
-    pub fn new(vms: Vec<Vm>) -> Self {
+    /// Indexes those of `vms` that `scope` names (Prism's partial name match returns more).
+    pub fn new(vms: Vec<Vm>, scope: VmNameScope) -> Self {
         let mut by_uuid = HashMap::with_capacity(vms.len());
-        let mut claims: HashMap<String, (String, String)> = HashMap::new();
+        let mut by_machine_uid: HashMap<String, Vec<String>> = HashMap::new();
         for mut vm in vms {
+            let Some(spec) = vm.spec.as_ref() else {
+                continue;
+            };
+            if !scope.covers(&spec.name) {
+                continue;
+            }
+            let uid = spec
+                .description
+                .as_deref()
+                .and_then(identity_of)
+                .map(|identity| identity.uid);
             trim_for_inventory(&mut vm);
             let Some(uuid) = vm.uuid().map(str::to_ascii_lowercase) else {
                 continue;
             };
-            let uid = vm
-                .spec
-                .as_ref()
-                .and_then(|spec| spec.description.as_deref())
-                .and_then(identity_of)
-                .map(|identity| identity.uid);
             if let Some(uid) = uid {
-                let created = vm.metadata.creation_time.clone().unwrap_or_default();
-                let candidate = (created, uuid.clone());
-                claims
-                    .entry(uid)
-                    .and_modify(|current| {
-                        if candidate < *current {
-                            *current = candidate.clone();
-                        }
-                    })
-                    .or_insert(candidate);
+                by_machine_uid.entry(uid).or_default().push(uuid.clone());
             }
             by_uuid.insert(uuid, vm);
         }
         Self {
             listed_at: Timestamp::now(),
+            scope,
             by_uuid,
-            by_machine_uid: claims
-                .into_iter()
-                .map(|(uid, (_, uuid))| (uid, uuid))
-                .collect(),
+            by_machine_uid,
         }
     }
 
@@ -79,16 +92,39 @@ impl InventorySnapshot {
         self.listed_at
     }
 
+    /// Whether the listing looked for the names of `clause`.
+    pub fn covers(&self, clause: &NameClause) -> bool {
+        self.scope.includes(clause)
+    }
+
     /// The VM with this UUID, if the listing had it.
     pub fn vm(&self, uuid: &str) -> Option<&Vm> {
         self.by_uuid.get(&uuid.to_ascii_lowercase())
     }
 
-    /// The VM whose identity marker names the Machine with this uid.
-    pub fn vm_of_machine(&self, machine_uid: &str) -> Option<&Vm> {
-        self.by_machine_uid
-            .get(machine_uid)
-            .and_then(|uuid| self.by_uuid.get(uuid))
+    /// The VMs whose identity marker names the Machine with this uid, for
+    /// [`crate::plan::vm::identity::adoptable_vm`] to judge.
+    pub fn marked_for(&self, machine_uid: &str) -> Vec<MarkedVm> {
+        let Some(uuids) = self.by_machine_uid.get(machine_uid) else {
+            return Vec::new();
+        };
+        uuids
+            .iter()
+            .filter_map(|uuid| {
+                let vm = self.by_uuid.get(uuid)?;
+                let spec = vm.spec.as_ref()?;
+                Some(MarkedVm {
+                    uuid: uuid.clone(),
+                    name: spec.name.clone(),
+                    created: vm
+                        .metadata
+                        .creation_time
+                        .as_deref()
+                        .and_then(|time| time.parse().ok()),
+                    identity: spec.description.as_deref().and_then(identity_of)?,
+                })
+            })
+            .collect()
     }
 
     /// VMs in the listing.
@@ -142,84 +178,236 @@ fn trim_for_inventory(vm: &mut Vm) {
 }
 
 /// The inventory of one Prism Central.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Inventory {
+    state: Arc<State>,
+}
+
+struct State {
     max_age: Duration,
     page_length: u32,
     /// Set to the number of VMs the last listing skipped as unreadable.
     unreadable: Option<IntGauge>,
+    scope_source: SharedScopeSource,
+    /// Prism answered the name filter with 400/422: list unfiltered.
+    filter_refused: AtomicBool,
     current: Mutex<Option<(Instant, Arc<InventorySnapshot>)>>,
     refresh: tokio::sync::Mutex<()>,
 }
 
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inventory")
+            .field("max_age", &self.max_age)
+            .field("page_length", &self.page_length)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Inventory {
-    /// `unreadable` is set to the number of VMs each listing skipped as unreadable.
-    pub fn new(max_age: Duration, page_length: u32, unreadable: Option<IntGauge>) -> Self {
+    /// `unreadable` is set to the number of VMs each listing skipped as unreadable; `scope_source`
+    /// gives the names to list once the controller knows its Machines.
+    pub fn new(
+        max_age: Duration,
+        page_length: u32,
+        unreadable: Option<IntGauge>,
+        scope_source: SharedScopeSource,
+    ) -> Self {
         Self {
-            max_age,
-            page_length: page_length.max(1),
-            unreadable,
-            current: Mutex::new(None),
-            refresh: tokio::sync::Mutex::new(()),
+            state: Arc::new(State {
+                max_age,
+                page_length: page_length.max(1),
+                unreadable,
+                scope_source,
+                filter_refused: AtomicBool::new(false),
+                current: Mutex::new(None),
+                refresh: tokio::sync::Mutex::new(()),
+            }),
         }
     }
 
-    fn fresh(&self, max_age: Duration) -> Option<Arc<InventorySnapshot>> {
-        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Whether `other` is this inventory (shared by clones).
+    pub fn same_as(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.state, &other.state)
+    }
+
+    /// The last listing, with its age, if it covers `wanted`.
+    fn current_covering(&self, wanted: &NameClause) -> Option<(Duration, Arc<InventorySnapshot>)> {
+        let current = self
+            .state
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         current
             .as_ref()
-            .filter(|(taken, _)| taken.elapsed() < max_age)
-            .map(|(_, snapshot)| snapshot.clone())
+            .filter(|(_, snapshot)| snapshot.covers(wanted))
+            .map(|(taken, snapshot)| (taken.elapsed(), snapshot.clone()))
     }
 
     /// List calls one refresh takes, judging by the last listing (1 before any).
     pub fn pages(&self) -> usize {
-        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = self
+            .state
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let listed = current.as_ref().map_or(0, |(_, snapshot)| snapshot.len());
-        listed.div_ceil(self.page_length as usize).max(1)
+        listed.div_ceil(self.state.page_length as usize).max(1)
     }
 
-    /// A snapshot no older than the maximum age, listing every VM if needed.
-    pub async fn snapshot(&self, client: &Client) -> Result<Arc<InventorySnapshot>, Error> {
-        self.snapshot_within(client, self.max_age).await
+    /// A listing covering `wanted`, no older than the maximum age; while a refresh runs (or is
+    /// started by this call), the last listing is served if it is less than twice that old.
+    pub async fn snapshot(
+        &self,
+        client: &Client,
+        wanted: &NameClause,
+    ) -> Result<Arc<InventorySnapshot>, Error> {
+        let max_age = self.state.max_age;
+        if let Some((age, snapshot)) = self.current_covering(wanted) {
+            if age < max_age {
+                return Ok(snapshot);
+            }
+            if age < max_age.saturating_mul(2) {
+                self.refresh_in_background(client);
+                return Ok(snapshot);
+            }
+        }
+        self.snapshot_within(client, wanted, max_age).await
     }
 
-    /// A snapshot no older than `max_age` (at most the maximum age), listing every VM if needed:
-    /// for Machines that wait on their VMs and look more often than the inventory is refreshed.
+    /// A listing covering `wanted`, no older than `max_age` (at most the maximum age), waiting
+    /// for it if need be: for Machines that wait on their VMs and look more often than the
+    /// inventory is refreshed.
     pub async fn snapshot_within(
         &self,
         client: &Client,
+        wanted: &NameClause,
         max_age: Duration,
     ) -> Result<Arc<InventorySnapshot>, Error> {
-        let max_age = max_age.min(self.max_age);
-        if let Some(snapshot) = self.fresh(max_age) {
+        let max_age = max_age.min(self.state.max_age);
+        let fresh = |inventory: &Self| {
+            inventory
+                .current_covering(wanted)
+                .filter(|(age, _)| *age < max_age)
+                .map(|(_, snapshot)| snapshot)
+        };
+        if let Some(snapshot) = fresh(self) {
             return Ok(snapshot);
         }
-        let _refreshing = self.refresh.lock().await;
+        let _refreshing = self.state.refresh.lock().await;
         // Another caller may have refreshed while this one waited.
-        if let Some(snapshot) = self.fresh(max_age) {
+        if let Some(snapshot) = fresh(self) {
             return Ok(snapshot);
         }
+        self.refresh(client, Some(wanted)).await
+    }
+
+    /// Starts a refresh unless one is running.
+    fn refresh_in_background(&self, client: &Client) {
+        let inventory = self.clone();
+        let client = client.clone();
+        tokio::spawn(async move {
+            let Ok(_refreshing) = inventory.state.refresh.try_lock() else {
+                return;
+            };
+            // Another task may have refreshed between this one's start and its lock.
+            let age = inventory
+                .state
+                .current
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+                .map(|(taken, _)| taken.elapsed());
+            if age.is_some_and(|age| age < inventory.state.max_age) {
+                return;
+            }
+            if let Err(error) = inventory.refresh(&client, None).await {
+                tracing::debug!(%error, "VM inventory: background refresh failed");
+            }
+        });
+    }
+
+    /// Lists the scope (every watched Machine's name, and `wanted`) into a new current listing.
+    /// The caller holds the refresh lock.
+    async fn refresh(
+        &self,
+        client: &Client,
+        wanted: Option<&NameClause>,
+    ) -> Result<Arc<InventorySnapshot>, Error> {
+        let scope = self.scope_to_list(wanted);
         let began = Timestamp::now();
-        let vms = self.list_every_vm(client).await?;
-        let mut snapshot = InventorySnapshot::new(vms);
+        let vms = if scope.is_empty() {
+            Vec::new()
+        } else {
+            self.list_scope(client, &scope).await?
+        };
+        let mut snapshot = InventorySnapshot::new(vms, scope);
         snapshot.listed_at = began;
         let snapshot = Arc::new(snapshot);
         tracing::debug!(vms = snapshot.len(), "VM inventory refreshed");
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some((Instant::now(), snapshot.clone()));
+        *self
+            .state
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), snapshot.clone()));
         Ok(snapshot)
     }
 
-    async fn list_every_vm(&self, client: &Client) -> Result<Vec<Vm>, Error> {
+    /// The watched Machines' names (or, without the controller's Machine cache, the names the
+    /// last listing covered), and `wanted`.
+    fn scope_to_list(&self, wanted: Option<&NameClause>) -> VmNameScope {
+        let mut scope = match self.state.scope_source.get() {
+            Some(source) => source(),
+            None => self
+                .state
+                .current
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+                .map(|(_, snapshot)| snapshot.scope.clone())
+                .unwrap_or_default(),
+        };
+        if let Some(wanted) = wanted
+            && !scope.includes(wanted)
+        {
+            scope.insert(wanted.clone());
+        }
+        scope
+    }
+
+    /// The VMs `scope` selects, filtered by Prism; every VM if this Prism Central refused the
+    /// filter once as invalid (the listing then keeps the scope's VMs itself).
+    async fn list_scope(&self, client: &Client, scope: &VmNameScope) -> Result<Vec<Vm>, Error> {
+        let filter = scope
+            .filter()
+            .filter(|_| !self.state.filter_refused.load(Ordering::Relaxed));
+        if filter.is_none() {
+            return self.list(client, None).await;
+        }
+        match self.list(client, filter).await {
+            Err(Error::Invalid { .. }) => {
+                self.state.filter_refused.store(true, Ordering::Relaxed);
+                tracing::warn!(
+                    endpoint = %client.endpoint(),
+                    "Prism Central refused the VM name filter as invalid: the inventory lists every VM from now on"
+                );
+                self.list(client, None).await
+            }
+            other => other,
+        }
+    }
+
+    /// Every VM `filter` selects (every VM of the Prism Central without one), page by page.
+    async fn list(&self, client: &Client, filter: Option<String>) -> Result<Vec<Vm>, Error> {
+        let page_length = self.state.page_length;
         let mut vms: Vec<Vm> = Vec::new();
         let mut seen: HashSet<String> = HashSet::new();
         let mut unreadable: usize = 0;
         let mut offset: u32 = 0;
         loop {
-            let page = client
-                .list::<Vm>(&ListRequest::page("vm", offset, self.page_length))
-                .await?;
+            let mut request = ListRequest::page("vm", offset, page_length);
+            request.filter = filter.clone();
+            let page = client.list::<Vm>(&request).await?;
             // Skipped entities took their places on the page: the next page starts after them.
             let received = page.entities.len() + page.skipped.len();
             offset = offset.saturating_add(u32::try_from(received).unwrap_or(u32::MAX));
@@ -250,12 +438,12 @@ impl Inventory {
             }
             let done = match page.metadata.total_matches {
                 Some(total) => received == 0 || u64::from(offset) >= total,
-                None => received < self.page_length as usize,
+                None => received < page_length as usize,
             };
             // A page that adds nothing new ends the listing: otherwise a server that ignores
             // `offset` (real `hosts/list` does, CAPX #577) would be paged forever.
             if done || (vms.len() == before && new_skipped == 0) {
-                if let Some(gauge) = &self.unreadable {
+                if let Some(gauge) = &self.state.unreadable {
                     gauge.set(i64::try_from(unreadable).unwrap_or(i64::MAX));
                 }
                 return Ok(vms);
@@ -270,10 +458,10 @@ mod tests {
 
     use super::*;
 
-    fn vm(uuid: &str, description: Option<&str>, created: &str) -> Vm {
+    fn vm(uuid: &str, name: &str, description: Option<&str>, created: &str) -> Vm {
         serde_json::from_value(json!({
             "metadata": {"kind": "vm", "uuid": uuid, "creation_time": created},
-            "spec": {"name": "n", "description": description,
+            "spec": {"name": name, "description": description,
                      "resources": {"num_sockets": 1, "num_vcpus_per_socket": 1, "memory_size_mib": 2048, "power_state": "ON"}},
         }))
         .unwrap()
@@ -293,7 +481,7 @@ mod tests {
                 "power_state": "ON"}},
         }))
         .unwrap();
-        let snapshot = InventorySnapshot::new(vec![listed]);
+        let snapshot = InventorySnapshot::new(vec![listed], VmNameScope::of([("n", None)]));
         let kept = snapshot.vm("a-1").unwrap();
         let text = serde_json::to_string(kept).unwrap();
         assert!(!text.contains("unattend_xml"), "{text}");
@@ -316,20 +504,46 @@ mod tests {
     }
 
     #[test]
-    fn identity_markers_are_indexed_and_the_older_claim_wins() {
-        let marker = "openshift-machine: ns/m uid=uid-1";
-        let snapshot = InventorySnapshot::new(vec![
-            vm("B-2", Some(marker), "2024-01-02T00:00:00Z"),
-            vm("a-1", Some(marker), "2024-01-01T00:00:00Z"),
-            vm("c-3", Some("hand-made"), "2024-01-01T00:00:00Z"),
-            vm("d-4", None, "2024-01-01T00:00:00Z"),
-        ]);
+    fn identity_markers_are_indexed_for_plan_to_judge() {
+        let marker = "openshift-machine: ns/m-1 uid=uid-1";
+        let snapshot = InventorySnapshot::new(
+            vec![
+                vm("B-2", "m-1", Some(marker), "2024-01-02T00:00:00Z"),
+                vm("a-1", "m-1", Some(marker), "2024-01-01T00:00:00Z"),
+                vm("c-3", "m-2", Some("hand-made"), "2024-01-01T00:00:00Z"),
+                vm("d-4", "m-3", None, "2024-01-01T00:00:00Z"),
+            ],
+            VmNameScope::of([("m-1", Some("m"))]),
+        );
         assert_eq!(snapshot.len(), 4);
-        assert_eq!(snapshot.vm_of_machine("uid-1").unwrap().uuid(), Some("a-1"));
-        assert_eq!(snapshot.vm_of_machine("uid-2"), None);
+        let mut marked: Vec<String> = snapshot
+            .marked_for("uid-1")
+            .into_iter()
+            .map(|vm| vm.uuid)
+            .collect();
+        marked.sort();
+        assert_eq!(marked, ["a-1", "b-2"]);
+        assert_eq!(snapshot.marked_for("uid-2"), Vec::new());
         assert!(
             snapshot.vm("b-2").is_some(),
             "UUIDs compare case-insensitively"
         );
+    }
+
+    #[test]
+    fn only_the_scopes_vms_are_kept() {
+        // What Prism's partial match returns for `vm_name==win-` besides the cluster's own.
+        let snapshot = InventorySnapshot::new(
+            vec![
+                vm("a", "win-abcde", None, "2024-01-01T00:00:00Z"),
+                vm("b", "old-win-abcde", None, "2024-01-01T00:00:00Z"),
+                vm("c", "winx", None, "2024-01-01T00:00:00Z"),
+            ],
+            VmNameScope::of([("win-abcde", Some("win"))]),
+        );
+        assert_eq!(snapshot.len(), 1);
+        assert!(snapshot.vm("a").is_some());
+        assert!(snapshot.covers(&NameClause::of_machine("win-zzzzz", Some("win"))));
+        assert!(!snapshot.covers(&NameClause::of_machine("lin-zzzzz", Some("lin"))));
     }
 }

@@ -4,8 +4,8 @@
 //! cache's time to live (default 5 minutes); every Machine resolving names or checking UUIDs in
 //! that time uses the same listing. Names are compared exactly, client-side (Prism's `==` filter
 //! matches partially). Category pairs are checked one by one (`GET /categories/{key}/{value}`)
-//! and cached too. Source VMs come from the shared VM inventory (a UUID it lacks is read with
-//! one GET). Host GPUs are never cached: their `UNUSED` status changes as VMs take them.
+//! and cached too, and so are source VMs (read by UUID, or listed by name with Prism's name
+//! filter: a source VM is seldom one of the cluster's, which the VM inventory lists). Host GPUs are never cached: their `UNUSED` status changes as VMs take them.
 //!
 //! Everything is dropped when a create meets a 404 for something resolved here
 //! ([`LookupCache::invalidate`]), so a deleted image is not used again for the rest of the TTL.
@@ -23,7 +23,6 @@ use prism_client::v4::Template;
 use prism_client::{Client, Error};
 use serde_json::Value;
 
-use super::inventory::Inventory;
 use crate::api::quantity::MIB;
 use crate::api::{BootType, IdentifierType, NutanixResourceIdentifier};
 use crate::plan::machine::addresses::subnet_cidr;
@@ -46,6 +45,8 @@ struct Caches {
     projects: Option<Cached<Vec<Project>>>,
     templates: Option<Cached<Vec<Template>>>,
     categories: BTreeMap<(String, String), Cached<bool>>,
+    /// Source VMs found, by the identifier they were asked by.
+    source_vms: BTreeMap<String, Cached<ResolvedSource>>,
 }
 
 /// Cached lookups for one Prism Central.
@@ -172,7 +173,6 @@ impl LookupCache {
     pub async fn resolve(
         &self,
         client: &Client,
-        inventory: &Inventory,
         lookups: &RequiredLookups,
         failure_domains: &[FailureDomain],
     ) -> ResolvedReferences {
@@ -226,7 +226,7 @@ impl LookupCache {
         }
         if !lookups.source_vms.is_empty() {
             for id in &lookups.source_vms {
-                let lookup = self.source_vm(client, inventory, id).await;
+                let lookup = self.source_vm(client, id).await;
                 insert(&mut resolved.source_vms, id, lookup);
             }
         }
@@ -269,56 +269,63 @@ impl LookupCache {
         resolved
     }
 
+    /// A clone's source VM: read by UUID, or found by its exact name with a name-filtered list
+    /// (a source VM is usually not one of the cluster's, so the inventory does not hold it).
     async fn source_vm(
         &self,
         client: &Client,
-        inventory: &Inventory,
         id: &NutanixResourceIdentifier,
     ) -> Lookup<ResolvedSource> {
-        let snapshot = match inventory.snapshot(client).await {
-            Ok(snapshot) => snapshot,
-            Err(error) => {
-                return Lookup::Failed {
-                    error: error.to_string(),
-                };
+        let cache_key = format!("{:?}/{}", id.type_, id.key().unwrap_or_default());
+        {
+            let caches = self.caches.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(cached) = caches.source_vms.get(&cache_key)
+                && cached.at.elapsed() < self.ttl
+            {
+                return Lookup::Found((*cached.value).clone());
             }
-        };
+        }
+        let lookup = self.find_source_vm(client, id).await;
+        if let Lookup::Found(source) = &lookup {
+            self.caches
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .source_vms
+                .insert(
+                    cache_key,
+                    Cached {
+                        at: Instant::now(),
+                        value: Arc::new(source.clone()),
+                    },
+                );
+        }
+        lookup
+    }
+
+    async fn find_source_vm(
+        &self,
+        client: &Client,
+        id: &NutanixResourceIdentifier,
+    ) -> Lookup<ResolvedSource> {
         match (&id.type_, id.key()) {
-            (IdentifierType::Uuid, Some(uuid)) => match snapshot.vm(uuid) {
-                Some(vm) => Lookup::Found(vm_source(vm)),
-                None => match client.get_vm(uuid).await {
-                    Ok(vm) => Lookup::Found(vm_source(&vm)),
-                    Err(error) if error.is_not_found() => Lookup::Failed {
-                        error: format!("no VM with UUID {uuid}"),
-                    },
-                    Err(error) => Lookup::Failed {
-                        error: error.to_string(),
-                    },
+            (IdentifierType::Uuid, Some(uuid)) => match client.get_vm(uuid).await {
+                Ok(vm) => Lookup::Found(vm_source(&vm)),
+                Err(error) if error.is_not_found() => Lookup::Failed {
+                    error: format!("no VM with UUID {uuid}"),
+                },
+                Err(error) => Lookup::Failed {
+                    error: error.to_string(),
                 },
             },
-            (_, Some(name)) => {
-                let matches: Vec<&Vm> = snapshot
-                    .vms()
-                    .filter(|vm| vm.name() == Some(name))
-                    .collect();
-                match matches.as_slice() {
-                    [vm] => Lookup::Found(vm_source(vm)),
-                    [] => Lookup::Failed {
-                        error: format!("no VM named {name:?}"),
-                    },
-                    several => Lookup::Failed {
-                        error: format!(
-                            "{} VMs are named {name:?}: {}",
-                            several.len(),
-                            several
-                                .iter()
-                                .filter_map(|vm| vm.uuid())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    },
-                }
-            }
+            (_, Some(name)) => match client.find_vm_by_exact_name(name).await {
+                Ok(Some(vm)) => Lookup::Found(vm_source(&vm)),
+                Ok(None) => Lookup::Failed {
+                    error: format!("no VM named {name:?}"),
+                },
+                Err(error) => Lookup::Failed {
+                    error: error.to_string(),
+                },
+            },
             (_, None) => Lookup::Failed {
                 error: "no usable identifier".into(),
             },

@@ -1,10 +1,11 @@
 //! The actuator: everything this controller asks of Prism Central, through `prism-client`.
 //!
-//! [`Actuator::connection`] gives the [`Connection`] for a Prism Central endpoint and
-//! credentials: one client (with its rate limit), one VM [`inventory`], one [`lookups`] cache
-//! and one pool of reserved UUIDs ([`uuid_pool`]), shared by every Machine that uses the same
-//! endpoint and credentials. A rotated credentials Secret yields a new connection (the
-//! fingerprint of the credentials is part of the key), without a restart.
+//! [`Actuator::connection`] gives the [`Connection`] for a Prism Central endpoint and the
+//! credentials of one Secret. Whatever the credentials, one Prism Central has one HTTP pool and
+//! one rate limit (Prism's limit is per Prism Central, not per user), one VM [`inventory`], one
+//! [`lookups`] cache and one pool of reserved UUIDs ([`uuid_pool`]). A Secret whose credentials
+//! change gets a new client at once, and its old credentials are no longer used, without a
+//! restart; two Secrets for one Prism Central each have their client, sharing the rest.
 //!
 //! # The create protocol: one VM per Machine, whatever fails in between
 //!
@@ -73,8 +74,9 @@ use prometheus::IntGaugeVec;
 use crate::api::{PendingTask, TaskOperation};
 use crate::plan::machine::provision::first_task_read_after;
 use crate::plan::vm::request::{FollowUpError, FollowUpUpdate, VmRequest};
+use crate::plan::vm::scope::NameClause;
 use credentials::PrismCredentials;
-use inventory::Inventory;
+use inventory::{Inventory, ScopeSource, SharedScopeSource};
 use lookups::LookupCache;
 use uuid_pool::UuidPool;
 
@@ -117,20 +119,40 @@ impl Default for ActuatorSettings {
     }
 }
 
-/// Connections unused this long are dropped (credentials rotated away, endpoints no longer used).
-const IDLE_CONNECTION: Duration = Duration::from_secs(3600);
+/// Clients unused this long are dropped (a credentials Secret no longer used by any Machine).
+const IDLE_CLIENT: Duration = Duration::from_secs(3600);
 
-/// Connections by endpoint and credentials fingerprint, with when each was last used.
-type Connections = HashMap<(String, u64), (Instant, Arc<Connection>)>;
-
-/// Prism access for the whole controller.
+/// Prism access for the whole controller: one [`PrismCentral`] per endpoint, and per
+/// credentials Secret a client sharing its HTTP connections and rate limit.
 pub struct Actuator {
     settings: ActuatorSettings,
     observer: Option<Arc<dyn RequestObserver>>,
     /// `nutanix_prism_inventory_unreadable_vms`, by endpoint.
     inventory_unreadable: Option<IntGaugeVec>,
-    connections: Mutex<Connections>,
+    /// The names the inventories list (set once the controller's Machine cache exists).
+    vm_scope: SharedScopeSource,
+    prism_centrals: Mutex<HashMap<String, Arc<PrismCentral>>>,
 }
+
+/// What every user of one Prism Central shares, whatever its credentials.
+#[derive(Debug)]
+struct PrismCentral {
+    /// The first client made for this Prism Central: others are made from it
+    /// ([`Client::with_credentials`]), sharing its HTTP connections and rate limit.
+    base: Client,
+    inventory: Inventory,
+    lookups: Arc<LookupCache>,
+    uuids: Arc<UuidPool>,
+    recent_reads: Arc<RecentReads>,
+    waiting: Arc<WaitingVms>,
+    task_durations: Arc<TaskDurations>,
+    deletes: Arc<DeleteDurations>,
+    connections: Mutex<HashMap<String, SourceConnection>>,
+}
+
+/// The connection of one credentials source (the Secret they came from): the fingerprint of
+/// the credentials it was made with, when it was last used, and the connection.
+type SourceConnection = (u64, Instant, Arc<Connection>);
 
 impl std::fmt::Debug for Actuator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -147,7 +169,8 @@ impl Actuator {
             settings,
             observer,
             inventory_unreadable: None,
-            connections: Mutex::new(HashMap::new()),
+            vm_scope: SharedScopeSource::default(),
+            prism_centrals: Mutex::new(HashMap::new()),
         }
     }
 
@@ -157,25 +180,80 @@ impl Actuator {
         self
     }
 
+    /// Gives the inventories the names of every watched Machine to list. Set once: a second
+    /// call is ignored (one controller, one Machine cache).
+    pub fn set_vm_scope(&self, source: ScopeSource) {
+        if self.vm_scope.set(source).is_err() {
+            tracing::debug!("the inventory's Machine names were already given");
+        }
+    }
+
     pub fn settings(&self) -> &ActuatorSettings {
         &self.settings
     }
 
-    /// The connection for `endpoint` (`host:port` or an `https://` URL) and `credentials`.
+    /// The connection for `endpoint` (`host:port` or an `https://` URL) with `credentials`, read
+    /// from `source` (the Secret's `namespace/name`). Every source shares one inventory, cache,
+    /// HTTP pool and rate limit per endpoint; new credentials from a source replace its old
+    /// ones at once.
     pub fn connection(
         &self,
         endpoint: &str,
+        source: &str,
         credentials: &PrismCredentials,
     ) -> Result<Arc<Connection>, ConfigError> {
-        let key = (endpoint.to_owned(), credentials.fingerprint());
-        let mut connections = self
+        let prism_central = self.prism_central(endpoint, credentials)?;
+        let fingerprint = credentials.fingerprint();
+        let mut connections = prism_central
             .connections
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        connections.retain(|k, (used, _)| *k == key || used.elapsed() < IDLE_CONNECTION);
-        if let Some((used, connection)) = connections.get_mut(&key) {
-            *used = Instant::now();
-            return Ok(connection.clone());
+        connections.retain(|key, (_, used, _)| key == source || used.elapsed() < IDLE_CLIENT);
+        match connections.get_mut(source) {
+            Some((known, used, connection)) if *known == fingerprint => {
+                *used = Instant::now();
+                return Ok(connection.clone());
+            }
+            Some(_) => {
+                tracing::info!(endpoint, source, user = %credentials.username, "credentials changed: the old ones are dropped");
+            }
+            None => {
+                tracing::info!(endpoint, source, user = %credentials.username, "connected to Prism Central");
+            }
+        }
+        let client = prism_central
+            .base
+            .with_credentials(&credentials.to_client(), Default::default())?;
+        let connection = Arc::new(Connection {
+            endpoint: endpoint.to_owned(),
+            client,
+            inventory: prism_central.inventory.clone(),
+            lookups: prism_central.lookups.clone(),
+            uuids: prism_central.uuids.clone(),
+            recent_reads: prism_central.recent_reads.clone(),
+            waiting: prism_central.waiting.clone(),
+            task_durations: prism_central.task_durations.clone(),
+            deletes: prism_central.deletes.clone(),
+        });
+        connections.insert(
+            source.to_owned(),
+            (fingerprint, Instant::now(), connection.clone()),
+        );
+        Ok(connection)
+    }
+
+    /// The shared state of `endpoint`, made with the first credentials used for it.
+    fn prism_central(
+        &self,
+        endpoint: &str,
+        credentials: &PrismCredentials,
+    ) -> Result<Arc<PrismCentral>, ConfigError> {
+        let mut prism_centrals = self
+            .prism_centrals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(prism_central) = prism_centrals.get(endpoint) {
+            return Ok(prism_central.clone());
         }
         let mut config = ClientConfig::new(endpoint, credentials.to_client())?;
         config.ca_bundle = self.settings.ca_file.clone().map(CaBundle::File);
@@ -184,42 +262,45 @@ impl Actuator {
         config.list_page_size = self.settings.page_length;
         config.observer = self.observer.clone();
         config.user_agent = format!("nutanix-machine-controller/{}", env!("CARGO_PKG_VERSION"));
-        let client = Client::new(config)?;
-        tracing::info!(endpoint, user = %credentials.username, "connected to Prism Central");
-        let connection = Arc::new(Connection {
-            endpoint: endpoint.to_owned(),
-            client,
+        let prism_central = Arc::new(PrismCentral {
+            base: Client::new(config)?,
             inventory: Inventory::new(
                 self.settings.inventory_max_age,
                 self.settings.page_length,
                 self.inventory_unreadable
                     .as_ref()
                     .map(|gauges| gauges.with_label_values(&[endpoint])),
+                self.vm_scope.clone(),
             ),
-            lookups: LookupCache::new(self.settings.lookup_ttl),
-            uuids: UuidPool::new(self.settings.uuid_batch, self.settings.uuid_validity),
-            recent_reads: RecentReads::new(self.settings.vm_read_ttl),
-            waiting: WaitingVms::default(),
-            task_durations: TaskDurations::default(),
-            deletes: DeleteDurations::default(),
+            lookups: Arc::new(LookupCache::new(self.settings.lookup_ttl)),
+            uuids: Arc::new(UuidPool::new(
+                self.settings.uuid_batch,
+                self.settings.uuid_validity,
+            )),
+            recent_reads: Arc::new(RecentReads::new(self.settings.vm_read_ttl)),
+            waiting: Arc::default(),
+            task_durations: Arc::default(),
+            deletes: Arc::default(),
+            connections: Mutex::new(HashMap::new()),
         });
-        connections.insert(key, (Instant::now(), connection.clone()));
-        Ok(connection)
+        prism_centrals.insert(endpoint.to_owned(), prism_central.clone());
+        Ok(prism_central)
     }
 }
 
-/// One Prism Central with one set of credentials.
+/// One Prism Central with one set of credentials; what it shares with the other credentials
+/// of the same Prism Central is behind `Arc`s.
 #[derive(Debug)]
 pub struct Connection {
     endpoint: String,
     client: Client,
     pub inventory: Inventory,
-    pub lookups: LookupCache,
-    pub uuids: UuidPool,
-    recent_reads: RecentReads,
-    waiting: WaitingVms,
-    task_durations: TaskDurations,
-    deletes: DeleteDurations,
+    pub lookups: Arc<LookupCache>,
+    pub uuids: Arc<UuidPool>,
+    recent_reads: Arc<RecentReads>,
+    waiting: Arc<WaitingVms>,
+    task_durations: Arc<TaskDurations>,
+    deletes: Arc<DeleteDurations>,
 }
 
 /// VMs read by UUID in the last few seconds.
@@ -428,6 +509,7 @@ impl Connection {
     pub async fn listing_for_waiter(
         &self,
         uuid: &str,
+        wanted: &NameClause,
         window: Duration,
         max_age: Duration,
     ) -> Result<Option<Arc<inventory::InventorySnapshot>>, Error> {
@@ -436,7 +518,7 @@ impl Connection {
             return Ok(None);
         }
         self.inventory
-            .snapshot_within(&self.client, max_age)
+            .snapshot_within(&self.client, wanted, max_age)
             .await
             .map(Some)
     }
@@ -633,5 +715,40 @@ mod tests {
             1,
             "looks older than the window are forgotten"
         );
+    }
+
+    #[test]
+    fn one_prism_central_shares_one_state_whatever_the_credentials() {
+        let actuator = Actuator::new(ActuatorSettings::default(), None);
+        let endpoint = "pc.example.com:9440";
+        let team_a = PrismCredentials::new("a", "one");
+        let team_b = PrismCredentials::new("b", "two");
+        let first = actuator.connection(endpoint, "ns/a", &team_a).unwrap();
+        let other = actuator.connection(endpoint, "ns/b", &team_b).unwrap();
+        assert!(Arc::ptr_eq(&first.lookups, &other.lookups));
+        assert!(Arc::ptr_eq(&first.uuids, &other.uuids));
+        assert!(Arc::ptr_eq(&first.waiting, &other.waiting));
+        assert!(first.inventory.same_as(&other.inventory));
+        let again = actuator.connection(endpoint, "ns/a", &team_a).unwrap();
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "unchanged credentials: the same client"
+        );
+
+        // Rotated: a new client at once, the same shared state, and one client for the source.
+        let rotated = PrismCredentials::new("a", "three");
+        let after = actuator.connection(endpoint, "ns/a", &rotated).unwrap();
+        assert!(!Arc::ptr_eq(&first, &after));
+        assert!(Arc::ptr_eq(&first.lookups, &after.lookups));
+        let prism_central = actuator.prism_central(endpoint, &rotated).unwrap();
+        let connections = prism_central.connections.lock().unwrap();
+        assert_eq!(connections.len(), 2, "ns/a and ns/b");
+        assert!(Arc::ptr_eq(&connections["ns/a"].2, &after));
+
+        // Another Prism Central has its own.
+        let elsewhere = actuator
+            .connection("pc2.example.com:9440", "ns/a", &team_a)
+            .unwrap();
+        assert!(!Arc::ptr_eq(&first.lookups, &elsewhere.lookups));
     }
 }

@@ -236,7 +236,10 @@ pub async fn environment(shared: &Shared, machine: &Machine) -> Result<Environme
         name: secret_name.clone(),
         source,
     })?;
-    let connection = shared.actuator.connection(&endpoint, &credentials)?;
+    let source = format!("{namespace}/{secret_name}");
+    let connection = shared
+        .actuator
+        .connection(&endpoint, &source, &credentials)?;
     Ok(Environment {
         connection,
         infrastructure,

@@ -48,6 +48,7 @@ use crate::plan::machine::{
     MetadataChange, Next, Read, SendOutcome, Settings, Snapshot, decide,
 };
 use crate::plan::vm::identity::identity_of;
+use crate::plan::vm::scope::NameClause;
 
 /// Label of this controller in metrics.
 const CONTROLLER: &str = "machine";

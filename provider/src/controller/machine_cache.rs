@@ -17,7 +17,11 @@ use kube::runtime::reflector::{self, ReflectHandle, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
+use std::sync::Arc;
+
+use crate::actuator::inventory::ScopeSource;
 use crate::api::GuardedMachine;
+use crate::plan::vm::scope::VmNameScope;
 
 /// Changes one controller may leave unread before the watch waits for it (each is a reference
 /// into the store, not a copy of the Machine).
@@ -76,6 +80,21 @@ impl MachineCache {
                 .unwrap_or_else(|| unreachable!("a shared writer hands out subscriptions")),
             ready: self.ready.subscribe(),
         }
+    }
+
+    /// The names of the cached Machines' VMs, for the VM inventory to list.
+    pub fn vm_scope(&self) -> ScopeSource {
+        let store = self.store.clone();
+        Arc::new(move || {
+            let machines = store.state();
+            VmNameScope::of(machines.iter().filter_map(|guarded| {
+                let machine = guarded.0.as_ref().ok()?;
+                Some((
+                    machine.metadata.name.as_deref().unwrap_or_default(),
+                    machine.machine_set(),
+                ))
+            }))
+        })
     }
 
     /// Watches the Machines of `api` into the cache until the watch ends.

@@ -195,6 +195,7 @@ pub fn controllers(shared: Arc<Shared>) -> Vec<(&'static str, ControllerFuture)>
         None => Api::all(shared.client.clone()),
     };
     let cache = MachineCache::new();
+    shared.actuator.set_vm_scope(cache.vm_scope());
     let (for_machine, for_join) = (cache.subscribe(), cache.subscribe());
     vec![
         ("machine-cache", Box::pin(cache.run(machines))),

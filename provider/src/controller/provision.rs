@@ -55,12 +55,7 @@ pub async fn resolve_and_plan(
             let lookups = RequiredLookups::of(&config, &infra_id, Some(failure_domains));
             connection
                 .lookups
-                .resolve(
-                    connection.client(),
-                    &connection.inventory,
-                    &lookups,
-                    failure_domains,
-                )
+                .resolve(connection.client(), &lookups, failure_domains)
                 .await
         }
         None => ResolvedReferences::default(),

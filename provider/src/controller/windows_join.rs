@@ -51,6 +51,7 @@ use crate::plan::machine::node_link::{
     ProviderIdAction, machine_node_names, machine_of_node, node_ref, provider_id_action,
     same_dns_name,
 };
+use crate::plan::vm::scope::NameClause;
 pub use crate::plan::windows_join::STATUS_FIELD;
 use crate::plan::windows_join::csr::{CLIENT_SIGNER, SERVING_SIGNER};
 use crate::plan::windows_join::csr_pem::{CsrObjectError, csr_of, csr_state};
@@ -303,7 +304,12 @@ impl Context {
             }
         };
         let connection = environment.connection;
-        let snapshot = match connection.inventory.snapshot(connection.client()).await {
+        let wanted = NameClause::of(machine);
+        let snapshot = match connection
+            .inventory
+            .snapshot(connection.client(), &wanted)
+            .await
+        {
             Ok(snapshot) => snapshot,
             Err(error) => {
                 tracing::debug!(machine = %machine.name_any(), %error, "no VM inventory for the Node IP check");

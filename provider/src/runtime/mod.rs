@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod leader;
+pub mod secret_changes;
 pub mod server;
 pub mod validate;
 
@@ -30,6 +31,7 @@ use crate::actuator::{Actuator, ActuatorSettings};
 use crate::controller::{ControllerSettings, Shared, WatchedSecrets, controllers};
 use crate::metrics::Metrics;
 use cli::{MACHINE_API_MIGRATION, PrismArgs, RunArgs, parse_listen_address};
+use secret_changes::SecretDataChanges;
 
 /// Why the controller stopped.
 #[derive(Debug, thiserror::Error)]
@@ -138,8 +140,8 @@ fn vm_read_ttl(soonest_requeue: Duration) -> Duration {
 
 /// Watches the Secrets of `namespace` (all when `None`) into a store.
 /// The watched Secrets, the task that keeps the store current, and a channel that names every
-/// Secret the store has just taken in (so that the Machines using it are reconciled at once,
-/// and read the Secret as changed).
+/// Secret whose data the store has just taken in (so that the Machines using it are reconciled
+/// at once, and read the Secret as changed).
 fn secret_store(
     client: Client,
     namespace: Option<&str>,
@@ -161,16 +163,20 @@ fn secret_store(
     let (changes, _) = broadcast::channel(SECRET_CHANGES_BUFFER);
     let sender = changes.clone();
     let run = async move {
+        let mut data_changes = SecretDataChanges::default();
         stream
             .for_each(|result| {
-                let sender = sender.clone();
-                async move {
-                    match result {
-                        // No receiver (no Machine controller running yet) is no error.
-                        Ok(secret) => drop(sender.send(ObjectRef::from_obj(&secret))),
-                        Err(error) => tracing::warn!(%error, "watching Secrets"),
+                match result {
+                    // Only new data is announced; no receiver (no Machine controller running
+                    // yet) is no error.
+                    Ok(secret) => {
+                        if data_changes.changed(&secret) {
+                            drop(sender.send(ObjectRef::from_obj(&secret)));
+                        }
                     }
+                    Err(error) => tracing::warn!(%error, "watching Secrets"),
                 }
+                std::future::ready(())
             })
             .await;
     };

@@ -89,7 +89,7 @@ async fn validate_inner(args: &ValidateArgs) -> Result<ExitCode, String> {
         .ok_or("no Prism Central endpoint: give --prism-endpoint or --infrastructure")?;
     let actuator = Actuator::new(super::actuator_settings(&args.prism), None);
     let connection = actuator
-        .connection(&endpoint, &credentials)
+        .connection(&endpoint, "--credentials", &credentials)
         .map_err(|e| e.to_string())?;
     let failure_domains = infrastructure
         .map(|info| info.failure_domains)

@@ -256,6 +256,17 @@ impl Machine {
         )
     }
 
+    /// The name of the MachineSet that controls this Machine, if any (its controller owner
+    /// reference of kind `MachineSet`).
+    pub fn machine_set(&self) -> Option<&str> {
+        self.metadata
+            .owner_references
+            .as_deref()?
+            .iter()
+            .find(|owner| owner.controller == Some(true) && owner.kind == "MachineSet")
+            .map(|owner| owner.name.as_str())
+    }
+
     /// Whether the Machine is labelled `machine.openshift.io/os-id: Windows`.
     pub fn is_windows(&self) -> bool {
         is_windows(self.metadata.labels.as_ref())

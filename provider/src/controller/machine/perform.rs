@@ -38,11 +38,11 @@ impl Scope {
                     })
                 })
                 .collect(),
-            of_machine: (slot == ListingSlot::Marker)
-                .then(|| listing.vm_of_machine(&facts.identity.uid))
-                .flatten()
-                .and_then(|vm| vm.uuid())
-                .map(str::to_owned),
+            marked: if slot == ListingSlot::Marker {
+                listing.marked_for(&facts.identity.uid)
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -80,18 +80,24 @@ impl Scope {
             Read::Listing { slot, source } => {
                 let connection = self.connection()?;
                 let client = connection.client();
+                let wanted = NameClause::of(&self.machine);
                 let listing = match source {
-                    ListingSource::Inventory => Some(connection.inventory.snapshot(client).await?),
-                    ListingSource::Within(age) => {
-                        Some(connection.inventory.snapshot_within(client, age).await?)
+                    ListingSource::Inventory => {
+                        Some(connection.inventory.snapshot(client, &wanted).await?)
                     }
+                    ListingSource::Within(age) => Some(
+                        connection
+                            .inventory
+                            .snapshot_within(client, &wanted, age)
+                            .await?,
+                    ),
                     ListingSource::ForWaiter {
                         waiter,
                         window,
                         max_age,
                     } => {
                         connection
-                            .listing_for_waiter(&waiter, window, max_age)
+                            .listing_for_waiter(&waiter, &wanted, window, max_age)
                             .await?
                     }
                 };

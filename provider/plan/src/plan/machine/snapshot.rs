@@ -16,7 +16,7 @@ use crate::plan::machine::lifecycle::{Intervals, MachineState};
 use crate::plan::machine::provision::{DeployCandidate, secure_boot_customized};
 use crate::plan::vm::VmPlan;
 use crate::plan::vm::errors::ValidationErrors;
-use crate::plan::vm::identity::MachineIdentity;
+use crate::plan::vm::identity::{MachineIdentity, MarkedVm};
 use crate::plan::windows_join::timed_out_join;
 
 /// Machine condition of a paused Machine (migration to the Cluster API).
@@ -176,8 +176,8 @@ pub struct Listing {
     pub vm: Option<Vm>,
     /// VMs with the Machine's name.
     pub named: Vec<DeployCandidate>,
-    /// The UUID of a VM carrying the Machine's identity marker.
-    pub of_machine: Option<String>,
+    /// VMs carrying the Machine's uid in their identity marker.
+    pub marked: Vec<MarkedVm>,
 }
 
 /// What a create needs, or why it cannot be made now.

@@ -20,6 +20,7 @@ use crate::plan::machine::provision::DeployCandidate;
 use crate::plan::machine::status::{
     StatusUpdate, conditions, metadata_patch, provider_condition, status_patch,
 };
+use crate::plan::vm::identity::{MarkedVm, identity_of};
 use crate::plan::vm::request::VmRequest;
 use crate::plan::vm::resolve::{ResolutionMode, ResolvedReferences};
 use crate::plan::vm::secret::UserData;
@@ -251,7 +252,23 @@ impl World {
                     identity: None,
                 })
                 .collect(),
-            of_machine: None,
+            marked: listed
+                .iter()
+                .filter_map(|vm| {
+                    let spec = vm.spec.as_ref()?;
+                    let identity = identity_of(spec.description.as_deref()?)?;
+                    (identity.uid == UID).then(|| MarkedVm {
+                        uuid: vm.uuid().unwrap_or_default().to_owned(),
+                        name: spec.name.clone(),
+                        created: vm
+                            .metadata
+                            .creation_time
+                            .as_deref()
+                            .and_then(|time| time.parse().ok()),
+                        identity,
+                    })
+                })
+                .collect(),
         })
     }
 
@@ -1024,6 +1041,47 @@ fn a_500_after_prism_made_the_vm_finds_it_and_creates_no_second() {
         world.tick();
         world.run_until(8, |w| w.phase() == phase::PROVISIONED);
         assert_eq!(world.vms.len(), 1, "{source}");
+    }
+}
+
+/// A listed VM carrying this Machine's identity marker, named `name`, made at `created`.
+fn marked_vm(world: &mut World, uuid: &str, name: &str, created: &str) {
+    world.vms.insert(
+        uuid.to_owned(),
+        json!({
+            "metadata": {"kind": "vm", "uuid": uuid, "creation_time": created},
+            "spec": {"name": name,
+                     "description": format!("openshift-machine: openshift-machine-api/{NAME} uid={UID}"),
+                     "resources": {"nic_list": [{"subnet_reference": {"kind": "subnet", "uuid": SUBNET}}]}},
+            "status": {"state": "COMPLETE", "resources": {"power_state": "ON"}}
+        }),
+    );
+}
+
+#[test]
+fn a_machine_without_its_uuid_adopts_only_a_vm_it_can_trust() {
+    // Its own VM (made after the Machine, with its name): adopted, no second VM.
+    let mut world = World::new("image");
+    marked_vm(&mut world, "own", NAME, "2026-01-01T00:00:30Z");
+    world.steps();
+    let (_, outcome) = world.steps();
+    assert_eq!(outcome.events, ["Adopted"]);
+    assert_eq!(world.status().vm_uuid.as_deref(), Some("own"));
+
+    // A VM another Prism user gave the marker: older than the Machine, or not named after it.
+    for (name, created) in [
+        (NAME, "2025-06-01T00:00:00Z"),
+        ("someone-elses", "2026-01-01T00:00:30Z"),
+    ] {
+        let mut world = World::new("image");
+        marked_vm(&mut world, "planted", name, created);
+        world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+        assert_ne!(
+            world.status().vm_uuid.as_deref(),
+            Some("planted"),
+            "{name} made {created}"
+        );
+        assert_eq!(world.vms.len(), 2, "its own VM is made: {name} {created}");
     }
 }
 

@@ -9,6 +9,8 @@
 
 use std::fmt;
 
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
 /// Start of the marker line.
 pub const IDENTITY_PREFIX: &str = "openshift-machine: ";
 
@@ -55,9 +57,107 @@ pub fn identity_of(description: &str) -> Option<MachineIdentity> {
     })
 }
 
+/// A listed VM whose description carries a Machine's identity marker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MarkedVm {
+    pub uuid: String,
+    /// `spec.name`.
+    pub name: String,
+    /// `metadata.creation_time`.
+    pub created: Option<Timestamp>,
+    pub identity: MachineIdentity,
+}
+
+/// How much older than its Machine a VM may look and still be its VM: Prism Central's clock and
+/// the API server's are set by different people (and Kubernetes keeps whole seconds).
+pub const CLOCK_SKEW: SignedDuration = SignedDuration::from_secs(300);
+
+/// The VM to adopt for a Machine that lost (or never recorded) its VM's UUID, among VMs carrying
+/// a marker. A description is anyone's to write in Prism, so the marker alone is not trusted: the
+/// VM must carry the Machine's whole identity (namespace, name and uid), bear the Machine's name
+/// (every VM this provider makes is named after its Machine), and be no older than the Machine
+/// (a VM made before the Machine existed, its description edited since, is not its VM). A VM
+/// without a creation time is not taken. Several fitting (which the create protocol prevents):
+/// the oldest, by creation time then UUID, so that the answer is stable.
+pub fn adoptable_vm<'a>(
+    marked: &'a [MarkedVm],
+    machine: &MachineIdentity,
+    machine_created: Option<Timestamp>,
+) -> Option<&'a MarkedVm> {
+    let earliest = machine_created? - CLOCK_SKEW;
+    marked
+        .iter()
+        .filter(|vm| vm.identity == *machine && vm.name == machine.name)
+        .filter(|vm| vm.created.is_some_and(|created| created >= earliest))
+        .min_by(|a, b| (a.created, &a.uuid).cmp(&(b.created, &b.uuid)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn marked(uuid: &str, name: &str, created: &str, identity: MachineIdentity) -> MarkedVm {
+        MarkedVm {
+            uuid: uuid.into(),
+            name: name.into(),
+            created: Some(created.parse().unwrap()),
+            identity,
+        }
+    }
+
+    #[test]
+    fn a_marker_alone_is_not_trusted() {
+        let machine = identity();
+        let created: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+        let own = marked("a", &machine.name, "2026-12-01T10:00:05Z", machine.clone());
+        assert_eq!(
+            adoptable_vm(std::slice::from_ref(&own), &machine, Some(created)),
+            Some(&own)
+        );
+        let cases = [
+            // Renamed, or another VM given the marker.
+            marked("b", "someone-else", "2026-12-01T10:00:05Z", machine.clone()),
+            // Made long before the Machine existed, its description edited since.
+            marked("c", &machine.name, "2026-11-01T10:00:00Z", machine.clone()),
+            // The uid of this Machine under another name or namespace.
+            marked(
+                "d",
+                &machine.name,
+                "2026-12-01T10:00:05Z",
+                MachineIdentity {
+                    namespace: "other".into(),
+                    ..machine.clone()
+                },
+            ),
+        ];
+        for case in &cases {
+            assert_eq!(
+                adoptable_vm(std::slice::from_ref(case), &machine, Some(created)),
+                None,
+                "{case:?}"
+            );
+        }
+        let no_time = MarkedVm {
+            created: None,
+            ..own.clone()
+        };
+        assert_eq!(adoptable_vm(&[no_time], &machine, Some(created)), None);
+        assert_eq!(
+            adoptable_vm(std::slice::from_ref(&own), &machine, None),
+            None
+        );
+    }
+
+    #[test]
+    fn clocks_may_disagree_by_minutes_and_the_oldest_of_several_wins() {
+        let machine = identity();
+        let created: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+        let skewed = marked("b", &machine.name, "2026-12-01T09:56:00Z", machine.clone());
+        let later = marked("a", &machine.name, "2026-12-01T10:01:00Z", machine.clone());
+        let marked = [later, skewed.clone()];
+        let found = adoptable_vm(&marked, &machine, Some(created));
+        assert_eq!(found, Some(&skewed));
+    }
 
     fn identity() -> MachineIdentity {
         MachineIdentity {

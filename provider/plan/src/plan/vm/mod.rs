@@ -9,6 +9,7 @@ pub mod guest;
 pub mod identity;
 pub mod request;
 pub mod resolve;
+pub mod scope;
 pub mod secret;
 pub mod unattend;
 pub mod validate;

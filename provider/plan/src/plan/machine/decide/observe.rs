@@ -19,6 +19,7 @@ use crate::plan::machine::provision::{
 };
 use crate::plan::machine::snapshot::Listing;
 use crate::plan::machine::status::conditions;
+use crate::plan::vm::identity::adoptable_vm;
 use crate::plan::vm::request::FollowUpUpdate;
 
 /// How much later than its recorded time (whole seconds) something was sent.
@@ -142,7 +143,8 @@ pub(super) fn observe(d: &mut Draft<'_>) -> Result<(VmObservation, Option<Vm>), 
         ListingSlot::Marker,
         ListingSource::Inventory,
     )?
-    .and_then(|listed| listed.of_machine.clone());
+    .and_then(|listed| adoptable_vm(&listed.marked, &s.machine.identity, s.machine.created))
+    .map(|vm| vm.uuid.clone());
     if let Some(uuid) = marked {
         let uuid = uuid.to_ascii_lowercase();
         d.record(|status| status.vm_uuid = Some(uuid.clone()));
