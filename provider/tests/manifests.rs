@@ -1,8 +1,10 @@
 //! The install manifests (`manifests/`): `kubectl kustomize` renders exactly the install set;
 //! every built-in object survives a round trip through its typed k8s-openapi struct (a misspelt
 //! or misplaced field would be dropped); the Deployment agrees with the binary's flags, its RBAC
-//! and its Service, ServiceMonitor and NetworkPolicy; and `kubectl apply -k manifests/` applies
-//! cleanly to kube-sim, twice (client-side and server-side).
+//! and its Service, ServiceMonitor, NetworkPolicy and PodDisruptionBudget; the admission policy on
+//! the ServiceAccount's Secrets agrees with the Secret the code creates and with the Role; and
+//! `kubectl apply -k manifests/` applies cleanly to kube-sim, twice (client-side and server-side).
+//! (The policy itself runs on the real API server: tests/e2e/secret_policy.rs.)
 //!
 //! The tests that run kubectl are skipped, with a message, when kubectl is not installed.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
@@ -15,14 +17,23 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use clap::Parser;
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Container, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Container, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_sim::{KubeSim, RequestRecord};
+use nutanix_machine_controller::api::Machine;
+use nutanix_machine_controller::controller::provision::{
+    ADMIN_PASSWORD_KEY, generated_password_object, random_admin_password,
+};
+use nutanix_machine_controller::plan::vm::secret::GENERATED_PASSWORD_SUFFIX;
 use nutanix_machine_controller::runtime::cli::Cli;
 use serde_json::{Value, json};
 
@@ -127,7 +138,18 @@ fn expected_install_set() -> BTreeSet<(String, String, String)> {
         ("ClusterRoleBinding", "", "nutanix-machine-controller"),
         ("Role", NS, "nutanix-machine-controller"),
         ("RoleBinding", NS, "nutanix-machine-controller"),
+        (
+            "ValidatingAdmissionPolicy",
+            "",
+            "nutanix-machine-controller-secrets",
+        ),
+        (
+            "ValidatingAdmissionPolicyBinding",
+            "",
+            "nutanix-machine-controller-secrets",
+        ),
         ("Deployment", NS, "nutanix-machine-controller"),
+        ("PodDisruptionBudget", NS, "nutanix-machine-controller"),
         ("Service", NS, "nutanix-machine-controller-metrics"),
         ("ServiceMonitor", NS, "nutanix-machine-controller"),
         ("NetworkPolicy", NS, "nutanix-machine-controller"),
@@ -250,6 +272,13 @@ fn every_built_in_object_round_trips_through_its_type() {
                 "ClusterRole" => round_trips::<ClusterRole>(&path, &object),
                 "RoleBinding" => round_trips::<RoleBinding>(&path, &object),
                 "ClusterRoleBinding" => round_trips::<ClusterRoleBinding>(&path, &object),
+                "ValidatingAdmissionPolicy" => {
+                    round_trips::<ValidatingAdmissionPolicy>(&path, &object)
+                }
+                "ValidatingAdmissionPolicyBinding" => {
+                    round_trips::<ValidatingAdmissionPolicyBinding>(&path, &object)
+                }
+                "PodDisruptionBudget" => round_trips::<PodDisruptionBudget>(&path, &object),
                 "CustomResourceDefinition" => {
                     round_trips::<CustomResourceDefinition>(&path, &object)
                 }
@@ -260,7 +289,7 @@ fn every_built_in_object_round_trips_through_its_type() {
             checked += 1;
         }
     }
-    assert!(checked >= 13, "{checked} objects checked");
+    assert!(checked >= 16, "{checked} objects checked");
 }
 
 fn deploy_object(kind: &str, name: &str) -> Value {
@@ -495,6 +524,148 @@ fn the_deployment_agrees_with_the_binary_its_rbac_and_its_service() {
             container_port(container, "health")
         ])
     );
+
+    // The PodDisruptionBudget covers these pods, lets one go at a time whatever the replica
+    // count (minAvailable would block every eviction of a single replica) and never holds a
+    // drain for a replica that is not Ready.
+    let budget: PodDisruptionBudget = serde_json::from_value(deploy_object(
+        "PodDisruptionBudget",
+        "nutanix-machine-controller",
+    ))
+    .unwrap();
+    let budget_spec = budget.spec.unwrap();
+    assert_eq!(
+        budget_spec.selector.and_then(|s| s.match_labels).as_ref(),
+        Some(&pod_labels)
+    );
+    assert_eq!(budget_spec.max_unavailable, Some(IntOrString::Int(1)));
+    assert_eq!(budget_spec.min_available, None);
+    assert_eq!(
+        budget_spec.unhealthy_pod_eviction_policy.as_deref(),
+        Some("AlwaysAllow")
+    );
+    assert!(spec.replicas.unwrap_or(1) > 1, "a standby to take over");
+    // A class the API server creates itself (scheduling/v1 SystemPriorityClasses).
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-node-critical")
+    );
+}
+
+/// `manifests/rbac/admission/secret-policy.yaml`: the policy (and its binding).
+fn secret_policy() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding) {
+    let objects: Vec<Value> = documents_under(&repo("manifests/rbac/admission"))
+        .into_iter()
+        .map(|(_, d)| d)
+        .collect();
+    let name = "nutanix-machine-controller-secrets";
+    (
+        serde_json::from_value(the(&objects, "ValidatingAdmissionPolicy", name).clone()).unwrap(),
+        serde_json::from_value(the(&objects, "ValidatingAdmissionPolicyBinding", name).clone())
+            .unwrap(),
+    )
+}
+
+#[test]
+fn the_secret_policy_binds_the_controllers_service_account_and_allows_the_secret_the_code_writes() {
+    let (policy, binding) = secret_policy();
+    let spec = policy.spec.unwrap();
+    let binding_spec = binding.spec.unwrap();
+    assert_eq!(binding_spec.policy_name, policy.metadata.name);
+    assert_eq!(
+        binding_spec.validation_actions,
+        Some(vec!["Deny".to_owned()])
+    );
+    assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
+
+    // It applies to the ServiceAccount the manifests define, and to nobody else.
+    let permissions = rbac::Permissions::controller().unwrap();
+    let (namespace, account) = &permissions.service_account;
+    let [condition] = spec.match_conditions.unwrap().try_into().unwrap();
+    let username = format!("'system:serviceaccount:{namespace}:{account}'");
+    assert_eq!(
+        condition.expression,
+        format!("request.userInfo.username == {username}")
+    );
+
+    // It matches every write the Role lets that ServiceAccount make on a Secret: create only.
+    let [rule] = spec
+        .match_constraints
+        .unwrap()
+        .resource_rules
+        .unwrap()
+        .try_into()
+        .unwrap();
+    assert_eq!(rule.api_groups, Some(vec![String::new()]));
+    assert_eq!(rule.resources, Some(vec!["secrets".to_owned()]));
+    assert_eq!(rule.operations, Some(vec!["CREATE".to_owned()]));
+    let on_secrets = |verb: &str| RequestRecord {
+        verb: verb.into(),
+        method: String::new(),
+        path: String::new(),
+        api_group: String::new(),
+        api_version: "v1".into(),
+        resource: "secrets".into(),
+        subresource: String::new(),
+        namespace: namespace.clone(),
+        name: "any".into(),
+        user_agent: String::new(),
+        user: String::new(),
+        status: 200,
+    };
+    assert!(permissions.allows(&on_secrets("create")));
+    for verb in ["update", "patch", "delete", "deletecollection"] {
+        assert!(
+            !permissions.allows(&on_secrets(verb)),
+            "the Role allows {verb} on Secrets, which the policy does not check"
+        );
+    }
+
+    // Every value of the Secret the code creates is the one the policy asks for: its name's
+    // suffix, type, key and owner (read from the code, not repeated here).
+    let machine: Machine = serde_json::from_value(json!({
+        "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": "windows-0", "namespace": NS, "uid": "0b1c"},
+        "spec": {},
+    }))
+    .unwrap();
+    let secret: Secret = generated_password_object(&machine, &random_admin_password());
+    let owner = &secret.metadata.owner_references.as_ref().unwrap()[0];
+    let keys: Vec<&String> = secret.data.as_ref().unwrap().keys().collect();
+    assert_eq!(keys, [ADMIN_PASSWORD_KEY]);
+    assert_eq!(
+        secret.metadata.name.as_deref(),
+        Some(format!("{}{GENERATED_PASSWORD_SUFFIX}", owner.name).as_str())
+    );
+    let validations = spec.validations.unwrap();
+    let expressions: String = validations
+        .iter()
+        .map(|v| v.expression.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    for quoted in [
+        format!("'{GENERATED_PASSWORD_SUFFIX}'"),
+        format!("'{ADMIN_PASSWORD_KEY}'"),
+        format!("'{}'", secret.type_.as_deref().unwrap()),
+        format!("'{}'", owner.api_version),
+        format!("'{}'", owner.kind),
+        "'kubernetes.io/service-account-token'".to_owned(),
+    ] {
+        assert!(
+            expressions.contains(&quoted),
+            "no validation checks {quoted}: {expressions}"
+        );
+    }
+
+    // Each refusal says what was refused and why, as a 403.
+    for validation in &validations {
+        let message = validation.message.as_deref().unwrap_or_default();
+        assert!(
+            message.starts_with(&format!("{account} may ")) && !message.contains('\n'),
+            "{message:?}"
+        );
+        assert_eq!(validation.reason.as_deref(), Some("Forbidden"));
+    }
 }
 
 #[test]
@@ -527,7 +698,7 @@ fn an_overlay_sets_the_image() {
 // ---- kubectl apply against kube-sim ----
 
 /// A CRD standing in for a built-in kind kube-sim does not serve (Deployments, NetworkPolicies,
-/// RBAC): any content is kept, so only kubectl's handling and kube-sim's generic checks (names,
+/// RBAC, admission policies): any content is kept, so only kubectl's handling and kube-sim's generic checks (names,
 /// namespaces, labels) apply; the field check is `every_built_in_object_round_trips_through_its_type`.
 fn stand_in_crd(group: &str, kind: &str, plural: &str, namespaced: bool) -> Value {
     json!({
@@ -610,6 +781,18 @@ async fn cluster(dir: &Path) -> (kube_sim::RunningKubeSim, Kubectl) {
             "clusterrolebindings",
             false,
         ),
+        stand_in_crd(
+            "admissionregistration.k8s.io",
+            "ValidatingAdmissionPolicy",
+            "validatingadmissionpolicies",
+            false,
+        ),
+        stand_in_crd(
+            "admissionregistration.k8s.io",
+            "ValidatingAdmissionPolicyBinding",
+            "validatingadmissionpolicybindings",
+            false,
+        ),
     ] {
         sim.create(crd).unwrap();
     }
@@ -644,6 +827,13 @@ fn kubectl_names() -> Vec<String> {
                 "RoleBinding" => "rolebinding.rbac.authorization.k8s.io",
                 "ClusterRole" => "clusterrole.rbac.authorization.k8s.io",
                 "ClusterRoleBinding" => "clusterrolebinding.rbac.authorization.k8s.io",
+                "ValidatingAdmissionPolicy" => {
+                    "validatingadmissionpolicy.admissionregistration.k8s.io"
+                }
+                "ValidatingAdmissionPolicyBinding" => {
+                    "validatingadmissionpolicybinding.admissionregistration.k8s.io"
+                }
+                "PodDisruptionBudget" => "poddisruptionbudget.policy",
                 other => panic!("{other}"),
             };
             format!("{resource}/{name}")
@@ -651,8 +841,10 @@ fn kubectl_names() -> Vec<String> {
         .collect()
 }
 
-fn assert_every_object(output: &str, outcome: &str) {
+/// Every object of the install set is in kubectl's `output`, with the `outcome` of its name.
+fn assert_every_object(output: &str, outcome: impl Fn(&str) -> &'static str) {
     for name in kubectl_names() {
+        let outcome = outcome(&name);
         assert!(
             output
                 .lines()
@@ -707,10 +899,29 @@ async fn kubectl_apply_k_installs_the_manifests_and_a_second_apply_changes_nothi
     let manifests = repo("manifests").display().to_string();
 
     let first = kubectl.ok(&["apply", "-k", &manifests]);
-    assert_every_object(&first, "created");
+    assert_every_object(&first, |_| "created");
     assert_installed(&sim);
     let second = kubectl.ok(&["apply", "-k", &manifests]);
-    assert_every_object(&second, "unchanged");
+    // kubectl's client-side apply puts a PodDisruptionBudget's selector in every patch, changed
+    // or not (its patch strategy is `replace`: k8s.io/api policy/v1 types.go; apimachinery
+    // pkg/util/strategicpatch/patch.go, handleMapDiff), so it says `configured`, on a real API
+    // server too (tests/e2e/secret_policy.rs); the object is the same (its generation stays 1).
+    assert_every_object(&second, |name| {
+        if name.starts_with("poddisruptionbudget.") {
+            "configured"
+        } else {
+            "unchanged"
+        }
+    });
+    let budget = sim
+        .get(
+            "policy",
+            "poddisruptionbudgets",
+            NS,
+            "nutanix-machine-controller",
+        )
+        .unwrap();
+    assert_eq!(budget["metadata"]["generation"], 1);
 
     // The Machine CRDs are served once applied.
     let machines = kubectl.ok(&["get", "machines", "-n", NS]);
@@ -739,7 +950,7 @@ async fn server_side_apply_installs_the_manifests_without_conflicts() {
             "-k",
             &manifests,
         ]);
-        assert_every_object(&output, "serverside-applied");
+        assert_every_object(&output, |_| "serverside-applied");
     }
     assert_installed(&sim);
     sim.shutdown().await;

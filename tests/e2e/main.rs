@@ -12,5 +12,6 @@ mod node_ip_mismatch;
 mod official_samples;
 mod real_cluster;
 mod scenario;
+mod secret_policy;
 mod support;
 mod writes;

@@ -11,10 +11,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use nutanix_machine_controller::api::{Machine, MachineSet};
+use nutanix_machine_controller::plan::vm::secret::generated_password_secret;
 use prism_mock::{MockConfig, MockPrism, Timings};
 use sandbox::approver::{self, ApproverConfig};
 use sandbox::manifests;
@@ -44,7 +45,7 @@ fn work_dir(test: &str) -> (PathBuf, Option<tempfile::TempDir>) {
     }
 }
 
-fn kubectl(plane: &ControlPlane, args: &[&str]) -> String {
+pub(crate) fn kubectl(plane: &ControlPlane, args: &[&str]) -> String {
     let program = plane.binaries().program("kubectl").expect("kubectl built");
     let output = std::process::Command::new(program)
         .arg("--kubeconfig")
@@ -397,6 +398,20 @@ async fn machine_sets_scale_through_the_real_machine_api_operator_and_api_server
             "the Node of {} has its VM's providerID",
             machine.name_any()
         );
+        // The Sysprep Machine's generated Administrator password: created by our controller under
+        // its ServiceAccount, which the admission policy of manifests/rbac/admission/ lets create
+        // this Secret and no other.
+        if set == manifests::WINDOWS_TEMPLATE_SET {
+            let secrets: Api<Secret> = Api::namespaced(admin.clone(), NAMESPACE);
+            let password = secrets
+                .get(&generated_password_secret(&machine.name_any()))
+                .await
+                .expect("the generated password's Secret");
+            assert_eq!(
+                password.owner_references().first().map(|o| &o.uid),
+                machine.uid().as_ref()
+            );
+        }
         // nodelink's annotation on the Node (nodelink_controller.go, machineAnnotationKey).
         assert_eq!(
             node.annotations()

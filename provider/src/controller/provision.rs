@@ -125,6 +125,36 @@ async fn admin_password(
     }
 }
 
+/// The Secret that keeps `password`, generated for `machine`'s VM: the one kind of Secret the
+/// controller creates, and all that `manifests/rbac/admission/` lets its ServiceAccount create
+/// (name [`generated_password_secret`], type `Opaque`, the one key [`ADMIN_PASSWORD_KEY`], owned
+/// by the Machine alone, so that it is deleted with it).
+pub fn generated_password_object(machine: &Machine, password: &AdminPassword) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(generated_password_secret(&machine.name_any())),
+            namespace: machine.namespace(),
+            owner_references: Some(vec![OwnerReference {
+                api_version: Machine::api_version(&()).into_owned(),
+                kind: Machine::kind(&()).into_owned(),
+                name: machine.name_any(),
+                uid: machine.uid().unwrap_or_default(),
+                ..OwnerReference::default()
+            }]),
+            ..ObjectMeta::default()
+        },
+        data: Some(
+            [(
+                ADMIN_PASSWORD_KEY.to_owned(),
+                ByteString(password.expose().as_bytes().to_vec()),
+            )]
+            .into(),
+        ),
+        type_: Some("Opaque".to_owned()),
+        ..Secret::default()
+    }
+}
+
 /// The password generated once for this Machine's VM, kept in its own Secret
 /// ([`generated_password_secret`]), which is created (owned by the Machine) the first time.
 async fn generated_admin_password(
@@ -159,29 +189,7 @@ async fn generated_admin_password(
         return password_of(&bytes).map_err(|problem| format!("{what}: {problem}"));
     }
     let password = random_admin_password();
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(namespace.clone()),
-            owner_references: Some(vec![OwnerReference {
-                api_version: Machine::api_version(&()).into_owned(),
-                kind: Machine::kind(&()).into_owned(),
-                name: machine.name_any(),
-                uid,
-                ..OwnerReference::default()
-            }]),
-            ..ObjectMeta::default()
-        },
-        data: Some(
-            [(
-                ADMIN_PASSWORD_KEY.to_owned(),
-                ByteString(password.expose().as_bytes().to_vec()),
-            )]
-            .into(),
-        ),
-        type_: Some("Opaque".to_owned()),
-        ..Secret::default()
-    };
+    let secret = generated_password_object(machine, &password);
     let api: Api<Secret> = Api::namespaced(shared.client.clone(), &namespace);
     match api.create(&PostParams::default(), &secret).await {
         Ok(_) => {

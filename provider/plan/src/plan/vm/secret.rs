@@ -54,8 +54,13 @@ const SYMBOLS: &[u8] = b"!#%+-.:=?@_~";
 /// UUID or `NTNX-Request-Id` must carry the same body) and a restarted controller use the same
 /// password, and an administrator can read it. Owned by the Machine: deleted with it.
 pub fn generated_password_secret(machine_name: &str) -> String {
-    format!("{machine_name}-admin-password")
+    format!("{machine_name}{GENERATED_PASSWORD_SUFFIX}")
 }
+
+/// What [`generated_password_secret`] appends to the Machine's name; the admission policy that
+/// limits the Secrets the controller may create (`manifests/rbac/admission/`) allows this name
+/// only.
+pub const GENERATED_PASSWORD_SUFFIX: &str = "-admin-password";
 
 /// Random bytes [`AdminPassword::from_random_bytes`] needs: two per character.
 pub const PASSWORD_RANDOM_BYTES: usize = 2 * GENERATED_PASSWORD_LENGTH;
