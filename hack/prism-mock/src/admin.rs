@@ -200,7 +200,8 @@ impl Admin {
         self.app.lock().deploy_task_shape = shape;
     }
 
-    /// All VMs, listed or not, in creation order.
+    /// All VMs, listed or not, in creation order; foreign VMs (a seed's `foreign_vms`) only once a
+    /// request changed one.
     pub fn vms(&self) -> Vec<VmSummary> {
         let store = self.app.lock();
         store
@@ -211,12 +212,14 @@ impl Admin {
             .collect()
     }
 
-    /// One VM's summary (cheaper than [`Admin::vms`] for a caller interested in one VM).
+    /// One VM's summary (cheaper than [`Admin::vms`] for a caller interested in one VM); none for a
+    /// foreign VM no request changed, as in [`Admin::vms`].
     pub fn vm_summary(&self, uuid: &str) -> Option<VmSummary> {
         self.app.lock().vms.get(uuid).map(summary)
     }
 
-    /// One VM as `GET /vms/{uuid}` would answer it (without a read lag).
+    /// One VM as `GET /vms/{uuid}` would answer it (without a read lag); none for a foreign VM no
+    /// request changed, as in [`Admin::vms`].
     pub fn vm(&self, uuid: &str) -> Option<Value> {
         let store = self.app.lock();
         store.vms.get(uuid).map(|vm| store.vm_json(vm))

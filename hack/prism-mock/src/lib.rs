@@ -41,8 +41,8 @@ pub use faults::{
     Counter, FaultKind, FaultRule, InstalledRule, RateLimit, RequestRecord, TimedRequest,
 };
 pub use seed::{
-    CategorySeed, ClusterSeed, GpuSeed, GuestOs, HostSeed, ImageSeed, PrismCentralSeed,
-    ProjectSeed, Seed, SeedError, SubnetSeed, TemplateSeed, VmSeed,
+    CategorySeed, ClusterSeed, GpuSeed, GuestOs, HostSeed, ImageSeed, MAX_FOREIGN_VMS,
+    PrismCentralSeed, ProjectSeed, Seed, SeedError, SubnetSeed, TemplateSeed, VmSeed,
 };
 pub use store::vm::GuestCustomization;
 pub use tls::TlsError;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Parser;
-use prism_mock::{Credentials, MockConfig, MockPrism, Seed, Timings};
+use prism_mock::{Credentials, MAX_FOREIGN_VMS, MockConfig, MockPrism, Seed, Timings};
 
 /// Mock Prism Central (v3 + v4 templates) over HTTPS with a generated CA.
 #[derive(Debug, Parser)]
@@ -60,6 +60,10 @@ struct Args {
     /// Session cookie lifetime in seconds.
     #[arg(long, default_value_t = 900)]
     session_ttl_secs: u64,
+    /// VMs of other tenants of the Prism Central, which belong to no Machine (default: the seed
+    /// file's foreign_vms, else 0; see the README, "Foreign VMs").
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_FOREIGN_VMS)))]
+    foreign_vms: Option<u32>,
 }
 
 #[tokio::main]
@@ -72,10 +76,13 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
-    let seed = match &args.seed_file {
+    let mut seed = match &args.seed_file {
         Some(path) => Seed::from_file(path)?,
         None => Seed::builtin(),
     };
+    if let Some(count) = args.foreign_vms {
+        seed.foreign_vms = count;
+    }
     let base = seed.timings.clone().unwrap_or_else(Timings::sandbox);
     let timings = Timings {
         task_queued_ms: args.task_queued_ms.unwrap_or(base.task_queued_ms),

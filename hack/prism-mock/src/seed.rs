@@ -41,6 +41,9 @@ pub enum SeedError {
     /// The seed refers to something it does not define, or defines something twice.
     #[error("seed: {0}")]
     Reference(String),
+    /// The seed asks for more than the mock can hold.
+    #[error("seed: {0}")]
+    TooMany(String),
 }
 
 /// The whole seed document.
@@ -83,7 +86,15 @@ pub struct Seed {
     /// VMs present at start (COMPLETE, no task).
     #[serde(default)]
     pub vms: Vec<VmSeed>,
+    /// How many VMs of other tenants of the Prism Central to add (`foreign-vm-000001`, …), which
+    /// belong to no Machine: powered on, spread over the seeded subnets (at most
+    /// [`MAX_FOREIGN_VMS`]; see the README, "Foreign VMs").
+    #[serde(default)]
+    pub foreign_vms: u32,
 }
+
+/// The most foreign VMs a seed may ask for (their names have six digits).
+pub const MAX_FOREIGN_VMS: u32 = 999_999;
 
 /// The Prism Central entity.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -364,6 +375,7 @@ impl Seed {
             categories: Vec::new(),
             templates: Vec::new(),
             vms: Vec::new(),
+            foreign_vms: 0,
         }
     }
 }

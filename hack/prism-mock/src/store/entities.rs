@@ -208,7 +208,8 @@ impl Store {
                 .values()
                 .flat_map(|vm| vm.nics.iter())
                 .filter(|nic| nic.subnet_uuid == uuid)
-                .count();
+                .count()
+                + self.foreign.on_subnet(&uuid);
             let size = u64::from(u32::MAX >> pool.net.prefix_len) + 1;
             res.insert(
                 "ip_usage_stats".to_owned(),
@@ -431,7 +432,7 @@ impl Store {
         for vm in &seed.vms {
             self.seed_vm(vm)?;
         }
-        Ok(())
+        self.seed_foreign_vms(seed.foreign_vms)
     }
 
     /// The reference to the default project (see `load_seed`).

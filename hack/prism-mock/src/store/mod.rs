@@ -5,6 +5,7 @@
 //! background, so the order of effects is deterministic for a given order of requests.
 
 pub(crate) mod entities;
+pub(crate) mod foreign;
 pub(crate) mod list;
 pub(crate) mod net;
 pub(crate) mod schema;
@@ -105,6 +106,8 @@ pub(crate) struct Store {
     pub(crate) vms: HashMap<String, Vm>,
     pub(crate) vm_order: BTreeMap<u64, String>,
     pub(crate) next_vm_seq: u64,
+    /// The other tenants' VMs, kept lean (not in `vms` until a request changes one).
+    pub(crate) foreign: foreign::ForeignVms,
     pub(crate) tasks: HashMap<String, Task>,
     schedule: BinaryHeap<Reverse<Scheduled>>,
     schedule_seq: u64,
@@ -149,6 +152,7 @@ impl Store {
             vms: HashMap::new(),
             vm_order: BTreeMap::new(),
             next_vm_seq: 0,
+            foreign: foreign::ForeignVms::default(),
             tasks: HashMap::new(),
             schedule: BinaryHeap::new(),
             schedule_seq: 0,

@@ -1,6 +1,7 @@
 //! VMs: validation as real Prism rejects requests, server defaults, create/update/delete/clone, guest boot and
 //! addresses, rendering in the v3 shapes.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -12,6 +13,7 @@ use serde_json::{Map, Value, json};
 
 use super::Store;
 use super::entities::reference;
+use super::foreign::Listed;
 use super::list::ListQuery;
 use super::net::Ipv4Net;
 use super::schema;
@@ -550,6 +552,21 @@ impl Store {
         } else {
             Err(details)
         }
+    }
+
+    /// A spec as a create would fill it with server defaults, drawing nothing from the seeded
+    /// generator (the disk and NIC UUIDs and MACs in it are the caller's to replace).
+    pub(super) fn filled_spec(&mut self, spec: &Value) -> Result<Value, String> {
+        let saved = self.rng.clone();
+        let prepared = self.prepare_vm(spec, &json!({"kind": KIND}), None);
+        self.rng = saved;
+        prepared.map(|p| p.spec).map_err(|details| {
+            details
+                .into_iter()
+                .map(|(f, m)| format!("{f}: {m}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
     }
 
     fn prepare_disks(
@@ -1400,6 +1417,7 @@ impl Store {
 
     /// Removes a VM and gives back its addresses and GPUs.
     pub(crate) fn remove_vm(&mut self, uuid: &str) -> bool {
+        self.make_ordinary(uuid);
         let Some(vm) = self.vms.remove(uuid) else {
             return false;
         };
@@ -1416,7 +1434,7 @@ impl Store {
         match metadata.get("uuid").and_then(Value::as_str) {
             None => Ok(self.new_uuid()),
             Some(uuid) => {
-                if self.vms.contains_key(uuid) {
+                if self.vm_or_foreign(uuid).is_some() {
                     Err(ApiError::conflict(
                         KIND,
                         "ENTITY_ALREADY_EXISTS",
@@ -1552,6 +1570,7 @@ impl Store {
         fail: Option<FailPlan>,
     ) -> Result<Value, ApiError> {
         refuse_by_schema(schema::check_vm_intent(body))?;
+        self.make_ordinary(uuid);
         let existing = self
             .vms
             .get(uuid)
@@ -1615,6 +1634,7 @@ impl Store {
         uuid: &str,
         fail: Option<FailPlan>,
     ) -> Result<Value, ApiError> {
+        self.make_ordinary(uuid);
         let vm = self
             .vms
             .get(uuid)
@@ -1658,10 +1678,10 @@ impl Store {
         fail: Option<FailPlan>,
     ) -> Result<Value, ApiError> {
         refuse_by_schema(schema::check_clone_input(body))?;
-        let source =
-            self.vms.get(source_uuid).cloned().ok_or_else(|| {
-                ApiError::not_found(KIND, format!("VM {source_uuid} was not found"))
-            })?;
+        let source = self
+            .vm_or_foreign(source_uuid)
+            .map(Cow::into_owned)
+            .ok_or_else(|| ApiError::not_found(KIND, format!("VM {source_uuid} was not found")))?;
         let metadata = body.get("metadata").cloned().unwrap_or_else(|| json!({}));
         let overrides = body
             .get("override_spec")
@@ -1934,21 +1954,10 @@ impl Store {
     pub(crate) fn power_on(&mut self, uuid: &str, at: Instant) {
         let host = {
             let Some(vm) = self.vms.get(uuid) else { return };
-            let cluster = vm.cluster_uuid().to_owned();
-            vm.gpus.first().map(|(h, _)| h.clone()).or_else(|| {
-                self.hosts
-                    .iter()
-                    .find(|h| {
-                        h.pointer("/status/cluster_reference/uuid")
-                            .and_then(Value::as_str)
-                            == Some(cluster.as_str())
-                    })
-                    .and_then(|h| {
-                        h.pointer("/metadata/uuid")
-                            .and_then(Value::as_str)
-                            .map(str::to_owned)
-                    })
-            })
+            vm.gpus
+                .first()
+                .map(|(h, _)| h.clone())
+                .or_else(|| self.first_host_of(vm.cluster_uuid()))
         };
         let boot =
             Duration::from_millis(self.timings.boot_to_address_ms + self.guest.no_address_ms);
@@ -1991,6 +2000,22 @@ impl Store {
                 },
             ),
         }
+    }
+
+    /// Where a powered-on VM without a GPU sits: the first host of its cluster.
+    pub(crate) fn first_host_of(&self, cluster_uuid: &str) -> Option<String> {
+        self.hosts
+            .iter()
+            .find(|h| {
+                h.pointer("/status/cluster_reference/uuid")
+                    .and_then(Value::as_str)
+                    == Some(cluster_uuid)
+            })
+            .and_then(|h| {
+                h.pointer("/metadata/uuid")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
     }
 
     pub(crate) fn power_off(&mut self, uuid: &str) {
@@ -2145,10 +2170,9 @@ impl Store {
     /// need if the GET were current as soon as the task ended. The length of the lag is not documented.
     pub(crate) fn get_vm(&self, uuid: &str) -> Result<Value, ApiError> {
         let vm = self
-            .vms
-            .get(uuid)
+            .vm_or_foreign(uuid)
             .ok_or_else(|| ApiError::not_found(KIND, format!("VM {uuid} was not found")))?;
-        let mut body = self.vm_json(vm);
+        let mut body = self.vm_json(&vm);
         if let Some(stale) = vm.stale_view.filter(|s| Instant::now() < s.until)
             && let Some(status) = body.get_mut("status").and_then(Value::as_object_mut)
         {
@@ -2161,7 +2185,8 @@ impl Store {
     }
 
     /// `POST /vms/list`: VMs whose create task has not ended (or ended less than the list lag
-    /// ago) are not listed.
+    /// ago) are not listed. The filter runs on names and states before any VM's JSON is built, and
+    /// only the page's VMs are rendered (a foreign VM's [`Vm`] is built for its page only).
     pub(crate) fn list_vms(&self, body: &[u8]) -> Result<Value, ApiError> {
         let now = Instant::now();
         let query = ListQuery::parse(
@@ -2169,27 +2194,32 @@ impl Store {
             KIND,
             &["name", "vm_name", "power_state", "cluster_name"],
         )?;
-        let matching: Vec<&Vm> = self
-            .vm_order
-            .values()
-            .filter_map(|u| self.vms.get(u))
-            .filter(|vm| vm.listed && vm.listed_from.is_none_or(|from| now >= from))
-            .filter(|vm| {
+        let matching: Vec<Listed<'_>> = self
+            .all_vms()
+            .filter(|entry| match entry {
+                Listed::Ordinary(vm) => vm.listed && vm.listed_from.is_none_or(|from| now >= from),
+                Listed::Foreign { .. } => true,
+            })
+            .filter(|entry| {
                 query.filter.as_ref().is_none_or(|f| {
                     f.matches(|attr| match attr {
-                        "name" | "vm_name" => Some(vm.name()),
-                        "power_state" => Some(vm.power_state()),
-                        "cluster_name" => self.clusters.name_of(vm.cluster_uuid()),
+                        "name" | "vm_name" => Some(entry.name()),
+                        "power_state" => Some(entry.power_state()),
+                        "cluster_name" => self.clusters.name_of(entry.cluster_uuid()),
                         _ => None,
                     })
                 })
             })
             .collect();
-        let (total, page) = query.page(matching, |vm| vm.name());
-        Ok(query.response(
-            total,
-            page.into_iter().map(|vm| self.vm_list_json(vm)).collect(),
-        ))
+        let (total, page) = query.page(matching, Listed::name);
+        let entities = page
+            .into_iter()
+            .map(|entry| match entry {
+                Listed::Ordinary(vm) => self.vm_list_json(vm),
+                Listed::Foreign { index, .. } => self.vm_list_json(&self.foreign_vm(index)),
+            })
+            .collect();
+        Ok(query.response(total, entities))
     }
 
     /// A VM as `POST /vms/list` shows it, which differs from its GET (list_vm.json against get_vm.json):
@@ -2238,6 +2268,7 @@ impl Store {
 
     /// Out-of-band power off (as if someone used the Prism Element UI): spec_version moves on.
     pub(crate) fn power_off_out_of_band(&mut self, uuid: &str, now: Instant) -> bool {
+        self.make_ordinary(uuid);
         let wall = self.wall(now);
         let Some(vm) = self.vms.get_mut(uuid) else {
             return false;
@@ -2257,6 +2288,7 @@ impl Store {
     /// describes entity_version as the "logical entity version that allows serializing updates to the entity
     /// across multiple API namespaces" (prism-go-client v3/swagger.json). False if the VM is unknown.
     pub(crate) fn edit_elsewhere(&mut self, uuid: &str, now: Instant) -> bool {
+        self.make_ordinary(uuid);
         let wall = self.wall(now);
         let Some(vm) = self.vms.get_mut(uuid) else {
             return false;

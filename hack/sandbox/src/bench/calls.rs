@@ -53,6 +53,17 @@ pub struct CallTable {
     pub endpoints: Vec<EndpointCalls>,
 }
 
+impl CallTable {
+    /// Calls of one method and route template.
+    pub fn count(&self, method: &str, endpoint: &str) -> u64 {
+        self.endpoints
+            .iter()
+            .filter(|e| e.method == method && e.endpoint == endpoint)
+            .map(|e| e.total)
+            .sum()
+    }
+}
+
 fn per(count: u64, machines: usize) -> f64 {
     if machines == 0 {
         0.0
@@ -163,6 +174,9 @@ mod tests {
         assert_eq!(table.throttled, 1);
         assert_eq!(table.per_machine, 3.5);
         assert_eq!((table.per_vm_min, table.per_vm_max), (1, 3));
+        assert_eq!(table.count("POST", "/api/nutanix/v3/vms/list"), 2);
+        assert_eq!(table.count("GET", "/api/nutanix/v3/vms/{uuid}"), 3);
+        assert_eq!(table.count("PUT", "/api/nutanix/v3/vms/{uuid}"), 0);
         let first = &table.endpoints[0];
         assert_eq!(
             (

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use prism_mock::Timings;
+use prism_mock::{MAX_FOREIGN_VMS, Timings};
 
 use super::{BenchKind, BenchOptions};
 use crate::world::{ControllerCommand, ControllerIntervals, ProgressSink};
@@ -74,6 +74,10 @@ pub struct BenchArgs {
     /// temporary directory, removed at the end unless the benchmark fails).
     #[arg(long, value_name = "DIR")]
     work_dir: Option<PathBuf>,
+    /// VMs of other tenants in prism-mock besides the benchmark's, which belong to no Machine
+    /// (prism-mock's --foreign-vms: a Prism Central shared by many clusters and teams).
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_FOREIGN_VMS)))]
+    foreign_vms: u32,
 }
 
 /// prism-mock's delays.
@@ -119,6 +123,7 @@ pub fn options(args: &BenchArgs) -> BenchOptions {
     }
     options.controller_verbosity = args.controller_v;
     options.work_dir = args.work_dir.clone();
+    options.foreign_vms = args.foreign_vms;
     options
 }
 
@@ -134,9 +139,10 @@ pub async fn run(args: BenchArgs) -> ExitCode {
     let options = options(&args);
     let progress: ProgressSink = Arc::new(|line: &str| println!("{line}"));
     println!(
-        "sandbox bench: {} Machines ({}), starting prism-mock, kube-sim, the controller and the actors",
+        "sandbox bench: {} Machines ({}), starting prism-mock ({} foreign VMs), kube-sim, the controller and the actors",
         options.machines,
-        options.kind.as_str()
+        options.kind.as_str(),
+        options.foreign_vms
     );
     let finished = tokio::select! {
         report = super::run(&options, controller, Some(progress)) => Some(report),
@@ -156,5 +162,34 @@ pub async fn run(args: BenchArgs) -> ExitCode {
             println!("{}", report.json());
             ExitCode::SUCCESS
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Command {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<BenchOptions, clap::Error> {
+        let command =
+            Command::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))?;
+        Ok(options(&command.bench))
+    }
+
+    #[test]
+    fn foreign_vms_reach_the_options_and_are_bounded_as_the_mocks() {
+        assert_eq!(parse(&[]).unwrap().foreign_vms, 0);
+        assert_eq!(
+            parse(&["--foreign-vms", "100000"]).unwrap().foreign_vms,
+            100_000
+        );
+        assert!(parse(&["--foreign-vms", "1000000"]).is_err());
     }
 }

@@ -8,7 +8,9 @@
 //!    prism-mock's request log ([`calls`]); where each Machine's time went ([`track`]).
 //! 2. **Restart** with N Machines Running, into the production default intervals: the time until
 //!    every Machine was reconciled (the controller's reconcile metrics), and the writes made.
-//! 3. **Steady state**: Prism calls per minute over a window, production intervals.
+//! 3. **Steady state**: Prism calls per minute over a window, production intervals (and among
+//!    them the VM list calls, whose count must not grow with the VMs of other tenants: see
+//!    [`BenchOptions::foreign_vms`]).
 //! 4. **Scale-down** (after a restart back into the scaling intervals): time and calls per Machine.
 //!
 //! and the controller's CPU seconds and peak resident memory (`/proc`), per process.
@@ -49,6 +51,8 @@ use track::{Tracker, node_names, set_machines};
 
 /// The benchmark's MachineSet.
 pub const BENCH_SET: &str = "bench";
+/// prism-mock's route of `POST /vms/list`.
+const VM_LIST: &str = "/api/nutanix/v3/vms/list";
 /// The seeded VM clones are made from.
 const CLONE_SOURCE: &str = "windows-golden";
 /// How often the benchmark looks at the Machines.
@@ -108,6 +112,9 @@ pub struct BenchOptions {
     pub work_dir: Option<PathBuf>,
     /// Each wait gives up after this long.
     pub phase_timeout: Duration,
+    /// VMs of other tenants that prism-mock holds besides the benchmark's (its seed's
+    /// `foreign_vms`): a Prism Central shared by many clusters and teams.
+    pub foreign_vms: u32,
 }
 
 impl BenchOptions {
@@ -130,6 +137,7 @@ impl BenchOptions {
             controller_verbosity: 2,
             work_dir: None,
             phase_timeout: Duration::from_secs(300) + Duration::from_millis(500) * machines as u32,
+            foreign_vms: 0,
         }
     }
 }
@@ -561,6 +569,7 @@ pub async fn run(
     world_options.work_dir = options.work_dir.clone();
     world_options.observe_every = WORLD_OBSERVE_EVERY;
     world_options.controller_args = controller_args(options);
+    world_options.mock_seed.foreign_vms = options.foreign_vms;
     let world = World::start(world_options).await?;
     let result = run_in(&world, options, progress, load_before).await;
     if result.is_err() {
@@ -766,9 +775,11 @@ async fn phases(
             kube_writes: kube_writes.len() as u64,
             kube_write_targets: kube_writes,
         });
+        let per_minute = |count: u64| count as f64 * 60.0 / steady_seconds.max(1.0);
         steady = Some(Steady {
             seconds: steady_seconds,
-            calls_per_minute: steady_calls.total as f64 * 60.0 / steady_seconds.max(1.0),
+            calls_per_minute: per_minute(steady_calls.total),
+            vm_list_calls_per_minute: per_minute(steady_calls.count("POST", VM_LIST)),
             calls: steady_calls,
             controller_cpu_seconds: cpu_between(converged.controller, steady_end.controller),
         });
@@ -830,6 +841,7 @@ async fn phases(
         steady_intervals: intervals_ms(&options.steady_intervals),
         mock_task_ms: options.timings.task_queued_ms + options.timings.task_running_ms,
         mock_boot_ms: options.timings.boot_to_address_ms,
+        foreign_vms: options.foreign_vms,
     };
     let targets = targets(
         &settings,

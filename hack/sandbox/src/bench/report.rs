@@ -35,6 +35,8 @@ pub struct Settings {
     /// prism-mock: a task's queued + running time, and the boot to an address.
     pub mock_task_ms: u64,
     pub mock_boot_ms: u64,
+    /// VMs of other tenants prism-mock held besides the benchmark's (`--foreign-vms`).
+    pub foreign_vms: u32,
 }
 
 /// The machine the run was on.
@@ -135,6 +137,8 @@ pub struct Steady {
     pub seconds: f64,
     pub calls: CallTable,
     pub calls_per_minute: f64,
+    /// `POST /vms/list` calls per minute, among `calls_per_minute`.
+    pub vm_list_calls_per_minute: f64,
     pub controller_cpu_seconds: f64,
 }
 
@@ -230,8 +234,8 @@ impl BenchReport {
         );
         let _ = writeln!(
             out,
-            "Benchmark: {} Machines, kind {}; prism-mock {limit}, tasks {} ms, boot to address {} ms",
-            s.machines, s.kind, s.mock_task_ms, s.mock_boot_ms
+            "Benchmark: {} Machines, kind {}; prism-mock {limit}, tasks {} ms, boot to address {} ms, {} foreign VMs",
+            s.machines, s.kind, s.mock_task_ms, s.mock_boot_ms, s.foreign_vms
         );
         let _ = writeln!(
             out,
@@ -334,8 +338,12 @@ impl BenchReport {
         if let Some(steady) = &self.steady {
             let _ = writeln!(
                 out,
-                "\nSteady state, {:.0} s with {} Machines Running: {:.2} Prism calls per minute; controller CPU {:.2} s",
-                steady.seconds, s.machines, steady.calls_per_minute, steady.controller_cpu_seconds
+                "\nSteady state, {:.0} s with {} Machines Running: {:.2} Prism calls per minute, {:.2} of them POST /vms/list; controller CPU {:.2} s",
+                steady.seconds,
+                s.machines,
+                steady.calls_per_minute,
+                steady.vm_list_calls_per_minute,
+                steady.controller_cpu_seconds
             );
             calls_table(&mut out, "  steady state", &steady.calls);
         }
