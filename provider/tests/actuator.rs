@@ -35,7 +35,14 @@ struct Fixture {
 }
 
 async fn fixture(settings: ActuatorSettings) -> Fixture {
-    let mock = MockPrism::start(MockConfig::default()).await.unwrap();
+    fixture_with(settings, 0).await
+}
+
+/// A fixture whose Prism Central also holds `foreign` VMs of other tenants.
+async fn fixture_with(settings: ActuatorSettings, foreign: u32) -> Fixture {
+    let mut config = MockConfig::default();
+    config.seed.foreign_vms = foreign;
+    let mock = MockPrism::start(config).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, mock.ca_pem().unwrap()).unwrap();
@@ -203,6 +210,26 @@ async fn the_inventory_keeps_only_the_clusters_vms_and_survives_a_refused_filter
         listing.covers(&workers),
         "the scope keeps the earlier names"
     );
+}
+
+#[tokio::test]
+async fn the_inventorys_calls_do_not_grow_with_other_tenants_vms() {
+    for foreign in [0, 20_000] {
+        let f = fixture_with(ActuatorSettings::default(), foreign).await;
+        let golden = NameClause::Exact("windows-golden".into());
+        let listing = f
+            .connection
+            .inventory
+            .snapshot(f.connection.client(), &golden)
+            .await
+            .unwrap();
+        assert_eq!(listing.len(), 1, "{foreign} foreign VMs");
+        assert_eq!(
+            f.mock.admin().count("POST", VMS_LIST),
+            1,
+            "one page whatever the {foreign} foreign VMs (unfiltered: 41 pages of 500)"
+        );
+    }
 }
 
 #[tokio::test]
