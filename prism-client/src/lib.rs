@@ -26,10 +26,10 @@ pub use prism_types::{v3, v4};
 pub use api_v3::{Listing, V3Entity};
 
 pub use api_v4::DeployAccepted;
-pub use client::{Client, REQUEST_ID_HEADER};
+pub use client::{Client, MAX_RETRY_AFTER, REQUEST_ID_HEADER};
 pub use config::{
-    API_KEY_USERNAME, AuthMode, CaBundle, ClientConfig, Credentials, DEFAULT_PORT, ProxyConfig,
-    RateLimit, RetryPolicy,
+    API_KEY_USERNAME, AuthMode, CaBundle, ClientConfig, Credentials, DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_PORT, ProxyConfig, RateLimit, RetryPolicy,
 };
 pub use observe::{Api, RequestEvent, RequestObserver};
 pub use prism_types::{
