@@ -21,7 +21,7 @@ mod tls;
 
 // The API's data lives in `prism-types` (no transport), re-exported here whole.
 use prism_types::error;
-pub use prism_types::{v3, v4};
+pub use prism_types::{quote, v3, v4};
 
 pub use api_v3::{Listing, V3Entity};
 
