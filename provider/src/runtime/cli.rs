@@ -139,6 +139,10 @@ pub struct PrismArgs {
     /// Accept any Prism Central certificate (labs only).
     #[arg(long)]
     pub insecure_skip_tls_verify: bool,
+    /// Accept a plain `http://` --prism-endpoint, over which the Prism credentials cross the
+    /// network in clear text (a lab without TLS only; refused otherwise).
+    #[arg(long)]
+    pub prism_allow_plain_http: bool,
     /// Requests per second to Prism Central (one token bucket per endpoint and credentials).
     #[arg(long, value_name = "QPS", default_value_t = 20.0)]
     pub prism_rate_limit: f64,
