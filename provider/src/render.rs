@@ -8,6 +8,7 @@
 //! maps them to UUIDs; UUIDs the apiserver or Prism would assign (the Machine's uid, the reserved
 //! VM UUID) are shown as the nil UUID.
 
+use prism_client::quote::quoted;
 use serde_json::{Value, json};
 
 use crate::api::{Machine, MachineSet};
@@ -43,7 +44,8 @@ pub enum RenderError {
     #[error("the resolve file is not a resolved-references JSON document: {0}")]
     Resolve(String),
     #[error(
-        "expected kind Machine or MachineSet (apiVersion machine.openshift.io/v1beta1), found {0:?}"
+        "expected kind Machine or MachineSet (apiVersion machine.openshift.io/v1beta1), found {:?}",
+        quoted(.0)
     )]
     Kind(String),
     #[error("the {kind} does not parse: {message}")]

@@ -27,6 +27,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use prism_types::Sensitive;
+use prism_types::quote::quoted;
 use quick_xml::Writer;
 use quick_xml::escape::partial_escape;
 use quick_xml::events::{BytesDecl, BytesText, Event};
@@ -213,7 +214,7 @@ pub fn render_unattend(input: &UnattendInput<'_>) -> Result<Unattend, UnattendEr
         warnings.push(format!(
             "Machine name {:?} is not a valid Windows computer name (1 to 15 letters, digits or hyphens): \
              ComputerName is left out, so Windows picks one and WMCO renames the host to the Machine name",
-            input.machine_name
+            quoted(input.machine_name)
         ));
     }
     Ok(Unattend {
