@@ -37,7 +37,9 @@ pub enum Command {
     /// would raise (exit 2), or what it would create (exit 0).
     Validate(Box<ValidateArgs>),
     /// Print the Prism request a Machine or MachineSet would send (and, for Windows with Sysprep,
-    /// its unattend.xml), without contacting Prism.
+    /// its unattend.xml), without contacting Prism. The output holds the user data given with
+    /// --user-data (base64, in the request or the unattend.xml): treat it as the Secret it came
+    /// from.
     Render(RenderArgs),
 }
 
@@ -46,7 +48,8 @@ pub struct RenderArgs {
     /// A Machine or MachineSet (machine.openshift.io/v1beta1) in YAML.
     #[arg(long, value_name = "FILE.yaml")]
     pub machine: PathBuf,
-    /// The user-data Secret's `userData` content.
+    /// The user-data Secret's `userData` content; printed to stdout in the request (base64),
+    /// as Prism would receive it.
     #[arg(long, value_name = "FILE")]
     pub user_data: Option<PathBuf>,
     /// Prism lookups to apply: names to UUIDs, sizes, categories, GPUs, failure domains (JSON).
@@ -299,6 +302,21 @@ mod tests {
         .unwrap();
         assert_eq!(join.run.windows_join_timeout, Duration::from_secs(7200));
         assert!(join.run.fail_timed_out_windows_joins);
+    }
+
+    #[test]
+    fn render_says_in_its_help_that_it_prints_the_user_data() {
+        use clap::CommandFactory;
+        let mut command = Cli::command();
+        let render = command
+            .find_subcommand_mut("render")
+            .expect("a render subcommand");
+        let help = render.render_long_help().to_string();
+        assert!(
+            help.contains("The output holds the user data given with --user-data"),
+            "{help}"
+        );
+        assert!(help.contains("printed to stdout"), "{help}");
     }
 
     #[test]
