@@ -31,8 +31,8 @@ use prism_client::v3::{
 };
 use prism_client::v4::TemplateDeployRequest;
 use prism_client::{
-    Client, ClientConfig, Credentials, Error, MAX_RETRY_AFTER, ProxyConfig, RateLimit,
-    RetryPolicy, TaskProgress,
+    Client, ClientConfig, Credentials, Error, MAX_RETRY_AFTER, ProxyConfig, RateLimit, RetryPolicy,
+    TaskProgress,
 };
 
 /// Longest error message accepted: five Prism messages of at most 300 characters, a 160-character
@@ -252,7 +252,9 @@ fn run(data: &[u8]) {
                 assert_eq!(error.status(), Some(status), "{error:?}");
                 assert_eq!(error.is_retryable(), status == 429 || status >= 500);
                 assert!(
-                    error.retry_after().is_none_or(|wait| wait <= MAX_RETRY_AFTER),
+                    error
+                        .retry_after()
+                        .is_none_or(|wait| wait <= MAX_RETRY_AFTER),
                     "{error:?}"
                 );
             }
