@@ -1,51 +1,62 @@
 #![no_main]
 //! Arbitrary Prism responses through the real client: a server on 127.0.0.1 answers every request
-//! with the status, `Retry-After` and body the input gives, and one client call (each endpoint
-//! that decodes a body: VM, list, v3 and v4 tasks with their subtask reads, templates, deploy,
+//! with the status, headers and body the input gives, and one client call (each endpoint that
+//! decodes a body: VM, list, v3 and v4 tasks with their subtask reads, templates, deploy,
 //! idempotence ids, categories, users/me, delete) reads it. This covers the private paths no
 //! other target reaches: status → error classification, error-body parsing (`message_list`, v4
-//! `data.error`), decode errors, `Retry-After`, task progress. Nothing may panic, and:
+//! `data.error`), decode errors, header parsing (`Retry-After` as any bytes: numbers past
+//! `u64::MAX`, dates, repeated headers), the body limit, task progress. Nothing may panic, and:
+//! - a body longer than the client's limit is refused with `BodyTooLarge` and the status;
 //! - a non-2xx response is an error carrying that status (or, for a task read, a 404 is a
 //!   terminal "not found");
 //! - a 2xx response that fails is a decode error;
+//! - a `Retry-After` is read as at most `MAX_RETRY_AFTER`;
 //! - an error's message stays bounded, whatever the body's size.
 //!
-//! Input layout: byte 0 selects the call, bytes 1..2 the status, byte 3 the `Retry-After`, the
-//! rest is the body. Calls that page until the server says stop (`list_all`, name lookups) are
-//! left out: with one fixed answer they would page forever.
+//! Input layout: byte 0 selects the call, bytes 1..2 the status, byte 3 the number of headers
+//! (modulo 9); each header is a byte selecting its name, a length byte and that many bytes of
+//! value (a value HTTP cannot carry is dropped); the rest is the body. Headers that frame the
+//! body (`Content-Length`, `Transfer-Encoding`) are left to the server. Calls that page until the
+//! server says stop (`list_all`, name lookups) are left out: with one fixed answer they would
+//! page forever.
 
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{HeaderValue, Response, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, Response, StatusCode, header};
 use libfuzzer_sys::fuzz_target;
 use prism_client::v3::{
     self, IdempotenceIdentifiersRequest, ListRequest, VmCloneInput, VmIntentInput,
 };
 use prism_client::v4::TemplateDeployRequest;
 use prism_client::{
-    Client, ClientConfig, Credentials, Error, ProxyConfig, RateLimit, RetryPolicy, TaskProgress,
+    Client, ClientConfig, Credentials, Error, MAX_RETRY_AFTER, ProxyConfig, RateLimit, RetryPolicy,
+    TaskProgress,
 };
 
 /// Longest error message accepted: five Prism messages of at most 300 characters, a 160-character
 /// excerpt, the endpoint and some words.
 const MAX_ERROR_CHARS: usize = 2_500;
 
-const RETRY_AFTER: [Option<&str>; 8] = [
-    None,
-    Some("7"),
-    Some("0"),
-    Some("18446744073709551615"),
-    Some("Wed, 21 Oct 2015 07:28:00 GMT"),
-    Some("Fri, 31 Dec 9999 23:59:59 GMT"),
-    Some("-1"),
-    Some("soon"),
+/// The client's body limit here: small, so that the fuzzer reaches it.
+const MAX_BODY_BYTES: u64 = 4_096;
+
+/// Header names an answer may carry; `Retry-After` twice as often as the others.
+const HEADER_NAMES: [HeaderName; 8] = [
+    header::RETRY_AFTER,
+    header::RETRY_AFTER,
+    header::CONTENT_TYPE,
+    header::SET_COOKIE,
+    header::LOCATION,
+    header::CACHE_CONTROL,
+    header::WWW_AUTHENTICATE,
+    HeaderName::from_static("ntnx-request-id"),
 ];
 
 struct Answer {
     status: u16,
-    retry_after: Option<&'static str>,
+    headers: Vec<(HeaderName, HeaderValue)>,
     body: Vec<u8>,
 }
 
@@ -73,10 +84,8 @@ fn harness() -> &'static Harness {
                 let answer = answer.as_ref().expect("an answer is set");
                 let mut response = Response::new(Body::from(answer.body.clone()));
                 *response.status_mut() = StatusCode::from_u16(answer.status).expect("status");
-                if let Some(retry_after) = answer.retry_after {
-                    response
-                        .headers_mut()
-                        .insert(header::RETRY_AFTER, HeaderValue::from_static(retry_after));
+                for (name, value) in &answer.headers {
+                    response.headers_mut().append(name.clone(), value.clone());
                 }
                 response
             });
@@ -96,6 +105,8 @@ fn harness() -> &'static Harness {
         };
         config.request_timeout = Duration::from_secs(20);
         config.list_page_size = 2;
+        config.max_body_bytes = MAX_BODY_BYTES;
+        config.allow_plain_http = true;
         let client = Client::new(config).expect("client");
         Harness { runtime, client }
     })
@@ -161,19 +172,58 @@ async fn call(client: &Client, selector: u8) -> Outcome {
     }
 }
 
+/// The headers at the start of `data` (see the input layout), and the rest.
+fn headers(data: &[u8]) -> (Vec<(HeaderName, HeaderValue)>, &[u8]) {
+    let Some((count, mut rest)) = data.split_first() else {
+        return (Vec::new(), data);
+    };
+    let mut headers = Vec::new();
+    for _ in 0..count % 9 {
+        let [name, length, after @ ..] = rest else {
+            break;
+        };
+        let (value, after) = after.split_at(usize::from(*length).min(after.len()));
+        if let Ok(value) = HeaderValue::from_bytes(value) {
+            headers.push((
+                HEADER_NAMES[usize::from(*name) % HEADER_NAMES.len()].clone(),
+                value,
+            ));
+        }
+        rest = after;
+    }
+    (headers, rest)
+}
+
 fn run(data: &[u8]) {
-    let [selector, status_high, status_low, retry_after, body @ ..] = data else {
+    let [selector, status_high, status_low, rest @ ..] = data else {
         return;
     };
     let status = 200 + u16::from_be_bytes([*status_high, *status_low]) % 400;
+    let (headers, body) = headers(rest);
     *ANSWER.lock().expect("answer lock") = Some(Answer {
         status,
-        retry_after: RETRY_AFTER[usize::from(*retry_after) % RETRY_AFTER.len()],
+        headers,
         body: body.to_vec(),
     });
     let harness = harness();
     let outcome = harness.runtime.block_on(call(&harness.client, *selector));
     let success = (200..300).contains(&status);
+    // HTTP sends no body with a 204 or a 304, whatever the input holds.
+    let sent = if matches!(status, 204 | 304) {
+        0
+    } else {
+        body.len()
+    };
+    if sent as u64 > MAX_BODY_BYTES {
+        let Outcome::Err(error) = &outcome else {
+            panic!("a {sent}-byte body above the limit was read");
+        };
+        assert!(
+            matches!(error, Error::BodyTooLarge { status: refused, limit: MAX_BODY_BYTES, .. } if *refused == status),
+            "a {sent}-byte body gave {error:?}"
+        );
+        return;
+    }
     match outcome {
         Outcome::Ok => assert!(success, "status {status} was taken for success"),
         Outcome::Task(progress) => {
@@ -201,7 +251,12 @@ fn run(data: &[u8]) {
             } else {
                 assert_eq!(error.status(), Some(status), "{error:?}");
                 assert_eq!(error.is_retryable(), status == 429 || status >= 500);
-                let _ = error.retry_after();
+                assert!(
+                    error
+                        .retry_after()
+                        .is_none_or(|wait| wait <= MAX_RETRY_AFTER),
+                    "{error:?}"
+                );
             }
         }
     }

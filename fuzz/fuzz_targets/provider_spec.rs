@@ -98,10 +98,13 @@ fn entities(
         .collect()
 }
 
+/// Images, templates or source VMs; a source VM runs on the Machine's cluster, another one, or
+/// one Prism did not name (`cluster_uuid` is the Machine's cluster, when it resolved).
 fn sources(
     seed: &Seed,
     ids: &BTreeSet<NutanixResourceIdentifier>,
     salt: u8,
+    cluster_uuid: Option<&str>,
 ) -> BTreeMap<String, Lookup<ResolvedSource>> {
     const SIZES: [Option<u64>; 6] = [
         None,
@@ -125,6 +128,11 @@ fn sources(
                     _ => Some(BootType::Unset),
                 },
                 version_id: (seed.pick(key, salt + 3, 2) == 0).then(|| seed.uuid(key, salt + 3)),
+                cluster_uuid: match seed.pick(key, salt + 4, 4) {
+                    0 => None,
+                    1 => Some(seed.uuid("another cluster", 1)),
+                    _ => cluster_uuid.map(str::to_ascii_uppercase),
+                },
             })
             .map(|lookup| (key.to_owned(), lookup))
         })
@@ -237,9 +245,9 @@ fn resolved_references(
     });
     ResolvedReferences {
         clusters,
-        images: sources(seed, &lookups.images, 2),
-        templates: sources(seed, &lookups.templates, 6),
-        source_vms: sources(seed, &lookups.source_vms, 14),
+        images: sources(seed, &lookups.images, 2, cluster_uuid.as_deref()),
+        templates: sources(seed, &lookups.templates, 6, cluster_uuid.as_deref()),
+        source_vms: sources(seed, &lookups.source_vms, 14, cluster_uuid.as_deref()),
         subnets,
         projects: entities(seed, &lookups.projects, 3),
         categories,

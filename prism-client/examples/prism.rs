@@ -2,7 +2,7 @@
 //!
 //! ```sh
 //! cargo run -p prism-client --example prism -- --endpoint https://pc.example.com:9440 \
-//!     [--ca-file CA.pem] [--insecure] --username admin --password-file pw.txt whoami
+//!     [--ca-file CA.pem] [--insecure] [--allow-plain-http] --username admin --password-file pw.txt whoami
 //! ```
 //! The password comes from `--password-file` or `PRISM_PASSWORD`. JSON goes to stdout; errors go to stderr with
 //! exit code 1 (2 for a usage error).
@@ -32,6 +32,9 @@ pub struct Args {
     /// Accept any server certificate (labs only).
     #[arg(long)]
     insecure: bool,
+    /// Accept a plain `http://` endpoint, which sends the password in clear text (test servers only).
+    #[arg(long)]
+    allow_plain_http: bool,
     #[arg(long)]
     username: String,
     /// File holding the password (a trailing newline is ignored); else `PRISM_PASSWORD`.
@@ -135,6 +138,7 @@ fn build_client(args: &Args, password: String) -> Result<Client, Box<dyn std::er
     )?;
     config.ca_bundle = args.ca_file.clone().map(CaBundle::File);
     config.insecure = args.insecure;
+    config.allow_plain_http = args.allow_plain_http;
     config.request_timeout = Duration::from_secs(args.timeout_seconds);
     if args.session {
         config.auth_mode = AuthMode::Session;

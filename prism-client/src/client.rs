@@ -26,6 +26,13 @@ const API_KEY_HEADER: header::HeaderName = header::HeaderName::from_static("x-nt
 /// The v4 idempotency header.
 pub const REQUEST_ID_HEADER: &str = "NTNX-Request-Id";
 
+/// The longest `Retry-After` taken from an answer (5 minutes); a longer one, or one that is no number a
+/// `Duration` can hold, counts as this long. No wait beyond it is useful: the client returns the error
+/// instead of waiting past its retry budget ([`RetryPolicy::max_elapsed`], 30 s by default), and the
+/// controller that gets the error never requeues later than its longest backoff (5 minutes). Unbounded, a
+/// `Retry-After: 18446744073709551615` overflowed the time sums that decide when to retry.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+
 /// A Prism Central client. Cheap to clone: clones share the connection pool, the session, and the rate limit.
 #[derive(Clone)]
 pub struct Client {
@@ -40,6 +47,7 @@ struct Inner {
     /// Shared with every client made from this one by [`Client::with_credentials`].
     limiter: Arc<TokenBucket>,
     page_size: u32,
+    max_body_bytes: u64,
     observer: Option<Arc<dyn RequestObserver>>,
     session: tokio::sync::Mutex<Session>,
 }
@@ -136,6 +144,20 @@ impl Client {
         if config.list_page_size == 0 {
             return Err(ConfigError::InvalidPageSize);
         }
+        if config.max_body_bytes == 0 {
+            return Err(ConfigError::InvalidBodyLimit);
+        }
+        if config.endpoint.scheme() == "http" {
+            // The origin (scheme, host, port) only: no user info, should a caller have set one.
+            let endpoint = config.endpoint.origin().ascii_serialization();
+            if !config.allow_plain_http {
+                return Err(ConfigError::PlainHttpRefused { endpoint });
+            }
+            tracing::warn!(
+                %endpoint,
+                "plain HTTP to Prism Central is allowed: credentials cross the network in clear text"
+            );
+        }
         let limiter = Arc::new(TokenBucket::new(&config.rate_limit)?);
         let tls = tls::client_config(config.ca_bundle.as_ref(), config.insecure)?;
         let mut default_headers = HeaderMap::new();
@@ -170,6 +192,7 @@ impl Client {
                 retry: config.retry,
                 limiter,
                 page_size: config.list_page_size,
+                max_body_bytes: config.max_body_bytes,
                 observer: config.observer,
                 session: tokio::sync::Mutex::new(Session::default()),
             }),
@@ -192,6 +215,7 @@ impl Client {
                 retry: inner.retry.clone(),
                 limiter: inner.limiter.clone(),
                 page_size: inner.page_size,
+                max_body_bytes: inner.max_body_bytes,
                 observer: inner.observer.clone(),
                 session: tokio::sync::Mutex::new(Session::default()),
             }),
@@ -260,7 +284,7 @@ impl Client {
                 return Err(error);
             };
             let delay = backoff_delay.max(error.retry_after().unwrap_or_default());
-            if started.elapsed() + delay > policy.max_elapsed {
+            if started.elapsed().saturating_add(delay) > policy.max_elapsed {
                 return Err(error);
             }
             tracing::info!(
@@ -308,7 +332,8 @@ impl Client {
         (result.map(|(status, _, body)| (status, body)), generation)
     }
 
-    /// Sends a prepared request through the rate limit, reads the body, reports the event and maps non-2xx.
+    /// Sends a prepared request through the rate limit, reads the body (up to the limit), reports the event and
+    /// maps non-2xx.
     async fn send(
         &self,
         api: Api,
@@ -318,16 +343,22 @@ impl Client {
     ) -> Result<(u16, HeaderMap, Bytes), Error> {
         self.inner.limiter.acquire().await;
         let start = Instant::now();
+        let limit = self.inner.max_body_bytes;
         let outcome = match request.send().await {
             Ok(response) => {
                 let status = response.status().as_u16();
                 let headers = response.headers().clone();
-                response.bytes().await.map(|body| (status, headers, body))
+                read_body(response, limit)
+                    .await
+                    .map(|body| (status, headers, body))
             }
-            Err(error) => Err(error),
+            Err(error) => Err(ReadFailure::Transport(error)),
         };
         let latency = start.elapsed();
-        let status = outcome.as_ref().ok().map(|(status, _, _)| *status);
+        let status = match &outcome {
+            Ok((status, _, _)) | Err(ReadFailure::TooLarge { status }) => Some(*status),
+            Err(ReadFailure::Transport(_)) => None,
+        };
         tracing::debug!(
             endpoint,
             status,
@@ -344,10 +375,17 @@ impl Client {
                 attempt,
             });
         }
-        let (status, headers, body) = outcome.map_err(|error| transport_error(endpoint, &error))?;
-        if status == 429 {
+        if status == Some(429) {
             self.inner.limiter.throttled();
         }
+        let (status, headers, body) = outcome.map_err(|failure| match failure {
+            ReadFailure::Transport(error) => transport_error(endpoint, &error),
+            ReadFailure::TooLarge { status } => Error::BodyTooLarge {
+                endpoint,
+                status,
+                limit,
+            },
+        })?;
         if (200..300).contains(&status) {
             self.inner.limiter.succeeded();
             Ok((status, headers, body))
@@ -431,7 +469,6 @@ fn sensitive_header(value: &str) -> Result<HeaderValue, ConfigError> {
     Ok(header)
 }
 
-/// `Retry-After` as seconds or an HTTP date.
 /// The auth headers for `credentials` sent the way `mode` says.
 fn auth_of(credentials: &Credentials, mode: AuthMode) -> Result<Auth, ConfigError> {
     Ok(match (credentials, mode) {
@@ -453,16 +490,48 @@ fn auth_of(credentials: &Credentials, mode: AuthMode) -> Result<Auth, ConfigErro
     })
 }
 
+/// Why an answer could not be read.
+enum ReadFailure {
+    /// No answer, or its body broke off.
+    Transport(reqwest::Error),
+    /// The body is longer than the limit.
+    TooLarge { status: u16 },
+}
+
+/// Reads a body to its end, chunk by chunk, and stops as soon as it is longer than `limit` bytes (at once
+/// when its `Content-Length` says so; a chunked answer has none).
+async fn read_body(mut response: reqwest::Response, limit: u64) -> Result<Bytes, ReadFailure> {
+    let status = response.status().as_u16();
+    if response
+        .content_length()
+        .is_some_and(|length| length > limit)
+    {
+        return Err(ReadFailure::TooLarge { status });
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(ReadFailure::Transport)? {
+        let length = u64::try_from(body.len().saturating_add(chunk.len())).unwrap_or(u64::MAX);
+        if length > limit {
+            return Err(ReadFailure::TooLarge { status });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(body))
+}
+
+/// `Retry-After` as seconds or an HTTP date, at most [`MAX_RETRY_AFTER`].
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get(header::RETRY_AFTER)?.to_str().ok()?.trim();
-    if let Ok(seconds) = value.parse::<u64>() {
-        return Some(Duration::from_secs(seconds));
+    if !value.is_empty() && value.bytes().all(|byte| byte.is_ascii_digit()) {
+        // All digits, but perhaps more than a u64 holds: that is longer than the maximum too.
+        let seconds = value.parse::<u64>().unwrap_or(u64::MAX);
+        return Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER));
     }
     let date = jiff::fmt::rfc2822::parse(value).ok()?.timestamp();
     let wait = jiff::Timestamp::now().until(date).ok()?;
     Duration::try_from(wait)
         .ok()
-        .map(|wait| wait.max(Duration::ZERO))
+        .map(|wait| wait.clamp(Duration::ZERO, MAX_RETRY_AFTER))
 }
 
 /// True for a rustls error, also when wrapped in `io::Error`s (tokio-rustls and hyper wrap it twice).
@@ -532,6 +601,26 @@ mod tests {
         );
         headers.insert(header::RETRY_AFTER, HeaderValue::from_static("soon"));
         assert_eq!(retry_after(&headers), None);
+        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("-1"));
+        assert_eq!(retry_after(&headers), None);
+    }
+
+    #[test]
+    fn retry_after_is_at_most_the_maximum() {
+        let mut headers = HeaderMap::new();
+        for value in [
+            "301",
+            "3600",
+            "18446744073709551615",
+            "99999999999999999999999999",
+            // Near the end of the dates jiff holds (a later one does not parse: no wait, as for "soon").
+            "Thu, 30 Dec 9999 12:00:00 GMT",
+        ] {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static(value));
+            assert_eq!(retry_after(&headers), Some(MAX_RETRY_AFTER), "{value}");
+        }
+        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("300"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(300)));
     }
 
     #[test]

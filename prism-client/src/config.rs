@@ -14,6 +14,15 @@ use crate::observe::RequestObserver;
 /// Prism Central's default port.
 pub const DEFAULT_PORT: u16 = 9440;
 
+/// Default [`ClientConfig::max_body_bytes`]: 64 MiB.
+///
+/// The largest answer the provider asks for is a page of 500 VMs. The recorded answers of a real Prism
+/// Central (`hack/prism-mock/recorded/get_vm.json`, `list_vm.json`) hold about 4.4 KB of JSON per VM
+/// (6.6 KB pretty-printed), so such a page is about 3.3 MB; 64 MiB leaves room for VMs twenty times
+/// that size (many disks and NICs, categories, cloud-init or Sysprep data read back), and is an eighth
+/// of the controller Deployment's 512 Mi memory limit.
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 64 << 20;
+
 /// The user name that, by Prism convention, means "the password is an API key".
 pub const API_KEY_USERNAME: &str = "X-ntnx-api-key";
 
@@ -165,6 +174,10 @@ pub struct ClientConfig {
     pub ca_bundle: Option<CaBundle>,
     /// Accept any server certificate. Only for labs; the client logs a warning when built with it.
     pub insecure: bool,
+    /// Accept a plain `http://` endpoint, over which every request carries the credentials in clear text.
+    /// Only for a lab or a test server; without it, [`crate::Client::new`] refuses such an endpoint
+    /// ([`ConfigError::PlainHttpRefused`]), and with it the client logs a warning when built.
+    pub allow_plain_http: bool,
     pub proxy: ProxyConfig,
     pub connect_timeout: Duration,
     /// Whole-request timeout (send and read the body).
@@ -173,6 +186,9 @@ pub struct ClientConfig {
     pub rate_limit: RateLimit,
     /// Entities asked for per list page (`length`).
     pub list_page_size: u32,
+    /// Longest response body read, in bytes (default [`DEFAULT_MAX_BODY_BYTES`]); a longer one is not read
+    /// further and the call fails with [`crate::Error::BodyTooLarge`].
+    pub max_body_bytes: u64,
     /// Called once per HTTP attempt with the endpoint template, status and latency.
     pub observer: Option<Arc<dyn RequestObserver>>,
     pub user_agent: String,
@@ -186,12 +202,14 @@ impl fmt::Debug for ClientConfig {
             .field("auth_mode", &self.auth_mode)
             .field("ca_bundle", &self.ca_bundle)
             .field("insecure", &self.insecure)
+            .field("allow_plain_http", &self.allow_plain_http)
             .field("proxy", &self.proxy)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("retry", &self.retry)
             .field("rate_limit", &self.rate_limit)
             .field("list_page_size", &self.list_page_size)
+            .field("max_body_bytes", &self.max_body_bytes)
             .field("observer", &self.observer.as_ref().map(|_| "set"))
             .field("user_agent", &self.user_agent)
             .finish()
@@ -201,8 +219,9 @@ impl fmt::Debug for ClientConfig {
 impl ClientConfig {
     /// A configuration with defaults for everything but the endpoint and credentials.
     ///
-    /// `endpoint` is `host`, `host:port`, `https://host[:port]` or (for test servers) `http://host:port`; the
-    /// port defaults to 9440. A path, query, or user info in the URL is refused.
+    /// `endpoint` is `host`, `host:port`, `https://host[:port]` or (for test servers) `http://host:port`, which
+    /// [`crate::Client::new`] accepts only with [`ClientConfig::allow_plain_http`]; the port defaults to 9440.
+    /// A path, query, or user info in the URL is refused.
     pub fn new(endpoint: &str, credentials: Credentials) -> Result<Self, ConfigError> {
         Ok(Self {
             endpoint: parse_endpoint(endpoint)?,
@@ -210,12 +229,14 @@ impl ClientConfig {
             auth_mode: AuthMode::default(),
             ca_bundle: None,
             insecure: false,
+            allow_plain_http: false,
             proxy: ProxyConfig::default(),
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(60),
             retry: RetryPolicy::default(),
             rate_limit: RateLimit::default(),
             list_page_size: 100,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             observer: None,
             user_agent: concat!("prism-client/", env!("CARGO_PKG_VERSION")).to_owned(),
         })

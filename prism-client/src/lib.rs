@@ -21,15 +21,15 @@ mod tls;
 
 // The API's data lives in `prism-types` (no transport), re-exported here whole.
 use prism_types::error;
-pub use prism_types::{v3, v4};
+pub use prism_types::{quote, v3, v4};
 
 pub use api_v3::{Listing, V3Entity};
 
 pub use api_v4::DeployAccepted;
-pub use client::{Client, REQUEST_ID_HEADER};
+pub use client::{Client, MAX_RETRY_AFTER, REQUEST_ID_HEADER};
 pub use config::{
-    API_KEY_USERNAME, AuthMode, CaBundle, ClientConfig, Credentials, DEFAULT_PORT, ProxyConfig,
-    RateLimit, RetryPolicy,
+    API_KEY_USERNAME, AuthMode, CaBundle, ClientConfig, Credentials, DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_PORT, ProxyConfig, RateLimit, RetryPolicy,
 };
 pub use observe::{Api, RequestEvent, RequestObserver};
 pub use prism_types::{

@@ -222,7 +222,7 @@ async fn wait_until_done(
         }
         let delay = delays.next().unwrap_or(Duration::from_secs(5));
         let waited = started.elapsed();
-        if waited + delay > timeout {
+        if waited.saturating_add(delay) > timeout {
             return Err(Error::TaskTimeout {
                 task: task.to_owned(),
                 last_status,

@@ -89,6 +89,7 @@ async fn whoami_with_a_password_file_and_the_session_flag() {
         &[
             "--endpoint",
             &endpoint(addr),
+            "--allow-plain-http",
             "--username",
             USERNAME,
             "--password-file",
@@ -112,6 +113,7 @@ async fn list_vms_pages_and_summarises() {
         &[
             "--endpoint",
             &endpoint(addr),
+            "--allow-plain-http",
             "--username",
             USERNAME,
             "--session",
@@ -136,6 +138,7 @@ async fn clusters_and_tasks() {
     let base = [
         "--endpoint",
         &endpoint(addr),
+        "--allow-plain-http",
         "--username",
         USERNAME,
         "--session",
@@ -181,6 +184,7 @@ async fn wrong_password_fails_without_printing_it() {
         &[
             "--endpoint",
             &endpoint(addr),
+            "--allow-plain-http",
             "--username",
             USERNAME,
             "--session",
@@ -215,6 +219,25 @@ async fn usage_errors_exit_2() {
     assert_eq!(output.code, 2);
     assert!(
         output.stderr.contains("must not have a path"),
+        "{}",
+        output.stderr
+    );
+    let output = prism(
+        &[
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--username",
+            "u",
+            "whoami",
+        ],
+        Some("p"),
+    )
+    .await;
+    assert_eq!(output.code, 2);
+    assert!(
+        output
+            .stderr
+            .contains("http://127.0.0.1:9 is plain http://"),
         "{}",
         output.stderr
     );

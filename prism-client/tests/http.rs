@@ -215,9 +215,114 @@ async fn a_429_asking_for_more_than_the_retry_budget_is_returned_to_the_caller()
         .list::<Vm>(&ListRequest::default())
         .await
         .unwrap_err();
-    assert_eq!(error.retry_after(), Some(Duration::from_secs(3600)));
+    // Clamped where it is parsed: still longer than the retry budget.
+    assert_eq!(error.retry_after(), Some(prism_client::MAX_RETRY_AFTER));
     assert!(error.is_retryable());
     assert_eq!(seen.all().len(), 1);
+}
+
+/// A 429 answered after a second and more, asking to wait 2^64 - 1 seconds: once the elapsed time has a
+/// whole second, elapsed + Retry-After overflowed `Duration` and the call panicked (under the controller, a
+/// crash loop). It must end in the rate-limit error, at once.
+#[tokio::test]
+async fn a_slow_429_asking_to_wait_for_ever_ends_in_a_clear_error() {
+    let router = Router::new().route(
+        "/api/nutanix/v3/vms/{uuid}",
+        get(|| async {
+            tokio::time::sleep(Duration::from_millis(1_100)).await;
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", "18446744073709551615")],
+                "",
+            )
+                .into_response()
+        }),
+    );
+    let (addr, seen) = serve(router).await;
+    let started = std::time::Instant::now();
+    let call = tokio::spawn(async move { client(addr).get_vm("u1").await });
+    let error = call
+        .await
+        .expect("the call returns instead of panicking")
+        .unwrap_err();
+    assert!(matches!(error, Error::RateLimited { .. }), "{error:?}");
+    assert_eq!(error.retry_after(), Some(prism_client::MAX_RETRY_AFTER));
+    assert_eq!(
+        error.to_string(),
+        "GET /vms/{uuid}: rate limited (429), retry after 300s"
+    );
+    assert_eq!(seen.all().len(), 1, "longer than the retry budget");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A server answering `/vms/{uuid}` with `size` bytes of VM JSON, streamed in 64 KiB chunks without a
+/// `Content-Length` when `chunked`.
+fn large_vm_router(size: usize, chunked: bool) -> Router {
+    Router::new().route(
+        "/api/nutanix/v3/vms/{uuid}",
+        get(move |Path(uuid): Path<String>| async move {
+            let mut vm = vm_json(&uuid, "vm");
+            let padding = size.saturating_sub(vm.to_string().len() + 20);
+            vm["spec"]["description"] = json!("p".repeat(padding));
+            let body = vm.to_string().into_bytes();
+            if chunked {
+                let chunks: Vec<Result<Vec<u8>, std::io::Error>> = body
+                    .chunks(64 << 10)
+                    .map(|chunk| Ok(chunk.to_vec()))
+                    .collect();
+                axum::body::Body::from_stream(futures::stream::iter(chunks)).into_response()
+            } else {
+                body.into_response()
+            }
+        }),
+    )
+}
+
+#[tokio::test]
+async fn a_body_above_the_limit_is_refused_with_its_endpoint_and_the_limit() {
+    for chunked in [false, true] {
+        let (addr, seen) = serve(large_vm_router(3 << 20, chunked)).await;
+        let mut config = http_config(addr);
+        config.max_body_bytes = 1 << 20;
+        let error = Client::new(config).unwrap().get_vm("u1").await.unwrap_err();
+        let Error::BodyTooLarge {
+            endpoint,
+            status,
+            limit,
+        } = &error
+        else {
+            panic!("chunked {chunked}: {error:?}")
+        };
+        assert_eq!(
+            (*endpoint, *status, *limit),
+            ("GET /vms/{uuid}", 200, 1 << 20)
+        );
+        assert_eq!(
+            error.to_string(),
+            "GET /vms/{uuid}: the answer (200) has a body longer than the limit of 1048576 bytes; it was not read"
+        );
+        assert_eq!(
+            seen.all().len(),
+            1,
+            "not retried: the same answer would come back"
+        );
+
+        // The same answer under the limit is read whole.
+        let mut config = http_config(addr);
+        config.max_body_bytes = 4 << 20;
+        let vm = Client::new(config).unwrap().get_vm("u2").await.unwrap();
+        assert_eq!(vm.uuid(), Some("u2"), "chunked {chunked}");
+    }
+    assert_eq!(
+        prism_client::ClientConfig::new("pc", Credentials::basic("u", "p"))
+            .unwrap()
+            .max_body_bytes,
+        prism_client::DEFAULT_MAX_BODY_BYTES
+    );
 }
 
 #[tokio::test]
@@ -260,7 +365,7 @@ async fn a_503_is_retried_after_the_delay_it_asks_for_and_a_long_one_is_returned
     assert!(gap >= Duration::from_secs(1), "retried after {gap:?}");
 
     let error = client.get_vm("busy").await.unwrap_err();
-    assert_eq!(error.retry_after(), Some(Duration::from_secs(3600)));
+    assert_eq!(error.retry_after(), Some(prism_client::MAX_RETRY_AFTER));
     assert!(
         matches!(error, Error::Server { status: 503, .. }),
         "{error:?}"
@@ -1141,6 +1246,36 @@ fn construction_errors_are_clear() {
         error.to_string(),
         "session auth needs a user name and password, not an API key"
     );
+    let error = Client::new(prism_client::ClientConfig {
+        max_body_bytes: 0,
+        ..common::config("pc.example.com")
+    })
+    .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid max_body_bytes 0: it must be at least 1"
+    );
+}
+
+#[tokio::test]
+async fn plain_http_is_refused_unless_allowed() {
+    let (addr, seen) = serve(Sessions::default().router()).await;
+    let error = Client::new(common::config(&format!("http://{addr}"))).unwrap_err();
+    assert!(
+        matches!(&error, prism_client::ConfigError::PlainHttpRefused { endpoint } if *endpoint == format!("http://{addr}")),
+        "{error:?}"
+    );
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "Prism Central endpoint http://{addr} is plain http://, which would send the credentials in clear \
+             text: use https://, or allow plain HTTP explicitly (a lab or test server only)"
+        )
+    );
+    let mut allowed = common::config(&format!("http://{addr}"));
+    allowed.allow_plain_http = true;
+    Client::new(allowed).unwrap().whoami().await.unwrap();
+    assert_eq!(seen.all().len(), 1, "only the allowed client sent anything");
 }
 
 #[tokio::test]

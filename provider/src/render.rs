@@ -8,6 +8,7 @@
 //! maps them to UUIDs; UUIDs the apiserver or Prism would assign (the Machine's uid, the reserved
 //! VM UUID) are shown as the nil UUID.
 
+use prism_client::quote::quoted;
 use serde_json::{Value, json};
 
 use crate::api::{Machine, MachineSet};
@@ -25,14 +26,31 @@ pub const PLACEHOLDER_UUID: &str = "00000000-0000-0000-0000-000000000000";
 /// Suffix a MachineSet's preview Machine gets (the machine-api gives five random characters).
 pub const PREVIEW_SUFFIX: &str = "-xxxxx";
 
-/// What `render` prints.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What `render` prints. The request and the unattend.xml carry the user data, so `Debug` shows
+/// their lengths only.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Rendered {
     /// The request description, pretty-printed JSON.
     pub request_json: String,
     /// The unattend.xml (password as a placeholder), for Sysprep.
     pub unattend_xml: Option<String>,
     pub warnings: Vec<String>,
+}
+
+impl std::fmt::Debug for Rendered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rendered")
+            .field(
+                "request_json",
+                &format_args!("<{} bytes redacted>", self.request_json.len()),
+            )
+            .field(
+                "unattend_xml_bytes",
+                &self.unattend_xml.as_ref().map(String::len),
+            )
+            .field("warnings", &self.warnings)
+            .finish()
+    }
 }
 
 /// Why nothing could be rendered.
@@ -43,7 +61,8 @@ pub enum RenderError {
     #[error("the resolve file is not a resolved-references JSON document: {0}")]
     Resolve(String),
     #[error(
-        "expected kind Machine or MachineSet (apiVersion machine.openshift.io/v1beta1), found {0:?}"
+        "expected kind Machine or MachineSet (apiVersion machine.openshift.io/v1beta1), found {:?}",
+        quoted(.0)
     )]
     Kind(String),
     #[error("the {kind} does not parse: {message}")]
@@ -172,6 +191,30 @@ spec:
         assert_eq!(json["body"]["metadata"]["uuid"], PLACEHOLDER_UUID);
         assert_eq!(json.get("followUp"), None);
         assert_eq!(rendered.unattend_xml, None);
+    }
+
+    #[test]
+    fn the_output_holds_the_user_data_but_its_debug_does_not() {
+        let user_data = b"{\"ignition\":{\"version\":\"3.2.0\"},\"x\":\"Us3r-Data-Secret\"}";
+        let machine = MACHINE.replace(
+            "credentialsSecret: {name: nutanix-credentials}",
+            "credentialsSecret: {name: nutanix-credentials}\n      userDataSecret: {name: worker-user-data}",
+        );
+        let rendered = render(&machine, Some(user_data), None).unwrap();
+        let json: Value = serde_json::from_str(&rendered.request_json).unwrap();
+        let encoded =
+            json["body"]["spec"]["resources"]["guest_customization"]["cloud_init"]["user_data"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+        assert!(
+            !encoded.is_empty(),
+            "render prints the user data (documented)"
+        );
+        let shown = format!("{rendered:?}");
+        assert!(!shown.contains(&encoded), "{shown}");
+        assert!(!shown.contains("Us3r-Data-Secret"), "{shown}");
+        assert!(shown.contains("bytes redacted"), "{shown}");
     }
 
     #[test]

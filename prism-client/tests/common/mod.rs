@@ -210,8 +210,11 @@ pub fn config(endpoint: &str) -> ClientConfig {
     config
 }
 
+/// [`config`] for a plain HTTP test server (`allow_plain_http`).
 pub fn http_config(addr: SocketAddr) -> ClientConfig {
-    config(&format!("http://{addr}"))
+    let mut config = config(&format!("http://{addr}"));
+    config.allow_plain_http = true;
+    config
 }
 
 /// A minimal VM body as GET returns it.

@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::quote::{MAX_QUOTED_CHARS, bounded, quoted};
 use crate::task::TaskFailure;
 
 /// Longest Prism message kept in an error (a schema error may echo part of a request body).
-const MAX_MESSAGE_CHARS: usize = 300;
+pub(crate) const MAX_MESSAGE_CHARS: usize = 300;
 /// Prism messages kept per error.
 const MAX_MESSAGES: usize = 5;
 /// Characters of an undecodable body kept in a decode error.
@@ -42,6 +43,15 @@ pub enum ConfigError {
     InvalidRetryPolicy { reason: String },
     #[error("invalid list_page_size 0: it must be at least 1")]
     InvalidPageSize,
+    #[error("invalid max_body_bytes 0: it must be at least 1")]
+    InvalidBodyLimit,
+    /// A plain `http://` endpoint without `allow_plain_http`: every request would carry the
+    /// credentials (a password or API key, or the session cookie) in clear text.
+    #[error(
+        "Prism Central endpoint {endpoint} is plain http://, which would send the credentials in clear text: \
+         use https://, or allow plain HTTP explicitly (a lab or test server only)"
+    )]
+    PlainHttpRefused { endpoint: String },
     #[error("cannot set up TLS: {reason}")]
     Tls { reason: String },
     #[error("cannot build the HTTP client: {reason}")]
@@ -135,7 +145,7 @@ impl fmt::Display for PrismMessage {
         {
             text.push_str(&format!(" (code {code})"));
         }
-        f.write_str(&truncate(&text, MAX_MESSAGE_CHARS))
+        write!(f, "{}", bounded(&text, MAX_MESSAGE_CHARS))
     }
 }
 
@@ -252,6 +262,16 @@ pub enum Error {
         /// The error and its causes, one line.
         detail: String,
     },
+    /// The answer's body is longer than the client's limit (`ClientConfig::max_body_bytes`): it was
+    /// not read to its end, and the same request would get the same answer.
+    #[error(
+        "{endpoint}: the answer ({status}) has a body longer than the limit of {limit} bytes; it was not read"
+    )]
+    BodyTooLarge {
+        endpoint: &'static str,
+        status: u16,
+        limit: u64,
+    },
     /// A 2xx whose body is not what the endpoint returns.
     #[error(
         "{endpoint}: cannot decode the response ({status}): {reason}; body starts with {excerpt:?}"
@@ -272,7 +292,12 @@ pub enum Error {
     #[error("{endpoint}: session login returned no cookie")]
     NoSessionCookie { endpoint: &'static str },
     /// `find_by_exact_name` found more than one entity with the name.
-    #[error("{count} {kind} entities are named {name:?}: {uuids}", count = .uuids.len(), uuids = .uuids.join(", "))]
+    #[error(
+        "{count} {kind} entities are named {name:?}: {uuids}",
+        count = .uuids.len(),
+        name = quoted(.name),
+        uuids = bounded(&.uuids.join(", "), MAX_MESSAGE_CHARS)
+    )]
     DuplicateName {
         kind: &'static str,
         name: String,
@@ -280,7 +305,7 @@ pub enum Error {
     },
     /// `find_by_exact_name`: an entity with the name was listed but could not be decoded, so whether it is the
     /// one looked for cannot be told.
-    #[error("a {kind} entity named {name:?} was listed but cannot be read: {entity}")]
+    #[error("a {kind} entity named {name:?} was listed but cannot be read: {entity}", name = quoted(.name))]
     UnreadableMatch {
         kind: &'static str,
         name: String,
@@ -299,7 +324,11 @@ pub enum Error {
     #[error("{0}")]
     TaskFailed(Box<TaskFailure>),
     /// `wait_task` gave up.
-    #[error("task {task} still {last_status} after {waited:?}")]
+    #[error(
+        "task {task} still {last_status} after {waited:?}",
+        task = bounded(.task, MAX_QUOTED_CHARS),
+        last_status = bounded(.last_status, MAX_QUOTED_CHARS)
+    )]
     TaskTimeout {
         task: String,
         last_status: String,
@@ -315,7 +344,8 @@ fn retry_after_text(retry_after: Option<Duration>) -> String {
 
 impl Error {
     /// True when the same request may succeed later unchanged: 429, 5xx and transport failures other than TLS.
-    /// A 409 is not: the caller must read the entity again and rebuild the request.
+    /// A 409 is not: the caller must read the entity again and rebuild the request. Nor is a body above the
+    /// limit ([`Error::BodyTooLarge`]): the same request gets the same answer.
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::RateLimited { .. } | Self::Server { .. } => true,
@@ -364,6 +394,7 @@ impl Error {
             Self::Invalid { status, .. }
             | Self::Server { status, .. }
             | Self::UnexpectedStatus { status, .. }
+            | Self::BodyTooLarge { status, .. }
             | Self::Decode { status, .. } => Some(*status),
             _ => None,
         }
@@ -381,6 +412,7 @@ impl Error {
             | Self::Server { endpoint, .. }
             | Self::UnexpectedStatus { endpoint, .. }
             | Self::Transport { endpoint, .. }
+            | Self::BodyTooLarge { endpoint, .. }
             | Self::Decode { endpoint, .. }
             | Self::Encode { endpoint, .. }
             | Self::NoSessionCookie { endpoint }
@@ -440,8 +472,8 @@ pub fn decode_error(
         endpoint,
         status,
         // serde quotes the offending value, which can be as long as the body.
-        reason: truncate(&error.to_string(), MAX_MESSAGE_CHARS),
-        excerpt: truncate(&text, EXCERPT_CHARS),
+        reason: bounded(&error.to_string(), MAX_MESSAGE_CHARS).to_string(),
+        excerpt: bounded(&text, EXCERPT_CHARS).to_string(),
     }
 }
 
@@ -470,7 +502,7 @@ fn parse_messages(body: &[u8]) -> PrismMessages {
         return PrismMessages(vec![PrismMessage {
             message: Some(format!(
                 "non-JSON body: {:?}",
-                truncate(text.trim(), EXCERPT_CHARS)
+                bounded(text.trim(), EXCERPT_CHARS)
             )),
             ..PrismMessage::default()
         }]);
@@ -500,14 +532,6 @@ fn parse_messages(body: &[u8]) -> PrismMessages {
         });
     }
     PrismMessages(messages)
-}
-
-/// At most `max` characters, with `…` when cut.
-pub fn truncate(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
-    }
 }
 
 #[cfg(test)]
@@ -635,13 +659,73 @@ mod tests {
             "x".repeat(5000)
         );
         let error = from_status("POST /vms", 422, None, long.as_bytes());
-        assert!(error.to_string().len() < 400, "{}", error.to_string().len());
+        let shown = error.to_string();
+        assert!(shown.len() < 400, "{}", shown.len());
+        assert!(shown.ends_with("… (5000 characters)"), "{shown}");
         let body = format!("{{\"metadata\": {}", "y".repeat(1000));
         let json_error = serde_json::from_str::<serde_json::Value>(&body).unwrap_err();
         let error = decode_error("GET /vms/{uuid}", 200, body.as_bytes(), &json_error);
         let Error::Decode { excerpt, .. } = &error else {
             panic!()
         };
-        assert_eq!(excerpt.chars().count(), EXCERPT_CHARS + 1);
+        assert_eq!(
+            excerpt,
+            &format!("{{\"metadata\": {}… (1013 characters)", "y".repeat(147))
+        );
+        let html = format!("<html>{}</html>", "z".repeat(10_000));
+        let error = from_status("GET /vms/{uuid}", 503, None, html.as_bytes());
+        assert!(
+            error.to_string().ends_with("zzz…\" (10013 characters)"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn names_ids_and_statuses_from_prism_are_quoted_with_a_bound() {
+        let long = "n".repeat(100_000);
+        let errors = [
+            Error::DuplicateName {
+                kind: "vm",
+                name: long.clone(),
+                uuids: vec![long.clone(); 1000],
+            },
+            Error::UnreadableMatch {
+                kind: "vm",
+                name: long.clone(),
+                entity: crate::v3::SkippedEntity {
+                    uuid: Some(long.clone()),
+                    name: Some(long.clone()),
+                    reason: "invalid type: map, expected a string".to_owned(),
+                },
+            },
+            Error::TaskTimeout {
+                task: long.clone(),
+                last_status: long.clone(),
+                waited: Duration::from_secs(1),
+            },
+        ];
+        for error in errors {
+            let shown = error.to_string();
+            assert!(shown.chars().count() < 2_000, "{}", shown.chars().count());
+            assert!(shown.contains("(100000 characters)"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn a_body_above_the_limit_is_final_and_names_its_endpoint_and_limit() {
+        let error = Error::BodyTooLarge {
+            endpoint: "POST /vms/list",
+            status: 200,
+            limit: 1024,
+        };
+        assert_eq!(
+            error.to_string(),
+            "POST /vms/list: the answer (200) has a body longer than the limit of 1024 bytes; it was not read"
+        );
+        assert!(!error.is_retryable() && !error.is_auto_retryable());
+        assert_eq!(
+            (error.status(), error.endpoint()),
+            (Some(200), Some("POST /vms/list"))
+        );
     }
 }

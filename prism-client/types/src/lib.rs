@@ -6,9 +6,11 @@
 //!   not sent when `None`.
 //! - [`Error`]: one variant per way a call can fail; [`Error::is_retryable`] tells a transient failure.
 //! - [`TaskProgress`]: what one task read means.
+//! - [`quote`]: text from outside put into a message with a bounded length.
 
 pub mod error;
 mod open_enum;
+pub mod quote;
 mod sensitive;
 pub mod task;
 pub mod v3;

@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use crate::error::{PrismMessage, PrismMessages};
+use crate::error::{MAX_MESSAGE_CHARS, PrismMessage, PrismMessages};
+use crate::quote::{MAX_QUOTED_CHARS, bounded};
 use crate::v3::{self, TaskStatus};
 use crate::v4;
 
@@ -97,19 +98,31 @@ pub struct SubtaskError {
     pub messages: PrismMessages,
 }
 
+/// Every text of a task comes from Prism: each is cut to a bounded length (a task id to
+/// [`MAX_QUOTED_CHARS`], a message to [`MAX_MESSAGE_CHARS`]).
 impl fmt::Display for TaskFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "task {} {}", self.task, self.end)?;
+        write!(
+            f,
+            "task {} {}",
+            bounded(&self.task, MAX_QUOTED_CHARS),
+            self.end
+        )?;
         write_error(f, self.error_detail.as_deref(), self.error_code.as_deref())?;
         if self.error_detail.is_none() && !self.messages.is_empty() {
             write!(f, ": {}", self.messages)?;
         } else if self.error_detail.is_none()
             && let Some(progress) = &self.progress_message
         {
-            write!(f, " ({progress})")?;
+            write!(f, " ({})", bounded(progress, MAX_MESSAGE_CHARS))?;
         }
         for subtask in &self.subtask_errors {
-            write!(f, "; subtask {} {}", subtask.task, subtask.end)?;
+            write!(
+                f,
+                "; subtask {} {}",
+                bounded(&subtask.task, MAX_QUOTED_CHARS),
+                subtask.end
+            )?;
             write_error(
                 f,
                 subtask.error_detail.as_deref(),
@@ -126,10 +139,10 @@ fn write_error(
     code: Option<&str>,
 ) -> fmt::Result {
     if let Some(detail) = detail {
-        write!(f, ": {detail}")?;
+        write!(f, ": {}", bounded(detail, MAX_MESSAGE_CHARS))?;
     }
     if let Some(code) = code {
-        write!(f, " (code {code})")?;
+        write!(f, " (code {})", bounded(code, MAX_QUOTED_CHARS))?;
     }
     Ok(())
 }
@@ -442,5 +455,34 @@ mod tests {
             failure.to_string(),
             "task t FAILED: Internal error (code 500); subtask s FAILED: DHCP pool exhausted"
         );
+    }
+
+    #[test]
+    fn failure_display_stays_short_whatever_prism_wrote() {
+        let long = "e".repeat(50_000);
+        let subtask = SubtaskError {
+            task: long.clone(),
+            end: TaskEnd::Failed,
+            error_code: Some(long.clone()),
+            error_detail: Some(long.clone()),
+            messages: PrismMessages::default(),
+        };
+        let failure = TaskFailure {
+            task: long.clone(),
+            end: TaskEnd::Failed,
+            error_code: Some(long.clone()),
+            error_detail: None,
+            progress_message: Some(long.clone()),
+            messages: PrismMessages::default(),
+            subtask_errors: vec![subtask; MAX_SUBTASK_READS],
+        };
+        let shown = failure.to_string();
+        // Per subtask: an id and a code of 256 characters, a detail of 300, and the words.
+        assert!(
+            shown.chars().count() < (MAX_SUBTASK_READS + 1) * 1_000,
+            "{}",
+            shown.chars().count()
+        );
+        assert!(shown.contains("… (50000 characters)"), "{shown}");
     }
 }

@@ -9,6 +9,7 @@
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
+use prism_client::quote::quoted;
 use prism_client::{Credentials, Sensitive};
 use serde::Deserialize;
 
@@ -23,7 +24,8 @@ pub enum CredentialsError {
     #[error("key {CREDENTIALS_KEY:?} holds an empty list")]
     Empty,
     #[error(
-        "the first entry of key {CREDENTIALS_KEY:?} has type {0:?}; only \"basic_auth\" is supported"
+        "the first entry of key {CREDENTIALS_KEY:?} has type {:?}; only \"basic_auth\" is supported",
+        quoted(.0)
     )]
     UnsupportedType(String),
     #[error(

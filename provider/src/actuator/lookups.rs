@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
+use prism_client::quote::{bounded, quoted};
 use prism_client::v3::{Cluster, Image, Project, Subnet, Vm};
 use prism_client::v4::Template;
 use prism_client::{Client, Error};
@@ -30,6 +31,9 @@ use crate::plan::vm::resolve::{
     FailureDomain, Lookup, RequiredLookups, ResolvedEntity, ResolvedReferences, ResolvedSource,
     ResolvedSubnet,
 };
+
+/// Characters of a list of same-named entities' UUIDs kept in a message: ten UUIDs, then a cut.
+const MAX_UUID_LIST_CHARS: usize = 380;
 
 #[derive(Debug)]
 struct Cached<T> {
@@ -320,7 +324,7 @@ impl LookupCache {
             (_, Some(name)) => match client.find_vm_by_exact_name(name).await {
                 Ok(Some(vm)) => Lookup::Found(vm_source(&vm)),
                 Ok(None) => Lookup::Failed {
-                    error: format!("no VM named {name:?}"),
+                    error: format!("no VM named {name:?}", name = quoted(name)),
                 },
                 Err(error) => Lookup::Failed {
                     error: error.to_string(),
@@ -421,19 +425,23 @@ where
             Lookup::Found((uuid.to_ascii_lowercase(), value))
         }
         0 if id.type_ == IdentifierType::Uuid => Lookup::Failed {
-            error: format!("no {what} with UUID {key}"),
+            error: format!("no {what} with UUID {}", quoted(key)),
         },
         0 => Lookup::Failed {
-            error: format!("no {what} named {key:?}"),
+            error: format!("no {what} named {key:?}", key = quoted(key)),
         },
         count => Lookup::Failed {
             error: format!(
                 "{count} {what}s are named {key:?}: {}",
-                matches
-                    .iter()
-                    .map(|(uuid, _)| *uuid)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                bounded(
+                    &matches
+                        .iter()
+                        .map(|(uuid, _)| *uuid)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    MAX_UUID_LIST_CHARS
+                ),
+                key = quoted(key)
             ),
         },
     }

@@ -87,6 +87,9 @@ pub struct ActuatorSettings {
     pub ca_file: Option<PathBuf>,
     /// Accept any Prism certificate (labs only).
     pub insecure: bool,
+    /// Accept a plain `http://` endpoint, which sends the credentials in clear text (labs
+    /// only); refused otherwise.
+    pub allow_plain_http: bool,
     pub rate_limit: RateLimit,
     /// Entities per list page (Prism allows 500).
     pub page_length: u32,
@@ -108,6 +111,7 @@ impl Default for ActuatorSettings {
         Self {
             ca_file: None,
             insecure: false,
+            allow_plain_http: false,
             rate_limit: RateLimit::default(),
             page_length: 500,
             inventory_max_age: Duration::from_secs(60),
@@ -258,6 +262,7 @@ impl Actuator {
         let mut config = ClientConfig::new(endpoint, credentials.to_client())?;
         config.ca_bundle = self.settings.ca_file.clone().map(CaBundle::File);
         config.insecure = self.settings.insecure;
+        config.allow_plain_http = self.settings.allow_plain_http;
         config.rate_limit = self.settings.rate_limit.clone();
         config.list_page_size = self.settings.page_length;
         config.observer = self.observer.clone();
@@ -640,6 +645,35 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_http_endpoint_is_refused_unless_allowed() {
+        let credentials = PrismCredentials::new("admin", "pa55");
+        let actuator = Actuator::new(ActuatorSettings::default(), None);
+        let error = actuator
+            .connection("http://pc.example.com:9440", "ns/creds", &credentials)
+            .unwrap_err();
+        assert!(
+            matches!(&error, ConfigError::PlainHttpRefused { endpoint } if endpoint == "http://pc.example.com:9440"),
+            "{error:?}"
+        );
+        assert!(
+            actuator
+                .connection("pc.example.com", "ns/creds", &credentials)
+                .is_ok()
+        );
+        let lab = Actuator::new(
+            ActuatorSettings {
+                allow_plain_http: true,
+                ..ActuatorSettings::default()
+            },
+            None,
+        );
+        assert!(
+            lab.connection("http://pc.example.com:9440", "ns/creds", &credentials)
+                .is_ok()
+        );
+    }
 
     #[test]
     fn a_listing_pays_once_as_many_machines_wait_as_it_costs_calls() {

@@ -71,7 +71,11 @@ impl UuidPool {
                 ..IdempotenceIdentifiersRequest::default()
             })
             .await?;
-        let usable_until = reserved_at + self.validity - self.validity / SAFETY_MARGIN_FRACTION;
+        // `validity` is at most a year, far from overflowing an `Instant`; were it not, the UUIDs
+        // would count as expired at once rather than panic.
+        let usable_until = reserved_at
+            .checked_add(self.validity - self.validity / SAFETY_MARGIN_FRACTION)
+            .unwrap_or(reserved_at);
         let mut uuids = response
             .uuid_list
             .into_iter()

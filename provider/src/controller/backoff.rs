@@ -1,6 +1,7 @@
 //! Per-object exponential backoff for failed reconciles (kube-runtime has none; the
 //! machine-api-operator relies on controller-runtime's). Each failure doubles the delay up to a
-//! maximum; a `Retry-After` from Prism is honoured when it is longer. The count starts again
+//! maximum; a `Retry-After` from Prism is honoured when it is longer, up to the same maximum (a
+//! requeue later than the longest backoff would only delay the next look). The count starts again
 //! when the object reaches a healthy state (its VM is found, or its deletion finishes), not
 //! after any successful reconcile: a failed create writes a condition, and the reconcile that
 //! write triggers must not reset the delay before the create is tried again.
@@ -9,7 +10,8 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// The delay after `failures` consecutive failures (1 for the first).
+/// The delay after `failures` consecutive failures (1 for the first): at most `max`, whatever
+/// `retry_after` asks.
 pub fn backoff_delay(
     failures: u32,
     min: Duration,
@@ -18,7 +20,16 @@ pub fn backoff_delay(
 ) -> Duration {
     let exponent = failures.saturating_sub(1).min(30);
     let delay = min.saturating_mul(1 << exponent).min(max);
-    retry_after.map_or(delay, |asked| delay.max(asked))
+    retry_after.map_or(delay, |asked| delay.max(asked.min(max)))
+}
+
+/// One object's failures: how many in a row, and the last one's time and delay. The time the next
+/// attempt may start is never computed as an `Instant` (adding to an `Instant` can overflow).
+#[derive(Debug, Clone, Copy)]
+struct Failures {
+    count: u32,
+    last: Instant,
+    delay: Duration,
 }
 
 /// Failure counts, and when the next attempt may start, by object key.
@@ -26,7 +37,7 @@ pub fn backoff_delay(
 pub struct Backoff {
     min: Duration,
     max: Duration,
-    failures: Mutex<HashMap<String, (u32, Instant)>>,
+    failures: Mutex<HashMap<String, Failures>>,
 }
 
 impl Backoff {
@@ -38,23 +49,27 @@ impl Backoff {
         }
     }
 
-    /// Counts a failure of `key` and returns how long to wait before the next attempt.
+    /// Counts a failure of `key` and returns how long to wait before the next attempt (at most
+    /// the maximum, whatever `retry_after` asks).
     pub fn failed(&self, key: &str, retry_after: Option<Duration>) -> Duration {
         let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
-        let (count, not_before) = failures
-            .entry(key.to_owned())
-            .or_insert((0, Instant::now()));
-        *count = count.saturating_add(1);
-        let delay = backoff_delay(*count, self.min, self.max, retry_after);
-        *not_before = Instant::now() + delay;
-        delay
+        let now = Instant::now();
+        let entry = failures.entry(key.to_owned()).or_insert(Failures {
+            count: 0,
+            last: now,
+            delay: Duration::ZERO,
+        });
+        entry.count = entry.count.saturating_add(1);
+        entry.last = now;
+        entry.delay = backoff_delay(entry.count, self.min, self.max, retry_after);
+        entry.delay
     }
 
     /// How long `key` must still wait after its last failure, if at all.
     pub fn remaining(&self, key: &str) -> Option<Duration> {
         let failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
-        let (_, not_before) = failures.get(key)?;
-        let left = not_before.saturating_duration_since(Instant::now());
+        let failure = failures.get(key)?;
+        let left = failure.delay.saturating_sub(failure.last.elapsed());
         (!left.is_zero()).then_some(left)
     }
 
@@ -93,6 +108,24 @@ mod tests {
             backoff_delay(6, MIN, MAX, Some(Duration::from_secs(7))),
             Duration::from_secs(32)
         );
+        assert_eq!(
+            backoff_delay(1, MIN, MAX, Some(Duration::from_secs(3600))),
+            MAX,
+            "never longer than the maximum"
+        );
+    }
+
+    #[test]
+    fn a_retry_after_of_any_length_neither_panics_nor_waits_past_the_maximum() {
+        // Adding this to an Instant panicked ("overflow when adding duration to instant").
+        let backoff = Backoff::new(MIN, MAX);
+        assert_eq!(backoff.failed("a", Some(Duration::MAX)), MAX);
+        assert!(
+            backoff.remaining("a").is_some_and(|left| left <= MAX),
+            "{:?}",
+            backoff.remaining("a")
+        );
+        assert_eq!(backoff.failed("a", Some(Duration::MAX)), MAX);
     }
 
     #[test]

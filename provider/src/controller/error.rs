@@ -92,6 +92,7 @@ impl Error {
             Self::Prism(prism_client::Error::Unauthorized { .. }) => format!(
                 "Prism Central refused the user name or password of the Machine's credentials Secret (providerSpec.credentialsSecret, else nutanix-credentials): correct key {CREDENTIALS_KEY}; {credentials_fix}"
             ),
+            Self::PrismConfig(prism_client::ConfigError::PlainHttpRefused { .. }) => "use an https:// endpoint (Prism Central serves HTTPS on port 9440), or, for a lab whose Prism serves no TLS, start the controller with --prism-allow-plain-http".to_owned(),
             Self::Prism(prism_client::Error::Forbidden { .. }) => "the Prism Central user lacks a permission this operation needs: grant it a role that manages VMs (and reads images, subnets, clusters and categories)".to_owned(),
             Self::Prism(prism_client::Error::Transport {
                 kind: prism_client::TransportKind::Tls,
@@ -172,5 +173,15 @@ mod tests {
             assert!(!other.is_conflict(), "{other}");
             assert_eq!(other.reason(), "Kubernetes");
         }
+    }
+
+    #[test]
+    fn a_refused_plain_http_endpoint_names_the_flag_that_allows_it() {
+        let error = Error::PrismConfig(prism_client::ConfigError::PlainHttpRefused {
+            endpoint: "http://pc:9440".to_owned(),
+        });
+        let advice = error.advice().unwrap_or_default();
+        assert!(advice.contains("--prism-allow-plain-http"), "{advice}");
+        assert!(error.to_string().contains("http://pc:9440"), "{error}");
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
 use ipnet::IpNet;
+use prism_client::quote::quoted;
 
 use super::validate::ValidateArgs;
 
@@ -36,7 +37,9 @@ pub enum Command {
     /// would raise (exit 2), or what it would create (exit 0).
     Validate(Box<ValidateArgs>),
     /// Print the Prism request a Machine or MachineSet would send (and, for Windows with Sysprep,
-    /// its unattend.xml), without contacting Prism.
+    /// its unattend.xml), without contacting Prism. The output holds the user data given with
+    /// --user-data (base64, in the request or the unattend.xml): treat it as the Secret it came
+    /// from.
     Render(RenderArgs),
 }
 
@@ -45,7 +48,8 @@ pub struct RenderArgs {
     /// A Machine or MachineSet (machine.openshift.io/v1beta1) in YAML.
     #[arg(long, value_name = "FILE.yaml")]
     pub machine: PathBuf,
-    /// The user-data Secret's `userData` content.
+    /// The user-data Secret's `userData` content; printed to stdout in the request (base64),
+    /// as Prism would receive it.
     #[arg(long, value_name = "FILE")]
     pub user_data: Option<PathBuf>,
     /// Prism lookups to apply: names to UUIDs, sizes, categories, GPUs, failure domains (JSON).
@@ -78,10 +82,12 @@ pub struct RunArgs {
     /// Feature gates, `Name=true|false,...`; `MachineAPIMigration` is honoured.
     #[arg(long, value_name = "GATES", default_value = "", value_parser = parse_feature_gates)]
     pub feature_gates: FeatureGates,
-    /// Address of the metrics endpoint (`:8081`, `host:port`; `0` disables it).
+    /// Address of the metrics endpoint (`:8081` for every IPv4 and IPv6 address, `host:port`;
+    /// `0` disables it).
     #[arg(long, value_name = "ADDRESS", default_value = ":8081")]
     pub metrics_bind_address: String,
-    /// Address of `/healthz` and `/readyz` (`0` disables them).
+    /// Address of `/healthz` and `/readyz` (`:9440` for every IPv4 and IPv6 address,
+    /// `host:port`; `0` disables them).
     #[arg(long, value_name = "ADDRESS", default_value = ":9440")]
     pub health_addr: String,
 
@@ -136,6 +142,10 @@ pub struct PrismArgs {
     /// Accept any Prism Central certificate (labs only).
     #[arg(long)]
     pub insecure_skip_tls_verify: bool,
+    /// Accept a plain `http://` --prism-endpoint, over which the Prism credentials cross the
+    /// network in clear text (a lab without TLS only; refused otherwise).
+    #[arg(long)]
+    pub prism_allow_plain_http: bool,
     /// Requests per second to Prism Central (one token bucket per endpoint and credentials).
     #[arg(long, value_name = "QPS", default_value_t = 20.0)]
     pub prism_rate_limit: f64,
@@ -212,19 +222,34 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(total).map_err(|e| format!("{text:?}: {e}"))
 }
 
-/// A Go-style listen address: `:PORT` (all interfaces), `HOST:PORT`; `0` or empty disables.
-pub fn parse_listen_address(text: &str) -> Result<Option<SocketAddr>, String> {
+/// Where an HTTP endpoint listens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListenAddress {
+    /// `:PORT`: every address of both families, as Go's `net.Listen("tcp", ":PORT")` listens
+    /// (one IPv6 socket that also takes IPv4, or IPv4 alone on a host without IPv6).
+    AnyFamily(u16),
+    /// `HOST:PORT`: this address only (`0.0.0.0:PORT` is IPv4 only, `[::]:PORT` as the system
+    /// sets IPv6 sockets up).
+    Socket(SocketAddr),
+}
+
+/// A Go-style listen address: `:PORT` (all interfaces, IPv4 and IPv6), `HOST:PORT`; `0` or
+/// empty disables.
+pub fn parse_listen_address(text: &str) -> Result<Option<ListenAddress>, String> {
     let text = text.trim();
     if text.is_empty() || text == "0" {
         return Ok(None);
     }
-    let full = match text.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
-        None => text.to_owned(),
+    let parsed = match text.strip_prefix(':') {
+        Some(port) => port.parse().map(ListenAddress::AnyFamily).ok(),
+        None => text.parse().map(ListenAddress::Socket).ok(),
     };
-    full.parse()
-        .map(Some)
-        .map_err(|_| format!("{text:?} is not an address such as :9440 or 127.0.0.1:9440"))
+    parsed.map(Some).ok_or_else(|| {
+        format!(
+            "{:?} is not an address such as :9440, 127.0.0.1:9440 or [::1]:9440",
+            quoted(text)
+        )
+    })
 }
 
 #[cfg(test)]
@@ -280,6 +305,21 @@ mod tests {
     }
 
     #[test]
+    fn render_says_in_its_help_that_it_prints_the_user_data() {
+        use clap::CommandFactory;
+        let mut command = Cli::command();
+        let render = command
+            .find_subcommand_mut("render")
+            .expect("a render subcommand");
+        let help = render.render_long_help().to_string();
+        assert!(
+            help.contains("The output holds the user data given with --user-data"),
+            "{help}"
+        );
+        assert!(help.contains("printed to stdout"), "{help}");
+    }
+
+    #[test]
     fn go_durations() {
         let cases = [
             ("120s", 120_000),
@@ -316,13 +356,20 @@ mod tests {
     fn listen_addresses() {
         assert_eq!(
             parse_listen_address(":9440").unwrap(),
-            Some("0.0.0.0:9440".parse().unwrap())
+            Some(ListenAddress::AnyFamily(9440))
         );
         assert_eq!(
             parse_listen_address("127.0.0.1:0").unwrap(),
-            Some("127.0.0.1:0".parse().unwrap())
+            Some(ListenAddress::Socket("127.0.0.1:0".parse().unwrap()))
+        );
+        assert_eq!(
+            parse_listen_address("[::1]:8081").unwrap(),
+            Some(ListenAddress::Socket("[::1]:8081".parse().unwrap()))
         );
         assert_eq!(parse_listen_address("0").unwrap(), None);
-        assert!(parse_listen_address("localhost").is_err());
+        assert_eq!(parse_listen_address("").unwrap(), None);
+        for bad in ["localhost", ":http", ":65536", "[::1]"] {
+            assert!(parse_listen_address(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -123,6 +123,7 @@ pub fn actuator_settings(prism: &PrismArgs) -> ActuatorSettings {
     ActuatorSettings {
         ca_file: prism.prism_ca_file.clone(),
         insecure: prism.insecure_skip_tls_verify,
+        allow_plain_http: prism.prism_allow_plain_http,
         rate_limit: RateLimit {
             requests_per_second: prism.prism_rate_limit,
             burst: prism.prism_burst,

@@ -8,6 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 use crate::open_enum::open_enum;
+use crate::quote::{MAX_QUOTED_CHARS, bounded};
 
 /// Fields we do not model, kept so that a read-modify-write sends them back unchanged.
 pub type Extra = Map<String, Value>;
@@ -269,7 +270,7 @@ impl SkippedEntity {
                 .or_else(|| text(&["status", "name"]))
                 .or_else(|| text(&["metadata", "name"]))
                 .or_else(|| text(&["name"])),
-            reason: crate::error::truncate(&error.to_string(), SKIPPED_REASON_CHARS),
+            reason: bounded(&error.to_string(), SKIPPED_REASON_CHARS).to_string(),
         }
     }
 }
@@ -279,8 +280,14 @@ impl std::fmt::Display for SkippedEntity {
         write!(
             f,
             "{} ({}): {}",
-            self.uuid.as_deref().unwrap_or("<no uuid>"),
-            self.name.as_deref().unwrap_or("<no name>"),
+            bounded(
+                self.uuid.as_deref().unwrap_or("<no uuid>"),
+                MAX_QUOTED_CHARS
+            ),
+            bounded(
+                self.name.as_deref().unwrap_or("<no name>"),
+                MAX_QUOTED_CHARS
+            ),
             self.reason
         )
     }

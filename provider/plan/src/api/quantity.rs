@@ -4,6 +4,7 @@
 //! `Quantity.Value()` rounds a fractional result up to the next integer; so does this parser.
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use prism_types::quote::quoted;
 
 /// Bytes in one mebibyte.
 pub const MIB: u64 = 1 << 20;
@@ -14,12 +15,13 @@ pub const GIB: u64 = 1 << 30;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
     #[error(
-        "{0:?} is not a quantity (expected a number with an optional suffix such as Mi, Gi, G)"
+        "{:?} is not a quantity (expected a number with an optional suffix such as Mi, Gi, G)",
+        quoted(.0)
     )]
     Syntax(String),
-    #[error("{0:?} is negative")]
+    #[error("{:?} is negative", quoted(.0))]
     Negative(String),
-    #[error("{0:?} is too large")]
+    #[error("{:?} is too large", quoted(.0))]
     TooLarge(String),
 }
 

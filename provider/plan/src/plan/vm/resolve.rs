@@ -22,6 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use prism_types::quote::quoted;
 use prism_types::v3::HostGpu;
 use serde::{Deserialize, Serialize};
 
@@ -273,12 +274,13 @@ pub(crate) fn resolve<'a, T>(
     match (table.get(key), mode) {
         (Some(Lookup::Found(found)), _) => Resolution::Found(found),
         (Some(Lookup::Failed { error }), _) => {
-            Resolution::Failed(format!("{what} {key:?}: {error}"))
+            Resolution::Failed(format!("{what} {key:?}: {error}", key = quoted(key)))
         }
         (None, ResolutionMode::Preview) => Resolution::AsWritten,
-        (None, ResolutionMode::Strict) => {
-            Resolution::Failed(format!("{what} {key:?} has not been looked up in Prism"))
-        }
+        (None, ResolutionMode::Strict) => Resolution::Failed(format!(
+            "{what} {key:?} has not been looked up in Prism",
+            key = quoted(key)
+        )),
     }
 }
 

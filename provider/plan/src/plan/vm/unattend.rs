@@ -24,9 +24,12 @@
 //! valid computer name of at most 15 characters; otherwise Windows picks a name and WMCO renames
 //! the host to the Machine name over SSH.
 
+use std::fmt;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use prism_types::Sensitive;
+use prism_types::quote::quoted;
 use quick_xml::Writer;
 use quick_xml::escape::partial_escape;
 use quick_xml::events::{BytesDecl, BytesText, Event};
@@ -79,8 +82,9 @@ pub enum PasswordValue<'a> {
 /// Text written instead of the password in previews.
 pub const PASSWORD_PLACEHOLDER: &str = "(Administrator password: generated per VM, not shown)";
 
-/// What the unattend.xml is made from.
-#[derive(Clone, Copy, Debug)]
+/// What the unattend.xml is made from. Its `Debug` shows the script's length only (the password
+/// redacts itself).
+#[derive(Clone, Copy)]
 pub struct UnattendInput<'a> {
     /// The Machine name: used as ComputerName when Windows accepts it.
     pub machine_name: &'a str,
@@ -89,6 +93,23 @@ pub struct UnattendInput<'a> {
     /// The PowerShell to run at first boot (see [`powershell_body`]); `None` runs nothing.
     pub script: Option<&'a [u8]>,
     pub password: PasswordValue<'a>,
+}
+
+impl fmt::Debug for UnattendInput<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let script = self
+            .script
+            .map(|script| format!("<{} bytes redacted>", script.len()));
+        f.debug_struct("UnattendInput")
+            .field("machine_name", &self.machine_name)
+            .field("time_zone", &self.time_zone)
+            .field(
+                "script",
+                &format_args!("{}", script.as_deref().unwrap_or("None")),
+            )
+            .field("password", &self.password)
+            .finish()
+    }
 }
 
 /// A rendered unattend.xml.
@@ -213,7 +234,7 @@ pub fn render_unattend(input: &UnattendInput<'_>) -> Result<Unattend, UnattendEr
         warnings.push(format!(
             "Machine name {:?} is not a valid Windows computer name (1 to 15 letters, digits or hyphens): \
              ComputerName is left out, so Windows picks one and WMCO renames the host to the Machine name",
-            input.machine_name
+            quoted(input.machine_name)
         ));
     }
     Ok(Unattend {

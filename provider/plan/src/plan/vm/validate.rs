@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use prism_types::Sensitive;
+use prism_types::quote::quoted;
 use prism_types::v3::HostGpu;
 
 use super::cloud_init::{self, CloudInitError};
@@ -79,7 +80,7 @@ pub fn plan_vm(machine: &Machine, context: &PlanContext<'_>) -> Result<VmPlan, V
     if !is_dns_label(&name) {
         errors.invalid(
             &metadata.field("name"),
-            format!("{name:?} cannot name a VM and its host: use at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"),
+            format!("{name:?} cannot name a VM and its host: use at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit", name = quoted(&name)),
         );
     }
     let infra_id = machine
@@ -326,7 +327,10 @@ impl HasUuid for ResolvedSource {
 
 /// The message for an enum value this version does not know.
 fn unknown_value(what: &str, value: &str, known: &[&str]) -> String {
-    format!("unknown {what} {value:?}, expected one of {known:?}")
+    format!(
+        "unknown {what} {value:?}, expected one of {known:?}",
+        value = quoted(value)
+    )
 }
 
 fn as_written(id: &NutanixResourceIdentifier) -> EntityRef {

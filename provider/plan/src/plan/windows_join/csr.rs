@@ -34,6 +34,7 @@ use std::net::IpAddr;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::NodeAddress;
+use prism_types::quote::{MAX_QUOTED_CHARS, bounded, quoted};
 
 use crate::plan::machine::addresses::address_type;
 
@@ -132,6 +133,12 @@ fn pending(reason: impl Into<String>) -> CsrVerdict {
     }
 }
 
+/// A list from the CSR (organizations, groups, usages) for a message, as `{:?}` writes it, cut to
+/// a bounded length: its author chose it.
+fn listed(values: &[String]) -> String {
+    bounded(&format!("{values:?}"), MAX_QUOTED_CHARS).to_string()
+}
+
 /// The approver's `hasExactUsages`: as many usages as `expected`, each one of them (so a
 /// repeated usage can stand in for a missing one, as there).
 fn has_exact_usages(usages: &[String], expected: &[&str]) -> bool {
@@ -184,8 +191,8 @@ pub fn check_csr(csr: &Csr, context: &CsrContext<'_>) -> CsrVerdict {
 fn check_client(csr: &Csr, context: &CsrContext<'_>) -> CsrVerdict {
     if csr.organizations != [NODES_GROUP] {
         return pending(format!(
-            "subject organizations {:?} are not exactly [\"system:nodes\"]",
-            csr.organizations
+            "subject organizations {} are not exactly [\"system:nodes\"]",
+            listed(&csr.organizations)
         ));
     }
     if !csr.dns_names.is_empty() || !csr.ip_addresses.is_empty() || !csr.other_sans.is_empty() {
@@ -197,15 +204,15 @@ fn check_client(csr: &Csr, context: &CsrContext<'_>) -> CsrVerdict {
     let legacy = ["digital signature", "key encipherment", "client auth"];
     if !has_exact_usages(&csr.usages, &current) && !has_exact_usages(&csr.usages, &legacy) {
         return pending(format!(
-            "usages {:?} are not a kubelet client's",
-            csr.usages
+            "usages {} are not a kubelet client's",
+            listed(&csr.usages)
         ));
     }
     let groups: BTreeSet<&str> = csr.groups.iter().map(String::as_str).collect();
     if csr.username != NODE_BOOTSTRAPPER || groups != BTreeSet::from(NODE_BOOTSTRAPPER_GROUPS) {
         return pending(format!(
             "requested by {:?}, not by the node-bootstrapper service account with its groups",
-            csr.username
+            quoted(&csr.username)
         ));
     }
     let node = csr
@@ -215,12 +222,13 @@ fn check_client(csr: &Csr, context: &CsrContext<'_>) -> CsrVerdict {
     if node.is_empty() {
         return pending(format!(
             "common name {:?} does not name a node (system:node:<name>)",
-            csr.common_name
+            quoted(&csr.common_name)
         ));
     }
     if context.node_names.iter().any(|n| n == node) {
         return pending(format!(
-            "node {node} already exists: a client CSR is only approved for a new node"
+            "node {node} already exists: a client CSR is only approved for a new node",
+            node = quoted(node)
         ));
     }
     let Some(machine) = context.machines.iter().find(|m| {
@@ -229,7 +237,8 @@ fn check_client(csr: &Csr, context: &CsrContext<'_>) -> CsrVerdict {
             .any(|a| a.type_ == address_type::INTERNAL_DNS && dns_equal(node, &a.address))
     }) else {
         return pending(format!(
-            "failed to find machine for node {node}: no Machine has InternalDNS {node}; the host name the kubelet registers must equal the Machine's InternalDNS (on Windows, check that the host was renamed to the Machine name)"
+            "failed to find machine for node {node}: no Machine has InternalDNS {node}; the host name the kubelet registers must equal the Machine's InternalDNS (on Windows, check that the host was renamed to the Machine name)",
+            node = bounded(node, MAX_QUOTED_CHARS)
         ));
     };
     if let Some(linked) = &machine.node_ref {
@@ -268,33 +277,34 @@ fn check_serving(csr: &Csr, context: &CsrContext<'_>) -> CsrVerdict {
     if node.is_empty() {
         return pending(format!(
             "requested by {:?}, not by a node (system:node:<name>)",
-            csr.username
+            quoted(&csr.username)
         ));
     }
     if !csr.groups.iter().any(|g| g == NODES_GROUP)
         || !csr.groups.iter().any(|g| g == "system:authenticated")
     {
         return pending(format!(
-            "groups {:?} lack system:nodes or system:authenticated",
-            csr.groups
+            "groups {} lack system:nodes or system:authenticated",
+            listed(&csr.groups)
         ));
     }
     if !serving_usages_accepted(&csr.usages) {
         return pending(format!(
             "usages {:?} are not a kubelet server's (two or three, among them \"digital signature\" and \"server auth\")",
-            csr.usages
+            listed(&csr.usages)
         ));
     }
     if csr.common_name != csr.username {
         return pending(format!(
             "common name {:?} differs from the requesting user {:?}",
-            csr.common_name, csr.username
+            quoted(&csr.common_name),
+            quoted(&csr.username)
         ));
     }
     if !csr.organizations.iter().any(|o| o == NODES_GROUP) {
         return pending(format!(
-            "organizations {:?} do not include system:nodes",
-            csr.organizations
+            "organizations {} do not include system:nodes",
+            listed(&csr.organizations)
         ));
     }
     if let Some(cert) = context.current_serving_cert {
@@ -347,7 +357,8 @@ fn check_serving(csr: &Csr, context: &CsrContext<'_>) -> CsrVerdict {
         if !names.iter().any(|name| dns_equal(san, name)) {
             return pending(format!(
                 "DNS name '{san}' not in machine names: {}",
-                names.join(" ")
+                names.join(" "),
+                san = bounded(san, MAX_QUOTED_CHARS)
             ));
         }
     }

@@ -292,6 +292,23 @@ fn input<'a>(script: Option<&'a [u8]>, password: &'a AdminPassword) -> UnattendI
     }
 }
 
+#[test]
+fn debug_of_the_input_shows_neither_the_script_nor_the_password() {
+    let password = password();
+    let script = b"$token = 'Scr1pt-Secret-Value'";
+    let shown = format!("{:?}", input(Some(script), &password));
+    assert!(!shown.contains("Scr1pt-Secret-Value"), "{shown}");
+    assert!(!shown.contains("Ex4mple-Passw0rd!xyz"), "{shown}");
+    // Nor as the bytes a derived Debug of `&[u8]` prints.
+    assert!(!shown.contains(&format!("{:?}", &script[..4])), "{shown}");
+    assert!(shown.contains(NAME), "{shown}");
+    assert!(
+        shown.contains(&format!("<{} bytes redacted>", script.len())),
+        "{shown}"
+    );
+    assert!(format!("{:?}", input(None, &password)).contains("script: None"));
+}
+
 /// Renders, parses back and runs the commands; returns what lands at SCRIPT_PATH.
 fn land(script: &[u8]) -> Vec<u8> {
     let password = password();

@@ -147,12 +147,12 @@ impl Validator<'_, '_> {
                             (IdentifierType::Uuid, Some(uuid)) => {
                                 self.errors.invalid(
                                     &container_path.field("uuid"),
-                                    format!("{uuid:?} is not a UUID"),
+                                    format!("{uuid:?} is not a UUID", uuid = quoted(uuid)),
                                 );
                                 None
                             }
                             (other, _) => {
-                                self.errors.invalid(&container_path.field("type"), format!("storage containers are referenced by uuid only, got type {:?}", other.as_str()));
+                                self.errors.invalid(&container_path.field("type"), format!("storage containers are referenced by uuid only, got type {:?}", quoted(other.as_str())));
                                 None
                             }
                         }

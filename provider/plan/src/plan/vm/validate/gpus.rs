@@ -117,7 +117,8 @@ impl Validator<'_, '_> {
                 self.errors.invalid(
                     &path.field("type"),
                     format!(
-                        "unknown GPU identifier type {other:?}, expected \"Name\" or \"DeviceID\""
+                        "unknown GPU identifier type {other:?}, expected \"Name\" or \"DeviceID\"",
+                        other = quoted(other)
                     ),
                 );
                 false
@@ -149,7 +150,7 @@ fn free_gpu<'a>(
 
 fn describe_gpu(gpu: &NutanixGpu) -> String {
     match (&gpu.name, gpu.device_id) {
-        (Some(name), _) => format!("named {name:?}"),
+        (Some(name), _) => format!("named {name:?}", name = quoted(name)),
         (None, Some(id)) => format!("with device ID {id}"),
         (None, None) => "(unnamed)".into(),
     }

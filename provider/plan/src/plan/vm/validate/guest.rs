@@ -63,7 +63,8 @@ impl Validator<'_, '_> {
             self.errors.invalid(
                 &type_path,
                 format!(
-                    "unknown guest customization {other:?}, expected \"Sysprep\" or \"CloudInit\""
+                    "unknown guest customization {other:?}, expected \"Sysprep\" or \"CloudInit\"",
+                    other = quoted(&other)
                 ),
             );
             return None;
@@ -78,14 +79,17 @@ impl Validator<'_, '_> {
             (Some(secret), None) if self.mode() == ResolutionMode::Strict => {
                 self.errors.unresolved(
                     &user_data_path,
-                    format!("Secret {:?} (key userData) has not been read", secret.name),
+                    format!(
+                        "Secret {:?} (key userData) has not been read",
+                        quoted(&secret.name)
+                    ),
                 );
                 return None;
             }
             (Some(secret), None) => {
                 self.warnings.push(format!(
                     "no user data given (--user-data): Secret {:?} is not included",
-                    secret.name
+                    quoted(&secret.name)
                 ));
                 None
             }
@@ -124,7 +128,7 @@ impl Validator<'_, '_> {
         }
         let time_zone = settings.time_zone.as_deref().unwrap_or(DEFAULT_TIME_ZONE);
         if !is_time_zone_id(time_zone) {
-            self.errors.invalid(&time_zone_path, format!("{time_zone:?} is not a Windows time zone ID (such as \"UTC\" or \"W. Europe Standard Time\")"));
+            self.errors.invalid(&time_zone_path, format!("{time_zone:?} is not a Windows time zone ID (such as \"UTC\" or \"W. Europe Standard Time\")", time_zone = quoted(time_zone)));
             return None;
         }
         let password_path = match &settings.admin_password_secret {

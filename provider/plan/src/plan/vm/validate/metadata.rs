@@ -47,7 +47,7 @@ impl Validator<'_, '_> {
                 ok = false;
             }
             if let Some(first) = first_index.insert(&category.key, index) {
-                self.errors.invalid(&item.field("key"), format!("key {:?} is already used by categories[{first}]; a VM has one value per key", category.key));
+                self.errors.invalid(&item.field("key"), format!("key {:?} is already used by categories[{first}]; a VM has one value per key", quoted(&category.key)));
                 ok = false;
             }
             if ok && self.category_exists(&category.key, &category.value, &item) {

@@ -28,7 +28,10 @@ impl Validator<'_, '_> {
             IdentifierType::Unknown(other) => {
                 self.errors.invalid(
                     &path.field("type"),
-                    format!("unknown identifier type {other:?}, expected \"uuid\" or \"name\""),
+                    format!(
+                        "unknown identifier type {other:?}, expected \"uuid\" or \"name\"",
+                        other = quoted(other)
+                    ),
                 );
                 None
             }
@@ -41,8 +44,10 @@ impl Validator<'_, '_> {
                     None
                 }
                 Some(uuid) if uuid::Uuid::try_parse(uuid).is_err() => {
-                    self.errors
-                        .invalid(&path.field("uuid"), format!("{uuid:?} is not a UUID"));
+                    self.errors.invalid(
+                        &path.field("uuid"),
+                        format!("{uuid:?} is not a UUID", uuid = quoted(uuid)),
+                    );
                     None
                 }
                 Some(uuid) => Some(NutanixResourceIdentifier::by_uuid(
@@ -95,7 +100,7 @@ impl Validator<'_, '_> {
         let fd_path = self.spec.field("failureDomain").field("name");
         let name = &reference.name;
         if !is_failure_domain_name(name) {
-            self.errors.invalid(&fd_path, format!("{name:?} is not a failure domain name: 1 to 64 lower-case letters, digits and '-', starting and ending with a letter or digit"));
+            self.errors.invalid(&fd_path, format!("{name:?} is not a failure domain name: 1 to 64 lower-case letters, digits and '-', starting and ending with a letter or digit", name = quoted(name)));
             return (None, fd_path, Vec::new());
         }
         let domain = match (&self.context.resolved.failure_domains, self.mode()) {
@@ -104,7 +109,10 @@ impl Validator<'_, '_> {
                 None => {
                     self.errors.unresolved(
                         &fd_path,
-                        format!("Infrastructure/cluster has no failure domain named {name:?}"),
+                        format!(
+                            "Infrastructure/cluster has no failure domain named {name:?}",
+                            name = quoted(name)
+                        ),
                     );
                     return (None, fd_path, Vec::new());
                 }
@@ -118,7 +126,8 @@ impl Validator<'_, '_> {
             }
             (None, ResolutionMode::Preview) => {
                 self.warnings.push(format!(
-                    "failure domain {name:?} not given (--resolve failureDomains): the providerSpec's cluster and subnets are shown, but the failure domain's replace them"
+                    "failure domain {name:?} not given (--resolve failureDomains): the providerSpec's cluster and subnets are shown, but the failure domain's replace them",
+                    name = quoted(name)
                 ));
                 return self.spec_placement();
             }
@@ -131,7 +140,10 @@ impl Validator<'_, '_> {
             } else {
                 errors.unresolved(
                     &fd_path,
-                    format!("failure domain {name:?} has an unusable {what} identifier"),
+                    format!(
+                        "failure domain {name:?} has an unusable {what} identifier",
+                        name = quoted(name)
+                    ),
                 );
                 None
             }
@@ -147,7 +159,8 @@ impl Validator<'_, '_> {
                 &fd_path,
                 format!(
                     "failure domain {name:?} has {} subnets; 1 to {MAX_SUBNETS} are needed",
-                    domain.subnets.len()
+                    domain.subnets.len(),
+                    name = quoted(name)
                 ),
             );
         }

@@ -131,11 +131,11 @@ impl Validator<'_, '_> {
                 .and_then(|s| s.boot_type.as_ref());
             match known {
                 Some(have) if *wanted != BootType::Unset && have != wanted => {
-                    self.errors.invalid(&path, format!("{:?} differs from the source's {:?}; a cloned or deployed VM keeps its source's boot settings", wanted.as_str(), have.as_str()));
+                    self.errors.invalid(&path, format!("{:?} differs from the source's {:?}; a cloned or deployed VM keeps its source's boot settings", quoted(wanted.as_str()), quoted(have.as_str())));
                 }
                 None if *wanted != BootType::Unset => self.warnings.push(format!(
                     "bootType {:?} is not applied: a cloned or deployed VM keeps its source's boot settings",
-                    wanted.as_str()
+                    quoted(wanted.as_str())
                 )),
                 _ => {}
             }

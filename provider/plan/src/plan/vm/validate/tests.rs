@@ -1017,6 +1017,49 @@ fn each_bad_spec_gives_one_error_at_its_field() {
     }
 }
 
+/// A value of 100,000 characters where the spec wants a name, a UUID, a type or a quantity: the
+/// error names the field and quotes the value cut to a few hundred characters, with its length.
+#[test]
+fn hostile_values_are_quoted_cut_with_their_length() {
+    let long = "Q".repeat(100_000);
+    let edits: Vec<(&str, Value, &str)> = vec![
+        ("!/metadata/name", json!(long), "metadata.name"),
+        (
+            "/cluster",
+            json!({"type": "uuid", "uuid": long}),
+            "providerSpec.cluster.uuid",
+        ),
+        (
+            "/image",
+            json!({"type": long, "name": "rhcos"}),
+            "providerSpec.image.type",
+        ),
+        (
+            "/failureDomain",
+            json!({"name": long}),
+            "providerSpec.failureDomain.name",
+        ),
+        ("/memorySize", json!(long), "providerSpec.memorySize"),
+        ("/imageKind", json!(long), "providerSpec.imageKind"),
+    ];
+    for (pointer, value, path) in edits {
+        let mut case = Case::linux();
+        case.set(pointer, value);
+        let errors = case.plan().expect_err(path).0;
+        let error = errors
+            .iter()
+            .find(|error| error.path == path)
+            .unwrap_or_else(|| panic!("{path}: {errors:?}"));
+        let shown = error.to_string();
+        assert!(
+            shown.chars().count() < 600,
+            "{path}: {} characters",
+            shown.chars().count()
+        );
+        assert!(shown.contains("(100000 characters)"), "{path}: {shown}");
+    }
+}
+
 #[test]
 fn the_good_cases_are_good() {
     Case::linux().plan().unwrap();

@@ -552,3 +552,36 @@ fn too_many_pending_csrs_stop_every_approval() {
         CsrVerdict::Approvable { .. }
     ));
 }
+
+/// Whoever wrote the CSR chose its names, organizations and usages: a reason quotes them cut to a
+/// few hundred characters, with their length.
+#[test]
+fn reasons_quote_what_the_csr_says_with_a_bound() {
+    let long = "n".repeat(100_000);
+    let mut unknown_node = client_csr();
+    unknown_node.common_name = format!("system:node:{long}");
+    let mut organizations = client_csr();
+    organizations.organizations = vec![long.clone(); 10];
+    let mut dns = serving_csr();
+    dns.dns_names = vec![long.clone()];
+    let mut common_name = serving_csr();
+    common_name.common_name = long.clone();
+    for (csr, machines) in [
+        (unknown_node, machine()),
+        (organizations, machine()),
+        (dns, linked()),
+        (common_name, linked()),
+    ] {
+        let CsrVerdict::Pending { reason } = verdict(&csr, &[machines], &["winworker-abcde"])
+        else {
+            panic!("{}: not pending", csr.name)
+        };
+        assert!(
+            reason.chars().count() < 1_000,
+            "{}: {} characters",
+            csr.name,
+            reason.chars().count()
+        );
+        assert!(reason.contains(" characters)"), "{reason}");
+    }
+}
