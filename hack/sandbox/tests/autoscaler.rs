@@ -263,10 +263,16 @@ async fn pending_pods_grow_the_group_whose_template_runs_them() {
     });
     let mut windows = capacity.clone();
     windows["capacity.cluster-autoscaler.kubernetes.io/labels"] =
-        json!("kubernetes.io/os=windows,kubernetes.io/arch=amd64");
+        json!("kubernetes.io/os=windows,kubernetes.io/arch=amd64,node.openshift.io/os_id=Windows");
     windows["capacity.cluster-autoscaler.kubernetes.io/taints"] = json!("os=Windows:NoSchedule");
     windows["capacity.cluster-autoscaler.kubernetes.io/maxPods"] = json!("250");
+    // A Windows set announced without WMCO's os_id label (as the provider did before).
+    let mut windows_without_os_id = windows.clone();
+    windows_without_os_id["capacity.cluster-autoscaler.kubernetes.io/labels"] =
+        json!("kubernetes.io/os=windows,kubernetes.io/arch=amd64");
     sim.create(autoscaled("win", 0, "0", "3", windows)).unwrap();
+    sim.create(autoscaled("win-old", 0, "0", "3", windows_without_os_id))
+        .unwrap();
     sim.create(autoscaled("linux", 0, "0", "3", capacity))
         .unwrap();
 
@@ -298,9 +304,10 @@ async fn pending_pods_grow_the_group_whose_template_runs_them() {
     );
     assert_eq!(replicas(&client, "win").await, Some(0));
 
+    // A Windows workload selecting the nodes WMCO labels: only the set announcing the label runs it.
     let windows_pod = pending_pod(
         "iis",
-        json!({"nodeSelector": {"kubernetes.io/os": "windows"},
+        json!({"nodeSelector": {"kubernetes.io/os": "windows", "node.openshift.io/os_id": "Windows"},
             "tolerations": [{"key": "os", "operator": "Equal", "value": "Windows", "effect": "NoSchedule"}]}),
     );
     let grown = autoscaler
@@ -309,7 +316,17 @@ async fn pending_pods_grow_the_group_whose_template_runs_them() {
         .unwrap()
         .unwrap();
     assert_eq!((grown.chosen.group.as_str(), grown.replicas), ("win", 1));
+    assert_eq!(
+        grown
+            .options
+            .iter()
+            .map(|o| o.group.as_str())
+            .collect::<Vec<_>>(),
+        ["win"],
+        "a template without node.openshift.io/os_id cannot run it"
+    );
     assert_eq!(replicas(&client, "win").await, Some(1));
+    assert_eq!(replicas(&client, "win-old").await, Some(0));
     assert_eq!(replicas(&client, "linux").await, Some(2));
 
     // Nothing runs a pod that fits no template.

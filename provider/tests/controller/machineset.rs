@@ -134,7 +134,7 @@ async fn capacity_annotations_follow_the_template_and_leave_other_keys_alone() {
     );
     assert_eq!(
         written["capacity.cluster-autoscaler.kubernetes.io/labels"],
-        "kubernetes.io/arch=amd64,kubernetes.io/os=windows"
+        "kubernetes.io/arch=amd64,kubernetes.io/os=windows,node.openshift.io/os_id=Windows"
     );
     for (key, value) in [
         (MIN, "0"),

@@ -220,10 +220,13 @@ impl<'w> Scenario<'w> {
                 }
             }
             let labels = set.annotations().get(CAPACITY_LABELS).cloned().unwrap_or_default();
-            if !labels.contains("kubernetes.io/os=windows") {
-                return Err(format!(
-                    "MachineSet {WINDOWS_IMAGE_SET}: {CAPACITY_LABELS}={labels:?} lacks kubernetes.io/os=windows"
-                ));
+            // What a Windows workload selects: the OS, and the label WMCO gives Windows nodes.
+            for wanted in ["kubernetes.io/os=windows", "node.openshift.io/os_id=Windows"] {
+                if !labels.split(',').any(|label| label == wanted) {
+                    return Err(format!(
+                        "MachineSet {WINDOWS_IMAGE_SET}: {CAPACITY_LABELS}={labels:?} lacks {wanted}"
+                    ));
+                }
             }
             Ok(())
         }

@@ -7,7 +7,8 @@
 //! writing only the old keys would leave stale upstream values after a change. Memory is a
 //! quantity on the upstream key (`16Gi`; a bare number would be read as bytes) and MiB on the
 //! deprecated one. The `labels` key carries `kubernetes.io/os` (`windows` for Windows sets:
-//! without it the autoscaler would simulate a Linux node) and `kubernetes.io/arch`.
+//! without it the autoscaler would simulate a Linux node), `kubernetes.io/arch`, and on Windows
+//! sets WMCO's `node.openshift.io/os_id=Windows`.
 //!
 //! What OpenShift's autoscaler reads (openshift/kubernetes-autoscaler
 //! `cluster-autoscaler/cloudprovider/openshift/openshift_utils.go` for the keys,
@@ -69,6 +70,9 @@ pub const WINDOWS_MAX_PODS: u32 = 250;
 /// The taint WMCO's kubelet registers every Windows node with: key, value, effect.
 pub const WINDOWS_TAINT: (&str, &str, &str) = ("os", "Windows", "NoSchedule");
 
+/// The label WMCO gives every Windows node (value `Windows`).
+pub const WINDOWS_OS_ID_LABEL: &str = "node.openshift.io/os_id";
+
 /// The architecture of every Nutanix AHV VM this provider creates.
 pub const ARCH: &str = "amd64";
 
@@ -122,7 +126,6 @@ pub fn machine_set_annotations(
     };
     let gpus = config.gpus.as_ref().map_or(0, Vec::len);
     let windows = set.is_windows();
-    let os = if windows { "windows" } else { "linux" };
 
     let mut annotations = BTreeMap::from([
         (VCPU, vcpus.to_string()),
@@ -131,10 +134,7 @@ pub fn machine_set_annotations(
         (CAPACITY_MEMORY, format_mib(memory_mib)),
         (GPU, gpus.to_string()),
         (CAPACITY_GPU_COUNT, gpus.to_string()),
-        (
-            CAPACITY_LABELS,
-            format!("kubernetes.io/arch={ARCH},kubernetes.io/os={os}"),
-        ),
+        (CAPACITY_LABELS, template_labels(windows)),
     ]);
     if gpus > 0 {
         annotations.insert(CAPACITY_GPU_TYPE, GPU_RESOURCE.to_owned());
@@ -156,6 +156,21 @@ pub fn machine_set_annotations(
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect())
+}
+
+/// The labels a node of the set registers with that its template does not carry: the OS and
+/// architecture, which the autoscaler otherwise takes as `linux`/`amd64` (`buildGenericLabels`),
+/// and for Windows `node.openshift.io/os_id=Windows`, which WMCO starts every Windows kubelet
+/// with (`--node-labels`, openshift/windows-machine-config-operator `pkg/services/services.go`)
+/// and by which OpenShift's own tools find Windows nodes (WMCO's e2e tests list them with
+/// `-l node.openshift.io/os_id=Windows`): without it in the template, a pod selecting it could
+/// not make the autoscaler grow a Windows set from zero.
+fn template_labels(windows: bool) -> String {
+    if windows {
+        format!("kubernetes.io/arch={ARCH},kubernetes.io/os=windows,{WINDOWS_OS_ID_LABEL}=Windows")
+    } else {
+        format!("kubernetes.io/arch={ARCH},kubernetes.io/os=linux")
+    }
 }
 
 /// Whether `spec.template.spec.taints` already has WMCO's Windows taint (the autoscaler adds the
@@ -228,7 +243,7 @@ mod tests {
         );
         assert_eq!(
             annotations(true, spec(1, 1, "4Gi"))[CAPACITY_LABELS],
-            "kubernetes.io/arch=amd64,kubernetes.io/os=windows"
+            "kubernetes.io/arch=amd64,kubernetes.io/os=windows,node.openshift.io/os_id=Windows"
         );
     }
 
