@@ -17,7 +17,10 @@
 //!   `nutanix_machine_reconcile_errors_total{controller,reason}`;
 //! - `nutanix_machine_controller_leader` (1 while this instance holds the lease);
 //! - `nutanix_prism_inventory_unreadable_vms{endpoint}`: VMs of the last inventory listing that
-//!   could not be decoded and were skipped (foreign VMs with fields this client cannot read).
+//!   could not be decoded and were skipped (foreign VMs with fields this client cannot read);
+//! - `nutanix_windows_join_timed_out{namespace,name}`: 1 for each Windows Machine whose
+//!   `WindowsJoin` condition says `JoinTimedOut` (no series for the others), for the alert
+//!   `NutanixWindowsJoinTimedOut` (manifests/monitoring/).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +51,7 @@ pub struct Metrics {
     pub reconcile_errors: IntCounterVec,
     pub leader: IntGauge,
     pub inventory_unreadable: IntGaugeVec,
+    pub windows_join_timed_out: IntGaugeVec,
 }
 
 impl Metrics {
@@ -85,7 +89,16 @@ impl Metrics {
             &["endpoint"],
         )?;
         registry.register(Box::new(inventory_unreadable.clone()))?;
+        let windows_join_timed_out = IntGaugeVec::new(
+            Opts::new(
+                "nutanix_windows_join_timed_out",
+                "1 for a Windows Machine whose node has not joined within --windows-join-timeout",
+            ),
+            &["namespace", "name"],
+        )?;
+        registry.register(Box::new(windows_join_timed_out.clone()))?;
         Ok(Self {
+            windows_join_timed_out,
             inventory_unreadable,
             create_failed: counter(
                 "mapi_instance_create_failed",
@@ -167,6 +180,21 @@ impl Metrics {
         self.prism_latency
             .with_label_values(&[api, event.endpoint])
             .observe(event.latency.as_secs_f64());
+    }
+
+    /// Records whether the Windows join of Machine `namespace/name` has timed out (a Machine
+    /// that has not, or is gone, has no series).
+    pub fn windows_join_timed_out(&self, namespace: &str, name: &str, timed_out: bool) {
+        if timed_out {
+            self.windows_join_timed_out
+                .with_label_values(&[namespace, name])
+                .set(1);
+        } else {
+            // An absent series is no error.
+            let _ = self
+                .windows_join_timed_out
+                .remove_label_values(&[namespace, name]);
+        }
     }
 
     /// Observes a task that ended after `elapsed`.

@@ -56,7 +56,7 @@ pub use crate::plan::windows_join::STATUS_FIELD;
 use crate::plan::windows_join::csr::{CLIENT_SIGNER, SERVING_SIGNER};
 use crate::plan::windows_join::csr_pem::{CsrObjectError, csr_of, csr_state};
 use crate::plan::windows_join::{
-    CONDITION, JoinInput, ObservedCsr, applies_to, decide, machine_facts, node_of,
+    CONDITION, JoinInput, ObservedCsr, applies_to, decide, machine_facts, node_of, reasons,
     recorded_condition,
 };
 
@@ -331,6 +331,12 @@ impl Context {
 async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Action, Error> {
     let done = [phase::FAILED, phase::DELETING].contains(&machine.phase());
     if !applies_to(machine) || machine.metadata.deletion_timestamp.is_some() || done {
+        // A Machine being replaced or gone is no stuck join any more.
+        context.shared.metrics.windows_join_timed_out(
+            &machine.namespace().unwrap_or_default(),
+            &machine.name_any(),
+            false,
+        );
         return Ok(Action::await_change());
     }
     let key = key_of(machine);
@@ -391,6 +397,11 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
     let api: Api<Machine> = Api::namespaced(
         context.shared.client.clone(),
         &machine.namespace().unwrap_or_default(),
+    );
+    context.shared.metrics.windows_join_timed_out(
+        &machine.namespace().unwrap_or_default(),
+        &machine.name_any(),
+        decision.state.reason == reasons::JOIN_TIMED_OUT,
     );
     let condition = next_condition(previous.as_ref(), decision.condition.clone());
     if let Some(patch) = condition_patch(machine, &status, &condition) {

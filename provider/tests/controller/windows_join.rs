@@ -12,7 +12,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair};
 use serde_json::{Value, json};
 
-use crate::harness::{Env, NS, provider_spec};
+use crate::harness::{Env, NS, provider_spec, scrape};
 
 const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
@@ -409,6 +409,7 @@ async fn a_host_name_or_a_node_ip_the_vm_lacks_is_explained() {
 async fn a_join_that_times_out_is_reported_and_with_the_flag_fails_the_machine() {
     let mut env = Env::start().await;
     let mut reporting = env.controller("reporting", &["--windows-join-timeout", "4s"]);
+    let metrics_line = reporting.wait_log("metrics listening").await;
     let name = "win-slow-0";
     env.create_machine(name, windows_image_spec(), true).await;
     let machine = wait_join(&env, name, "JoinTimedOut").await;
@@ -421,6 +422,14 @@ async fn a_join_that_times_out_is_reported_and_with_the_flag_fails_the_machine()
         "{message}"
     );
     env.wait_event(name, "JoinTimedOut", "no Node linked").await;
+    // The alert NutanixWindowsJoinTimedOut (manifests/monitoring/) reads this.
+    let metrics = scrape(&metrics_line, "/metrics").await;
+    assert!(
+        metrics.contains(&format!(
+            r#"nutanix_windows_join_timed_out{{name="{name}",namespace="{NS}"}} 1"#
+        )),
+        "{metrics}"
+    );
     // Without the flag the Machine stays as it is.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let machine = env.machine(name).unwrap();
