@@ -18,6 +18,9 @@
 //! - `nutanix_machine_controller_leader` (1 while this instance holds the lease);
 //! - `nutanix_prism_inventory_unreadable_vms{endpoint}`: VMs of the last inventory listing that
 //!   could not be decoded and were skipped (foreign VMs with fields this client cannot read);
+//! - `nutanix_prism_vms_without_machine{endpoint}`: VMs of the cluster (its
+//!   `kubernetes-io-cluster-<infraID>: owned` category, named as its Machines are) that no
+//!   Machine has, in the last inventory listing;
 //! - `nutanix_windows_join_timed_out{namespace,name}`: 1 for each Windows Machine whose
 //!   `WindowsJoin` condition says `JoinTimedOut` (no series for the others), for the alert
 //!   `NutanixWindowsJoinTimedOut` (manifests/monitoring/).
@@ -52,6 +55,7 @@ pub struct Metrics {
     pub leader: IntGauge,
     pub inventory_unreadable: IntGaugeVec,
     pub windows_join_timed_out: IntGaugeVec,
+    pub vms_without_machine: IntGaugeVec,
 }
 
 impl Metrics {
@@ -97,7 +101,16 @@ impl Metrics {
             &["namespace", "name"],
         )?;
         registry.register(Box::new(windows_join_timed_out.clone()))?;
+        let vms_without_machine = IntGaugeVec::new(
+            Opts::new(
+                "nutanix_prism_vms_without_machine",
+                "VMs of the cluster (its category, named as its Machines are) that no Machine has, in the last inventory listing",
+            ),
+            &["endpoint"],
+        )?;
+        registry.register(Box::new(vms_without_machine.clone()))?;
         Ok(Self {
+            vms_without_machine,
             windows_join_timed_out,
             inventory_unreadable,
             create_failed: counter(

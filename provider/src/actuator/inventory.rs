@@ -51,6 +51,8 @@ pub struct InventorySnapshot {
     by_uuid: HashMap<String, Vm>,
     /// Machine uid → UUIDs of the VMs whose identity marker names it.
     by_machine_uid: HashMap<String, Vec<String>>,
+    /// VMs of the cluster with no Machine ([`VmNameScope::is_orphan`]).
+    orphans: usize,
 }
 
 impl InventorySnapshot {
@@ -58,12 +60,16 @@ impl InventorySnapshot {
     pub fn new(vms: Vec<Vm>, scope: VmNameScope) -> Self {
         let mut by_uuid = HashMap::with_capacity(vms.len());
         let mut by_machine_uid: HashMap<String, Vec<String>> = HashMap::new();
+        let mut orphans = 0;
         for mut vm in vms {
             let Some(spec) = vm.spec.as_ref() else {
                 continue;
             };
             if !scope.covers(&spec.name) {
                 continue;
+            }
+            if scope.is_orphan(&spec.name, vm.metadata.categories.as_ref()) {
+                orphans += 1;
             }
             let uid = spec
                 .description
@@ -84,7 +90,13 @@ impl InventorySnapshot {
             scope,
             by_uuid,
             by_machine_uid,
+            orphans,
         }
+    }
+
+    /// VMs of the cluster with no Machine in the listing.
+    pub fn orphans(&self) -> usize {
+        self.orphans
     }
 
     /// When the listing began: a VM's state in it is no older than this.
@@ -177,6 +189,15 @@ fn trim_for_inventory(vm: &mut Vm) {
     }
 }
 
+/// The gauges an inventory keeps current.
+#[derive(Debug, Default)]
+pub struct InventoryGauges {
+    /// VMs a listing skipped as unreadable.
+    pub unreadable: Option<IntGauge>,
+    /// The cluster's VMs with no Machine.
+    pub orphans: Option<IntGauge>,
+}
+
 /// The inventory of one Prism Central.
 #[derive(Debug, Clone)]
 pub struct Inventory {
@@ -188,6 +209,9 @@ struct State {
     page_length: u32,
     /// Set to the number of VMs the last listing skipped as unreadable.
     unreadable: Option<IntGauge>,
+    /// Set to the number of the cluster's VMs with no Machine in the last listing of every
+    /// watched Machine's names (a listing for a few names cannot tell).
+    orphans: Option<IntGauge>,
     scope_source: SharedScopeSource,
     /// Prism answered the name filter with 400/422: list unfiltered.
     filter_refused: AtomicBool,
@@ -210,14 +234,15 @@ impl Inventory {
     pub fn new(
         max_age: Duration,
         page_length: u32,
-        unreadable: Option<IntGauge>,
+        gauges: InventoryGauges,
         scope_source: SharedScopeSource,
     ) -> Self {
         Self {
             state: Arc::new(State {
                 max_age,
                 page_length: page_length.max(1),
-                unreadable,
+                unreadable: gauges.unreadable,
+                orphans: gauges.orphans,
                 scope_source,
                 filter_refused: AtomicBool::new(false),
                 current: Mutex::new(None),
@@ -343,6 +368,9 @@ impl Inventory {
         };
         let mut snapshot = InventorySnapshot::new(vms, scope);
         snapshot.listed_at = began;
+        if let (Some(gauge), Some(_)) = (&self.state.orphans, self.state.scope_source.get()) {
+            gauge.set(i64::try_from(snapshot.orphans).unwrap_or(i64::MAX));
+        }
         let snapshot = Arc::new(snapshot);
         tracing::debug!(vms = snapshot.len(), "VM inventory refreshed");
         *self
@@ -545,5 +573,30 @@ mod tests {
         assert!(snapshot.vm("a").is_some());
         assert!(snapshot.covers(&NameClause::of_machine("win-zzzzz", Some("win"))));
         assert!(!snapshot.covers(&NameClause::of_machine("lin-zzzzz", Some("lin"))));
+    }
+
+    #[test]
+    fn the_clusters_vms_without_a_machine_are_counted() {
+        let categorised = |uuid: &str, name: &str, owner: &str| {
+            let mut vm = vm(uuid, name, None, "2024-01-01T00:00:00Z");
+            vm.metadata.categories = Some(std::collections::BTreeMap::from([(
+                format!("kubernetes-io-cluster-{owner}"),
+                "owned".to_owned(),
+            )]));
+            vm
+        };
+        let mut scope = VmNameScope::of([("win-abcde", Some("win"))]);
+        scope.add_cluster_id("ocp");
+        let snapshot = InventorySnapshot::new(
+            vec![
+                categorised("a", "win-abcde", "ocp"),
+                categorised("b", "win-left1", "ocp"),
+                categorised("c", "win-other", "another-cluster"),
+                vm("d", "win-nocat", None, "2024-01-01T00:00:00Z"),
+            ],
+            scope,
+        );
+        assert_eq!(snapshot.len(), 4);
+        assert_eq!(snapshot.orphans(), 1, "win-left1 only");
     }
 }

@@ -76,7 +76,7 @@ use crate::plan::machine::provision::first_task_read_after;
 use crate::plan::vm::request::{FollowUpError, FollowUpUpdate, VmRequest};
 use crate::plan::vm::scope::NameClause;
 use credentials::PrismCredentials;
-use inventory::{Inventory, ScopeSource, SharedScopeSource};
+use inventory::{Inventory, InventoryGauges, ScopeSource, SharedScopeSource};
 use lookups::LookupCache;
 use uuid_pool::UuidPool;
 
@@ -133,6 +133,8 @@ pub struct Actuator {
     observer: Option<Arc<dyn RequestObserver>>,
     /// `nutanix_prism_inventory_unreadable_vms`, by endpoint.
     inventory_unreadable: Option<IntGaugeVec>,
+    /// `nutanix_prism_vms_without_machine`, by endpoint.
+    inventory_orphans: Option<IntGaugeVec>,
     /// The names the inventories list (set once the controller's Machine cache exists).
     vm_scope: SharedScopeSource,
     prism_centrals: Mutex<HashMap<String, Arc<PrismCentral>>>,
@@ -173,14 +175,17 @@ impl Actuator {
             settings,
             observer,
             inventory_unreadable: None,
+            inventory_orphans: None,
             vm_scope: SharedScopeSource::default(),
             prism_centrals: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Reports the VMs each inventory listing skips as unreadable in `gauges` (by endpoint).
-    pub fn with_inventory_gauge(mut self, gauges: IntGaugeVec) -> Self {
-        self.inventory_unreadable = Some(gauges);
+    /// Reports, by endpoint, the VMs each inventory listing skips as unreadable in
+    /// `unreadable`, and the cluster's VMs with no Machine in `orphans`.
+    pub fn with_inventory_gauges(mut self, unreadable: IntGaugeVec, orphans: IntGaugeVec) -> Self {
+        self.inventory_unreadable = Some(unreadable);
+        self.inventory_orphans = Some(orphans);
         self
     }
 
@@ -272,9 +277,16 @@ impl Actuator {
             inventory: Inventory::new(
                 self.settings.inventory_max_age,
                 self.settings.page_length,
-                self.inventory_unreadable
-                    .as_ref()
-                    .map(|gauges| gauges.with_label_values(&[endpoint])),
+                InventoryGauges {
+                    unreadable: self
+                        .inventory_unreadable
+                        .as_ref()
+                        .map(|gauges| gauges.with_label_values(&[endpoint])),
+                    orphans: self
+                        .inventory_orphans
+                        .as_ref()
+                        .map(|gauges| gauges.with_label_values(&[endpoint])),
+                },
                 self.vm_scope.clone(),
             ),
             lookups: Arc::new(LookupCache::new(self.settings.lookup_ttl)),

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use std::sync::Arc;
 
 use crate::actuator::inventory::ScopeSource;
-use crate::api::GuardedMachine;
+use crate::api::{CLUSTER_ID_LABEL, GuardedMachine};
 use crate::plan::vm::scope::VmNameScope;
 
 /// Changes one controller may leave unread before the watch waits for it (each is a reference
@@ -87,13 +87,23 @@ impl MachineCache {
         let store = self.store.clone();
         Arc::new(move || {
             let machines = store.state();
-            VmNameScope::of(machines.iter().filter_map(|guarded| {
-                let machine = guarded.0.as_ref().ok()?;
-                Some((
+            let readable = || {
+                machines
+                    .iter()
+                    .filter_map(|guarded| guarded.0.as_ref().ok())
+            };
+            let mut scope = VmNameScope::of(readable().map(|machine| {
+                (
                     machine.metadata.name.as_deref().unwrap_or_default(),
                     machine.machine_set(),
-                ))
-            }))
+                )
+            }));
+            for machine in readable() {
+                if let Some(infra_id) = machine.labels().get(CLUSTER_ID_LABEL) {
+                    scope.add_cluster_id(infra_id);
+                }
+            }
+            scope
         })
     }
 

@@ -270,7 +270,10 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
             },
             Some(metrics.prism_observer()),
         )
-        .with_inventory_gauge(metrics.inventory_unreadable.clone()),
+        .with_inventory_gauges(
+            metrics.inventory_unreadable.clone(),
+            metrics.vms_without_machine.clone(),
+        ),
     );
     let settings = ControllerSettings {
         namespace: args.namespace.clone(),

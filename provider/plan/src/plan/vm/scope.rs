@@ -15,7 +15,7 @@
 //! VMs came back). A partial match selects more than asked, never less, so the listing keeps
 //! only the VMs a clause really names ([`VmNameScope::covers`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use crate::api::Machine;
@@ -78,6 +78,10 @@ pub const MAX_CLAUSES: usize = 256;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VmNameScope {
     clauses: BTreeSet<NameClause>,
+    /// The Machines' own names.
+    machines: BTreeSet<String>,
+    /// The clusters' infrastructure IDs (`machine.openshift.io/cluster-api-cluster`).
+    cluster_ids: BTreeSet<String>,
 }
 
 impl VmNameScope {
@@ -86,8 +90,33 @@ impl VmNameScope {
         let mut scope = Self::default();
         for (name, owner) in machines {
             scope.insert(NameClause::of_machine(name, owner));
+            scope.machines.insert(name.to_owned());
         }
         scope
+    }
+
+    /// Adds a cluster whose VMs [`Self::is_orphan`] recognises.
+    pub fn add_cluster_id(&mut self, infra_id: &str) {
+        if !infra_id.is_empty() {
+            self.cluster_ids.insert(infra_id.to_owned());
+        }
+    }
+
+    /// Whether a listed VM is one of the cluster's with no Machine: named as the scope's
+    /// Machines are but after none of them, and carrying the category every VM of the cluster
+    /// gets, `kubernetes-io-cluster-<infraID>: owned` (the installer's, which its `destroy`
+    /// deletes VMs by: openshift/installer `pkg/destroy/nutanix/nutanix.go`), so that a VM of
+    /// another cluster with a same-named MachineSet is not counted. A VM left behind (a Machine
+    /// whose finalizer was removed by hand) or made behind the controller's back.
+    pub fn is_orphan(&self, vm_name: &str, categories: Option<&BTreeMap<String, String>>) -> bool {
+        let owned = categories.is_some_and(|categories| {
+            self.cluster_ids.iter().any(|id| {
+                categories
+                    .get(&format!("kubernetes-io-cluster-{id}"))
+                    .is_some_and(|value| value == "owned")
+            })
+        });
+        owned && self.covers(vm_name) && !self.machines.contains(vm_name)
     }
 
     pub fn insert(&mut self, clause: NameClause) {
@@ -202,6 +231,31 @@ mod tests {
         assert!(!scope.covers("m-7x"));
         let smaller = VmNameScope::of(names[1..].iter().map(|name| (name.as_str(), None)));
         assert!(smaller.filter().is_some());
+    }
+
+    #[test]
+    fn an_orphan_is_a_clusters_vm_named_as_its_machines_but_after_none() {
+        let mut scope = VmNameScope::of([("win-abcde", Some("win"))]);
+        scope.add_cluster_id("ocp-7x2kq");
+        let owned = BTreeMap::from([("kubernetes-io-cluster-ocp-7x2kq".into(), "owned".into())]);
+        let other = BTreeMap::from([("kubernetes-io-cluster-ocp-other".into(), "owned".into())]);
+        assert!(scope.is_orphan("win-zzzzz", Some(&owned)));
+        assert!(
+            !scope.is_orphan("win-abcde", Some(&owned)),
+            "its Machine exists"
+        );
+        assert!(
+            !scope.is_orphan("win-zzzzz", Some(&other)),
+            "another cluster's"
+        );
+        assert!(
+            !scope.is_orphan("win-zzzzz", None),
+            "no category: not provably ours"
+        );
+        assert!(
+            !scope.is_orphan("lin-zzzzz", Some(&owned)),
+            "not named as the Machines are"
+        );
     }
 
     #[test]
