@@ -70,9 +70,12 @@ impl Scope {
                         }
                     }
                     Err(error) => {
+                        let Some(problem) = environment_problem(&error) else {
+                            return Err(error);
+                        };
                         tracing::warn!(machine = %self.key, %error, "no Prism connection");
                         self.failure = Some(error);
-                        EnvironmentSeen::Unavailable
+                        EnvironmentSeen::Unavailable(problem)
                     }
                 };
                 self.snapshot.seen.environment = Some(seen);

@@ -58,13 +58,12 @@ pub(super) fn observe(d: &mut Draft<'_>) -> Result<(VmObservation, Option<Vm>), 
     let recorded = status.vm_uuid.is_some()
         || status.pending_task.is_some()
         || status.deploy_request_id.is_some();
-    let Some(first_task_read) = d.environment()? else {
+    let first_task_read = match d.environment()? {
+        Ok(first_task_read) => first_task_read,
         // Nothing was ever sent to Prism for this Machine (every create records first): a
         // deletion need not wait for a Prism it cannot reach.
-        if deleting && !recorded {
-            return Ok((VmObservation::Missing, None));
-        }
-        return Err(Ask::Done(Next::Retry(Failure::Environment)));
+        Err(_) if deleting && !recorded => return Ok((VmObservation::Missing, None)),
+        Err(problem) => return Err(super::environment::unavailable(d, &problem)),
     };
 
     if let Some(task) = &status.pending_task {
