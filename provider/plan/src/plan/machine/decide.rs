@@ -256,6 +256,14 @@ impl<'a> Draft<'a> {
         }
     }
 
+    /// The slowest recent successful task of the pending task's kind, if known.
+    fn slowest_task(&self) -> Option<Duration> {
+        match &self.s.seen.environment {
+            Some(EnvironmentSeen::Ready { slowest_task, .. }) => *slowest_task,
+            _ => None,
+        }
+    }
+
     /// How soon after a VM's DELETE was sent its end is first looked for: the connection's
     /// recent deletions, else the poll interval.
     fn first_delete_look(&self) -> Result<Duration, Ask> {

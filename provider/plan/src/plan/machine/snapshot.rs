@@ -160,10 +160,13 @@ pub enum EnvironmentSeen {
     /// `first_task_read`: how soon after being recorded the pending task is first read (the
     /// connection's recent task durations), if there is one; `first_delete_look`: how soon
     /// after a VM's DELETE was sent its end is first looked for (the connection's recent
-    /// deletions, from the DELETE to the 404 that confirmed it).
+    /// deletions, from the DELETE to the 404 that confirmed it); `slowest_task`: the longest
+    /// that recent successful tasks of the pending task's kind took on this Prism Central
+    /// (`None`: no task pending, or none of its kind succeeded yet).
     Ready {
         first_task_read: Duration,
         first_delete_look: Duration,
+        slowest_task: Option<Duration>,
     },
     Unavailable(EnvironmentProblem),
 }

@@ -144,6 +144,7 @@ impl World {
             environment: EnvironmentSeen::Ready {
                 first_task_read: Duration::ZERO,
                 first_delete_look: Intervals::default().poll,
+                slowest_task: None,
             },
             now: "2026-01-01T00:01:00Z".parse().unwrap(),
             gate: false,
@@ -1289,6 +1290,7 @@ fn a_delete_is_first_looked_at_when_deletes_on_its_prism_usually_end() {
     world.environment = EnvironmentSeen::Ready {
         first_task_read: Duration::ZERO,
         first_delete_look: Duration::from_secs(4),
+        slowest_task: None,
     };
     world.run_until(8, |w| w.phase() == phase::PROVISIONED);
     world.delete();
@@ -1608,6 +1610,7 @@ fn a_connection_that_cannot_be_made_is_explained_on_a_machine_to_be_created() {
         world.environment = EnvironmentSeen::Ready {
             first_task_read: Duration::ZERO,
             first_delete_look: Intervals::default().poll,
+            slowest_task: None,
         };
         world.run_until(6, |w| w.phase() == phase::PROVISIONED);
     }
@@ -1748,4 +1751,35 @@ fn changed_plan_warnings_are_published_again_and_gone_ones_turn_the_condition_fa
     let mut world = World::new("image");
     world.run_until(8, |w| w.phase() == phase::PROVISIONED);
     assert_eq!(configuration_warning(&world), None);
+}
+
+#[test]
+fn a_failed_create_is_read_at_the_first_look_once_successful_creates_have_ended() {
+    // Prism failed the create at once: its VM is gone and never listed.
+    let failed_at_once = |slowest_task: Option<Duration>| {
+        let mut world = World::new("image");
+        world.listing_pays = true;
+        world.environment = EnvironmentSeen::Ready {
+            first_task_read: Intervals::default().poll,
+            first_delete_look: Intervals::default().poll,
+            slowest_task,
+        };
+        world.run_until(3, |w| w.status().pending_task.is_some());
+        for (progress, _) in world.tasks.values_mut() {
+            *progress = TaskProgress::Failed(Box::new(vm_failure("IP pool exhausted")));
+        }
+        world.vms.clear();
+        world.unlisted.clear();
+        world.now += SignedDuration::try_from(Intervals::default().poll).unwrap();
+        world.steps()
+    };
+    // Recent creates on this Prism Central took at most 5 s: at the first look (a poll interval
+    // on) the listing would show a created VM; it does not, so the task is read and says why.
+    let (steps, outcome) = failed_at_once(Some(Duration::from_secs(5)));
+    assert_eq!(steps[..3], strings(&["env", "list Task", "task"]));
+    assert_eq!(outcome.events, ["FailedCreate"]);
+    // Nothing known of how long creates take: the listing is trusted until the long wait.
+    let (steps, outcome) = failed_at_once(None);
+    assert_eq!(steps, strings(&["env", "list Task"]));
+    assert_eq!(outcome.next, Some(Next::Requeue(Intervals::default().poll)));
 }
