@@ -312,3 +312,118 @@ pub fn connection_problem(
         _ => return None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use prism_client::TransportKind;
+    use serde_json::json;
+
+    use super::*;
+
+    fn machine(credentials: Option<&str>) -> Machine {
+        let mut value = json!({
+            "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+            "metadata": {"name": "m", "namespace": "ns"},
+            "spec": {"providerSpec": {"value": {}}},
+        });
+        if let Some(name) = credentials {
+            value["spec"]["providerSpec"]["value"]["credentialsSecret"] = json!({"name": name});
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn transport(kind: TransportKind) -> Error {
+        Error::Prism(prism_client::Error::Transport {
+            endpoint: "vms/list",
+            kind,
+            detail: "failed".to_owned(),
+        })
+    }
+
+    #[test]
+    fn environment_failures_are_told_to_the_plan_by_cause() {
+        let not_found = Error::CredentialsSecret(SecretProblem::NotFound {
+            namespace: "ns".into(),
+            name: "creds".into(),
+        });
+        let no_key = Error::CredentialsSecret(SecretProblem::MissingKey {
+            namespace: "ns".into(),
+            name: "creds".into(),
+            key: CREDENTIALS_KEY.into(),
+        });
+        let table = [
+            (Error::NoPrismEndpoint, Some(EnvironmentProblem::NoEndpoint)),
+            (
+                not_found,
+                Some(EnvironmentProblem::CredentialsSecretMissing {
+                    secret: "ns/creds".into(),
+                }),
+            ),
+            (
+                no_key,
+                Some(EnvironmentProblem::CredentialsKeyMissing {
+                    secret: "ns/creds".into(),
+                }),
+            ),
+            // Reading the API server failed: no fault of the Machine's environment.
+            (Error::Configuration("read".into()), None),
+        ];
+        for (error, problem) in table {
+            assert_eq!(environment_problem(&error), problem, "{error}");
+        }
+    }
+
+    #[test]
+    fn prism_failures_of_the_whole_connection_are_told_to_the_plan_by_cause() {
+        let endpoint = "https://pc:9440";
+        let refused = Error::Prism(prism_client::Error::Unauthorized {
+            endpoint: "vms/list",
+        });
+        let table = [
+            (
+                &refused,
+                machine(None),
+                Some(EnvironmentProblem::CredentialsRefused {
+                    secret: format!("ns/{DEFAULT_CREDENTIALS_SECRET}"),
+                }),
+            ),
+            (
+                &refused,
+                machine(Some("mine")),
+                Some(EnvironmentProblem::CredentialsRefused {
+                    secret: "ns/mine".into(),
+                }),
+            ),
+            (
+                &transport(TransportKind::Tls),
+                machine(None),
+                Some(EnvironmentProblem::CertificateUntrusted {
+                    endpoint: endpoint.into(),
+                }),
+            ),
+            (
+                &transport(TransportKind::Connect),
+                machine(None),
+                Some(EnvironmentProblem::Unreachable {
+                    endpoint: endpoint.into(),
+                }),
+            ),
+            (
+                &transport(TransportKind::Timeout),
+                machine(None),
+                Some(EnvironmentProblem::Unreachable {
+                    endpoint: endpoint.into(),
+                }),
+            ),
+            // A connection reset concerns one call, not the connection.
+            (&transport(TransportKind::Other), machine(None), None),
+        ];
+        for (error, machine, problem) in table {
+            assert_eq!(
+                connection_problem(error, &machine, endpoint),
+                problem,
+                "{error}"
+            );
+        }
+    }
+}
