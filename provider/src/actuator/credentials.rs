@@ -13,8 +13,7 @@ use prism_client::quote::quoted;
 use prism_client::{Credentials, Sensitive};
 use serde::Deserialize;
 
-/// Key of the credentials in the Secret.
-pub const CREDENTIALS_KEY: &str = "credentials";
+pub use crate::api::CREDENTIALS_KEY;
 
 /// Why the Secret's content cannot be used. Never contains the content.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -398,6 +398,11 @@ impl TaskDurations {
         let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         recent.get(operation)?.iter().min().copied()
     }
+
+    fn maximum(&self, operation: &TaskOperation) -> Option<Duration> {
+        let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        recent.get(operation)?.iter().max().copied()
+    }
 }
 
 /// When each VM's DELETE was accepted, until a 404 confirms it, and how long recent deletions
@@ -544,6 +549,12 @@ impl Connection {
     /// ([`crate::plan::machine::provision::first_task_read_after`]).
     pub fn first_task_read_after(&self, operation: &TaskOperation, poll: Duration) -> Duration {
         first_task_read_after(self.task_durations.minimum(operation), poll)
+    }
+
+    /// The longest that the last successful tasks of this kind on this Prism Central took
+    /// ([`crate::plan::machine::provision::past_usual_end`]); `None` before the first.
+    pub fn slowest_task(&self, operation: &TaskOperation) -> Option<Duration> {
+        self.task_durations.maximum(operation)
     }
 
     /// How soon after a VM's DELETE was accepted its end is first looked for: four fifths of

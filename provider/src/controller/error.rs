@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::inputs::SecretProblem;
 use crate::actuator::credentials::{CREDENTIALS_KEY, CredentialsError};
+use crate::actuator::infrastructure::InfrastructureError;
 
 /// A failed reconcile.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +24,9 @@ pub enum Error {
     /// Something the controller needs is missing or unusable.
     #[error("{0}")]
     Configuration(String),
+    /// `Infrastructure/cluster` holds Nutanix settings that cannot be read.
+    #[error("Infrastructure/cluster: {0}")]
+    Infrastructure(#[from] InfrastructureError),
     #[error(
         "no Prism Central endpoint: Infrastructure/cluster has no spec.platformSpec.nutanix.prismCentral and --prism-endpoint is not set"
     )]
@@ -137,6 +141,7 @@ impl Error {
             Self::Prism(_) | Self::PrismConfig(_) => "Prism",
             Self::Configuration(_) => "Configuration",
             Self::NoPrismEndpoint => "NoPrismEndpoint",
+            Self::Infrastructure(_) => "Infrastructure",
             Self::CredentialsSecret(_) | Self::Credentials { .. } => "Credentials",
             Self::InvalidMachine(_) => "InvalidMachine",
             Self::CreateRetry(_) => "CreateRetry",

@@ -19,6 +19,7 @@ use crate::actuator::infrastructure::{
     INFRASTRUCTURE_VERSION, InfrastructureInfo, parse_infrastructure,
 };
 use crate::api::Machine;
+use crate::plan::machine::EnvironmentProblem;
 use crate::plan::machine::networks::{ClusterNetworks, cluster_networks};
 use serde_json::Value;
 
@@ -60,10 +61,7 @@ impl InfrastructureCache {
         let info = match self.api.get_opt(INFRASTRUCTURE_NAME).await {
             Ok(Some(object)) => {
                 let value = serde_json::to_value(&object).unwrap_or_default();
-                Some(
-                    parse_infrastructure(&value)
-                        .map_err(|e| Error::Configuration(e.to_string()))?,
-                )
+                Some(parse_infrastructure(&value)?)
             }
             Ok(None) => None,
             // The resource type itself is unknown: the same as no object.
@@ -244,4 +242,188 @@ pub async fn environment(shared: &Shared, machine: &Machine) -> Result<Environme
         connection,
         infrastructure,
     })
+}
+
+/// What the plan is told of a failure of [`environment`]; `None` where the API server could not
+/// be read, which is no fault of the Machine's environment (the reconcile fails and retries).
+pub fn environment_problem(error: &Error) -> Option<EnvironmentProblem> {
+    Some(match error {
+        Error::NoPrismEndpoint => EnvironmentProblem::NoEndpoint,
+        Error::Infrastructure(source) => EnvironmentProblem::InfrastructureInvalid {
+            detail: source.to_string(),
+        },
+        Error::CredentialsSecret(SecretProblem::NotFound { namespace, name }) => {
+            EnvironmentProblem::CredentialsSecretMissing {
+                secret: format!("{namespace}/{name}"),
+            }
+        }
+        Error::CredentialsSecret(SecretProblem::MissingKey {
+            namespace, name, ..
+        }) => EnvironmentProblem::CredentialsKeyMissing {
+            secret: format!("{namespace}/{name}"),
+        },
+        Error::Credentials {
+            namespace,
+            name,
+            source,
+        } => EnvironmentProblem::CredentialsUnreadable {
+            secret: format!("{namespace}/{name}"),
+            detail: source.to_string(),
+        },
+        Error::PrismConfig(source) => EnvironmentProblem::ClientUnusable {
+            detail: source.to_string(),
+        },
+        _ => return None,
+    })
+}
+
+/// What the plan is told of a Prism call that failed for every call on the connection of
+/// `machine` to `endpoint`: credentials refused (401), a certificate not trusted, Prism Central
+/// not reached. `None` for any other failure (it concerns this call only).
+pub fn connection_problem(
+    error: &Error,
+    machine: &Machine,
+    endpoint: &str,
+) -> Option<EnvironmentProblem> {
+    use prism_client::{Error as Prism, TransportKind};
+    let Error::Prism(error) = error else {
+        return None;
+    };
+    Some(match error {
+        Prism::Unauthorized { .. } => EnvironmentProblem::CredentialsRefused {
+            secret: format!(
+                "{}/{}",
+                machine.namespace().unwrap_or_default(),
+                credentials_secret_of(machine)
+            ),
+        },
+        Prism::Transport {
+            kind: TransportKind::Tls,
+            ..
+        } => EnvironmentProblem::CertificateUntrusted {
+            endpoint: endpoint.to_owned(),
+        },
+        Prism::Transport {
+            kind: TransportKind::Connect | TransportKind::Timeout,
+            ..
+        } => EnvironmentProblem::Unreachable {
+            endpoint: endpoint.to_owned(),
+        },
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use prism_client::TransportKind;
+    use serde_json::json;
+
+    use super::*;
+
+    fn machine(credentials: Option<&str>) -> Machine {
+        let mut value = json!({
+            "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+            "metadata": {"name": "m", "namespace": "ns"},
+            "spec": {"providerSpec": {"value": {}}},
+        });
+        if let Some(name) = credentials {
+            value["spec"]["providerSpec"]["value"]["credentialsSecret"] = json!({"name": name});
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn transport(kind: TransportKind) -> Error {
+        Error::Prism(prism_client::Error::Transport {
+            endpoint: "vms/list",
+            kind,
+            detail: "failed".to_owned(),
+        })
+    }
+
+    #[test]
+    fn environment_failures_are_told_to_the_plan_by_cause() {
+        let not_found = Error::CredentialsSecret(SecretProblem::NotFound {
+            namespace: "ns".into(),
+            name: "creds".into(),
+        });
+        let no_key = Error::CredentialsSecret(SecretProblem::MissingKey {
+            namespace: "ns".into(),
+            name: "creds".into(),
+            key: CREDENTIALS_KEY.into(),
+        });
+        let table = [
+            (Error::NoPrismEndpoint, Some(EnvironmentProblem::NoEndpoint)),
+            (
+                not_found,
+                Some(EnvironmentProblem::CredentialsSecretMissing {
+                    secret: "ns/creds".into(),
+                }),
+            ),
+            (
+                no_key,
+                Some(EnvironmentProblem::CredentialsKeyMissing {
+                    secret: "ns/creds".into(),
+                }),
+            ),
+            // Reading the API server failed: no fault of the Machine's environment.
+            (Error::Configuration("read".into()), None),
+        ];
+        for (error, problem) in table {
+            assert_eq!(environment_problem(&error), problem, "{error}");
+        }
+    }
+
+    #[test]
+    fn prism_failures_of_the_whole_connection_are_told_to_the_plan_by_cause() {
+        let endpoint = "https://pc:9440";
+        let refused = Error::Prism(prism_client::Error::Unauthorized {
+            endpoint: "vms/list",
+        });
+        let table = [
+            (
+                &refused,
+                machine(None),
+                Some(EnvironmentProblem::CredentialsRefused {
+                    secret: format!("ns/{DEFAULT_CREDENTIALS_SECRET}"),
+                }),
+            ),
+            (
+                &refused,
+                machine(Some("mine")),
+                Some(EnvironmentProblem::CredentialsRefused {
+                    secret: "ns/mine".into(),
+                }),
+            ),
+            (
+                &transport(TransportKind::Tls),
+                machine(None),
+                Some(EnvironmentProblem::CertificateUntrusted {
+                    endpoint: endpoint.into(),
+                }),
+            ),
+            (
+                &transport(TransportKind::Connect),
+                machine(None),
+                Some(EnvironmentProblem::Unreachable {
+                    endpoint: endpoint.into(),
+                }),
+            ),
+            (
+                &transport(TransportKind::Timeout),
+                machine(None),
+                Some(EnvironmentProblem::Unreachable {
+                    endpoint: endpoint.into(),
+                }),
+            ),
+            // A connection reset concerns one call, not the connection.
+            (&transport(TransportKind::Other), machine(None), None),
+        ];
+        for (error, machine, problem) in table {
+            assert_eq!(
+                connection_problem(error, &machine, endpoint),
+                problem,
+                "{error}"
+            );
+        }
+    }
 }

@@ -29,7 +29,9 @@ use tokio::sync::broadcast;
 use super::Shared;
 use super::drain::drain_round;
 use super::error::Error;
-use super::inputs::{Environment, environment, secrets_named_by};
+use super::inputs::{
+    Environment, connection_problem, environment, environment_problem, secrets_named_by,
+};
 use super::kit::{self, BackoffKey, Kit, key_of};
 use super::machine_cache::MachineFeed;
 use super::node_link::{ProviderIdsDone, ensure_node_provider_id, machine_to_requeue};
@@ -302,7 +304,11 @@ impl Scope {
             self.effects.extend(effects);
             match action {
                 None => return Ok(next),
-                Some(protocol::Action::Read(read)) => self.read(read).await?,
+                Some(protocol::Action::Read(read)) => {
+                    if let Err(error) = self.read(read).await {
+                        self.connection_failed(error)?;
+                    }
+                }
                 Some(protocol::Action::Send(change)) => {
                     // Record before send: what makes a retry safe is on the Machine first.
                     self.write_status().await?;
@@ -335,6 +341,26 @@ impl Scope {
         if metadata.is_some() {
             self.metadata = metadata;
         }
+    }
+
+    /// A read failed: where Prism refused or could not be reached on the Machine's connection
+    /// (credentials, certificate, network), the plan is told so (it explains it on a Machine
+    /// still to be created) and the reconcile ends with this error; any other error ends it
+    /// now. A deletion is left to fail as it did: it never finishes on a Prism it cannot read.
+    fn connection_failed(&mut self, error: Error) -> Result<(), Error> {
+        let problem = match &self.environment {
+            Some(environment) if !self.snapshot.machine.state.deleting => {
+                connection_problem(&error, &self.machine, environment.connection.endpoint())
+            }
+            _ => None,
+        };
+        let Some(problem) = problem else {
+            return Err(error);
+        };
+        tracing::warn!(machine = %self.key, %error, "Prism Central refused or unreachable");
+        self.failure = Some(error);
+        self.snapshot.seen.environment = Some(EnvironmentSeen::Unavailable(problem));
+        Ok(())
     }
 
     fn error_of(&mut self, failure: Failure) -> Error {

@@ -4,10 +4,19 @@
 use std::time::{Duration, Instant};
 
 use prism_mock::MockConfig;
+use serde_json::Value;
 
 use crate::harness::{Env, PRISM_PASSWORD, TIMEOUT, credentials_json, linux_spec};
 
 const WRONG_PASSWORD: &str = "stale-password-41c7";
+
+/// The Machine's `MachineCreation` condition (providerStatus).
+fn creation(machine: &Value) -> Option<&Value> {
+    machine["status"]["providerStatus"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "MachineCreation")
+}
 
 /// Failed reconciles of a Machine so far, from the controller's log.
 fn failures(env: &Env, machine: &str) -> usize {
@@ -34,6 +43,22 @@ async fn a_refused_password_is_explained_and_its_fix_is_used_at_once() {
         "{note}"
     );
     assert!(env.vms_named("rotate-0").is_empty());
+    // ... and `oc get machine` shows it Provisioning, its MachineCreation condition why.
+    let machine = env
+        .wait_machine("rotate-0", "MachineCreation CredentialsRefused", |m| {
+            creation(m).is_some_and(|c| c["reason"] == "CredentialsRefused")
+        })
+        .await;
+    assert_eq!(machine["status"]["phase"], "Provisioning");
+    let condition = creation(&machine).cloned().unwrap_or_default();
+    assert_eq!(condition["status"], "False");
+    let message = condition["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("credentials Secret openshift-machine-api/nutanix-credentials (401)")
+            && message.contains("correct key credentials"),
+        "{message}"
+    );
+    assert!(!message.contains(WRONG_PASSWORD), "{message}");
 
     // Five failures: the next attempt is 16 s away (backoff 1 s, doubling).
     let deadline = Instant::now() + TIMEOUT;
@@ -58,6 +83,12 @@ async fn a_refused_password_is_explained_and_its_fix_is_used_at_once() {
         "the corrected Secret waited out the backoff ({took:?}): it must be used at once"
     );
     assert_eq!(env.vms_named("rotate-0").len(), 1);
+    let machine = env.machine("rotate-0").unwrap_or_default();
+    assert_eq!(
+        creation(&machine).map(|c| c["reason"].clone()),
+        Some("MachineCreationSucceeded".into()),
+        "the fixed Machine no longer shows the refusal"
+    );
     assert!(controller.exited().is_none(), "no restart");
     let events = env.events_of("rotate-0");
     assert!(
@@ -104,6 +135,19 @@ async fn a_credentials_secret_without_its_key_is_explained_on_the_machine() {
         !note.contains(PRISM_PASSWORD),
         "the note names the Secret, never its content: {note}"
     );
+    let machine = env
+        .wait_machine("nokey-0", "MachineCreation CredentialsSecretInvalid", |m| {
+            creation(m).is_some_and(|c| c["reason"] == "CredentialsSecretInvalid")
+        })
+        .await;
+    assert_eq!(machine["status"]["phase"], "Provisioning");
+    let message = creation(&machine)
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default();
+    assert!(
+        message.contains("openshift-machine-api/broken-credentials has no key credentials"),
+        "{message}"
+    );
 
     env.put_secret(
         "broken-credentials",
@@ -113,4 +157,49 @@ async fn a_credentials_secret_without_its_key_is_explained_on_the_machine() {
     .await;
     env.wait_phase("nokey-0", "Running").await;
     assert_eq!(env.vms_named("nokey-0").len(), 1);
+}
+
+#[tokio::test]
+async fn a_missing_credentials_secret_is_explained_on_the_machine() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let _controller = env.controller("controller", &[]);
+    let mut spec = linux_spec();
+    spec["credentialsSecret"]["name"] = "absent-credentials".into();
+    env.create_machine("nosecret-0", spec, false).await;
+
+    let (_, kind, note) = env
+        .wait_event(
+            "nosecret-0",
+            "FailedCreate",
+            "Secret openshift-machine-api/absent-credentials not found",
+        )
+        .await;
+    assert_eq!(kind, "Warning");
+    assert!(note.contains("Fix: create Secret"), "{note}");
+    let machine = env
+        .wait_machine(
+            "nosecret-0",
+            "MachineCreation CredentialsSecretMissing",
+            |m| creation(m).is_some_and(|c| c["reason"] == "CredentialsSecretMissing"),
+        )
+        .await;
+    assert_eq!(machine["status"]["phase"], "Provisioning");
+    let condition = creation(&machine).cloned().unwrap_or_default();
+    assert_eq!(condition["status"], "False");
+    let message = condition["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("credentials Secret openshift-machine-api/absent-credentials not found")
+            && message.contains("create it with key credentials"),
+        "{message}"
+    );
+
+    env.put_secret(
+        "absent-credentials",
+        "credentials",
+        &credentials_json(PRISM_PASSWORD),
+    )
+    .await;
+    env.wait_phase("nosecret-0", "Running").await;
+    assert_eq!(env.vms_named("nosecret-0").len(), 1);
 }

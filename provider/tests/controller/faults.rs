@@ -451,3 +451,56 @@ async fn a_write_that_loses_a_race_is_retried_without_a_warning() {
     assert!(warnings.is_empty(), "{warnings:#?}");
     assert_eq!(env.vms_named("race-0").len(), 1);
 }
+
+#[tokio::test]
+async fn a_create_prism_failed_at_once_shows_soon_with_the_default_intervals() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let poll = Duration::from_secs(10);
+    let _controller = env.controller(
+        "controller",
+        &["--poll-interval", "10s", "--requeue-interval", "30s"],
+    );
+    let task_ended = |m: &Value| {
+        let status = &m["status"]["providerStatus"];
+        !status["vmUUID"].is_null() && status["pendingTask"].is_null()
+    };
+    // A first create teaches the controller how long creates take on this Prism Central.
+    env.create_machine("quick-0", linux_spec(), false).await;
+    env.wait_machine("quick-0", "its create ended", task_ended)
+        .await;
+
+    // Prism fails the next create at once; its VM is never listed.
+    env.mock.admin().add_fault(
+        FaultRule::new(
+            Some("POST"),
+            VMS,
+            FaultKind::FailTask {
+                error: "IP pool of subnet 'vm-network' is exhausted".into(),
+                leave_vm_in_error: false,
+            },
+        )
+        .times(1),
+    );
+    env.create_machine("pool-1", linux_spec(), false).await;
+    env.wait_machine("pool-1", "its create recorded", |m| {
+        !m["status"]["providerStatus"]["pendingTask"].is_null()
+    })
+    .await;
+    let recorded = std::time::Instant::now();
+    env.wait_machine("pool-1", "the task failure in the condition", |m| {
+        provider_condition(m, "MachineCreation").is_some_and(|c| {
+            c["reason"] == "MachineCreationFailed"
+                && c["message"].as_str().unwrap_or("").contains("exhausted")
+        })
+    })
+    .await;
+    // Read at the first look after which the first create's VM was listed (at most two poll
+    // intervals), not after three requeue intervals (90 s) of looking at a listing that never
+    // shows the failed VM.
+    let took = recorded.elapsed();
+    assert!(
+        took < 2 * poll + Duration::from_secs(8),
+        "the failure showed after {took:?}"
+    );
+}

@@ -164,6 +164,25 @@ async fn secure_boot_with_guest_customization_fails_the_machine_naming_cause_and
         "{message}"
     );
     assert!(env.vms_named("secure-0").is_empty(), "Prism removed the VM");
+    // The plan's warning came first, where an admin looks: a Warning event and a condition.
+    let (_, kind, _) = env
+        .wait_event("secure-0", "ConfigurationWarning", "VMM-30102")
+        .await;
+    assert_eq!(kind, "Warning");
+    assert_eq!(env.event_count("secure-0", "ConfigurationWarning"), 1);
+    let warning = machine["status"]["providerStatus"]["conditions"]
+        .as_array()
+        .and_then(|all| all.iter().find(|c| c["type"] == "ConfigurationWarning"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(warning["status"], "True", "{warning}");
+    assert_eq!(warning["reason"], "PlanWarnings", "{warning}");
+    assert!(
+        warning["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("bootType UEFI")),
+        "{warning}"
+    );
 }
 
 #[tokio::test]

@@ -33,6 +33,8 @@ pub const OS_ID_LABEL: &str = "machine.openshift.io/os-id";
 pub const OS_ID_WINDOWS: &str = "Windows";
 /// Label naming the cluster's infrastructure ID; required on every Machine.
 pub const CLUSTER_ID_LABEL: &str = "machine.openshift.io/cluster-api-cluster";
+/// Key of the Prism Central credentials in the credentials Secret.
+pub const CREDENTIALS_KEY: &str = "credentials";
 /// Finalizer the machine controller puts on Machines.
 pub const MACHINE_FINALIZER: &str = "machine.machine.openshift.io";
 /// Annotation that skips draining the Node of a deleted Machine.

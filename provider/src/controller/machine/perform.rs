@@ -49,11 +49,12 @@ impl Scope {
     pub(super) async fn read(&mut self, read: Read) -> Result<(), Error> {
         match read {
             Read::Environment => {
-                let seen = match environment(self.shared(), &self.machine).await {
-                    Ok(found) => {
-                        let poll = self.shared().settings.poll_interval;
-                        let first_task_read =
-                            self.snapshot
+                let seen =
+                    match environment(self.shared(), &self.machine).await {
+                        Ok(found) => {
+                            let poll = self.shared().settings.poll_interval;
+                            let first_task_read = self
+                                .snapshot
                                 .status
                                 .pending_task
                                 .as_ref()
@@ -62,19 +63,27 @@ impl Scope {
                                         .connection
                                         .first_task_read_after(&task.operation, poll)
                                 });
-                        let first_delete_look = found.connection.first_delete_look_after(poll);
-                        self.environment = Some(found);
-                        EnvironmentSeen::Ready {
-                            first_task_read,
-                            first_delete_look,
+                            let slowest_task =
+                                self.snapshot.status.pending_task.as_ref().and_then(|task| {
+                                    found.connection.slowest_task(&task.operation)
+                                });
+                            let first_delete_look = found.connection.first_delete_look_after(poll);
+                            self.environment = Some(found);
+                            EnvironmentSeen::Ready {
+                                first_task_read,
+                                first_delete_look,
+                                slowest_task,
+                            }
                         }
-                    }
-                    Err(error) => {
-                        tracing::warn!(machine = %self.key, %error, "no Prism connection");
-                        self.failure = Some(error);
-                        EnvironmentSeen::Unavailable
-                    }
-                };
+                        Err(error) => {
+                            let Some(problem) = environment_problem(&error) else {
+                                return Err(error);
+                            };
+                            tracing::warn!(machine = %self.key, %error, "no Prism connection");
+                            self.failure = Some(error);
+                            EnvironmentSeen::Unavailable(problem)
+                        }
+                    };
                 self.snapshot.seen.environment = Some(seen);
             }
             Read::Listing { slot, source } => {

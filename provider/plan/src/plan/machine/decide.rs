@@ -20,8 +20,8 @@ use super::decision::{
     Action, Change, Decision, Effect, Event, Failure, FailureKind, MetadataChange, Next, Read,
 };
 use super::snapshot::{
-    DeleteOutcome, DrainProgress, EnvironmentSeen, FollowUpOutcome, PAUSED_CONDITION, Prepared,
-    SendOutcome, Snapshot,
+    DeleteOutcome, DrainProgress, EnvironmentProblem, EnvironmentSeen, FollowUpOutcome,
+    PAUSED_CONDITION, Prepared, SendOutcome, Snapshot,
 };
 use crate::api::{
     DeletionSent, INSTANCE_STATE_ANNOTATION, NutanixMachineProviderStatus, PendingTask,
@@ -45,6 +45,7 @@ use crate::plan::vm::VmPlan;
 use crate::plan::vm::request::{VmRequest, build_request};
 use crate::plan::windows_join::JOIN_TIMED_OUT_ERROR;
 
+mod environment;
 mod observe;
 
 use observe::observe;
@@ -244,13 +245,22 @@ impl<'a> Draft<'a> {
         }
     }
 
-    fn environment(&self) -> Result<Option<Duration>, Ask> {
-        match self.s.seen.environment {
+    /// How soon a recorded task is first read, or why there is no Prism connection.
+    fn environment(&self) -> Result<Result<Duration, EnvironmentProblem>, Ask> {
+        match &self.s.seen.environment {
             None => Err(Ask::Read(Read::Environment)),
             Some(EnvironmentSeen::Ready {
                 first_task_read, ..
-            }) => Ok(Some(first_task_read)),
-            Some(EnvironmentSeen::Unavailable) => Ok(None),
+            }) => Ok(Ok(*first_task_read)),
+            Some(EnvironmentSeen::Unavailable(problem)) => Ok(Err(problem.clone())),
+        }
+    }
+
+    /// The slowest recent successful task of the pending task's kind, if known.
+    fn slowest_task(&self) -> Option<Duration> {
+        match &self.s.seen.environment {
+            Some(EnvironmentSeen::Ready { slowest_task, .. }) => *slowest_task,
+            _ => None,
         }
     }
 
@@ -262,15 +272,15 @@ impl<'a> Draft<'a> {
             Some(EnvironmentSeen::Ready {
                 first_delete_look, ..
             }) => Ok(first_delete_look),
-            Some(EnvironmentSeen::Unavailable) => Ok(self.poll()),
+            Some(EnvironmentSeen::Unavailable(_)) => Ok(self.poll()),
         }
     }
 
     /// The environment, or the reconcile fails with its error.
-    fn require_environment(&self) -> Result<(), Ask> {
+    fn require_environment(&mut self) -> Result<(), Ask> {
         match self.environment()? {
-            Some(_) => Ok(()),
-            None => Err(Ask::Done(Next::Retry(Failure::Environment))),
+            Ok(_) => Ok(()),
+            Err(problem) => Err(environment::unavailable(self, &problem)),
         }
     }
 }
@@ -597,6 +607,7 @@ fn create(d: &mut Draft<'_>) -> Decided {
         }
         Readiness::Unresolved(message) => return Ok(retry_create(d, message)),
     };
+    plan_warnings(d, &plan.warnings);
     if let Some(outcome) = &s.seen.sent {
         return sent(d, outcome);
     }
@@ -647,6 +658,45 @@ fn create(d: &mut Draft<'_>) -> Decided {
         request: Box::new(build_request(plan, &uuid)),
         deploy_request_id: None,
     }))
+}
+
+/// The plan's warnings on the Machine before its VM is made: condition `ConfigurationWarning`
+/// (`True`, every warning in its message) and one Warning event each, once per change of the
+/// warnings; a condition whose warnings went away turns `False`.
+fn plan_warnings(d: &mut Draft<'_>, warnings: &[String]) {
+    let shown = d
+        .status
+        .conditions
+        .iter()
+        .find(|condition| condition.type_ == conditions::CONFIGURATION_WARNING);
+    if warnings.is_empty() {
+        if shown.is_some_and(|condition| condition.status == "True") {
+            d.provider_condition(
+                conditions::CONFIGURATION_WARNING,
+                false,
+                conditions::NO_PLAN_WARNINGS,
+                "the Machine's configuration gives no warning".into(),
+            );
+        }
+        return;
+    }
+    let message = warnings.join("; ");
+    if shown.is_some_and(|condition| condition.status == "True" && condition.message == message) {
+        return;
+    }
+    d.provider_condition(
+        conditions::CONFIGURATION_WARNING,
+        true,
+        conditions::PLAN_WARNINGS,
+        message,
+    );
+    // Published once the condition is written: a failed write shows them again next time.
+    d.events.extend(warnings.iter().map(|warning| Event {
+        warning: true,
+        reason: conditions::CONFIGURATION_WARNING,
+        note: warning.clone(),
+        only_if_written: true,
+    }));
 }
 
 /// Whether a create can be made: the plan, or why not.

@@ -30,8 +30,9 @@ pub use decision::{
     MetadataChange, Next, Read,
 };
 pub use snapshot::{
-    AddressContext, DeleteOutcome, DrainProgress, EnvironmentSeen, FollowUpOutcome, Listing,
-    MachineFacts, PAUSED_CONDITION, Prepared, Seen, SendOutcome, Settings, Snapshot,
+    AddressContext, DeleteOutcome, DrainProgress, EnvironmentProblem, EnvironmentSeen,
+    FollowUpOutcome, Listing, MachineFacts, PAUSED_CONDITION, Prepared, Seen, SendOutcome,
+    Settings, Snapshot,
 };
 
 #[cfg(test)]

@@ -458,6 +458,9 @@ pub struct ListingView<'a> {
     pub after_start: bool,
     /// The listed VM with the recorded UUID is powered on (its status says ON).
     pub powered_on: bool,
+    /// The listing began after every recent successful task of this kind on the same Prism
+    /// Central would have ended ([`past_usual_end`]).
+    pub past_usual_end: bool,
 }
 
 /// What the shared listing says about a recorded task.
@@ -481,9 +484,13 @@ pub enum ListingSays {
 /// - a template deploy: read once a listing taken after it started shows a VM with the
 ///   Machine's name (the task names the VM).
 ///
-/// A task older than [`DIRECT_TASK_READS_AFTER`] requeue intervals is read at every look
-/// ([`task_read_directly`]) unless the listing shows its VM created: a Machine that waited
-/// long for its look (a busy controller's queue) still ends its task without a read.
+/// A task older than [`DIRECT_TASK_READS_AFTER`] requeue intervals, or one the listing does not
+/// show ended although it was taken after every recent task of its kind had ended
+/// ([`ListingView::past_usual_end`]), is read at every look ([`task_read_directly`]) unless the
+/// listing shows its VM created: a Machine that waited long for its look (a busy controller's
+/// queue) still ends its task without a read, and a create that failed (its VM never listed)
+/// is read at the first look after successful ones end, not after the long wait. Successful
+/// tasks are no slower than the slowest recent one, so this costs no read of its own.
 pub fn listing_says(
     operation: &TaskOperation,
     age: Duration,
@@ -492,7 +499,7 @@ pub fn listing_says(
 ) -> ListingSays {
     match listing_says_of_young_task(operation, view) {
         ListingSays::Created => ListingSays::Created,
-        _ if task_read_directly(age, requeue) => ListingSays::ReadTask,
+        _ if task_read_directly(age, requeue) || view.past_usual_end => ListingSays::ReadTask,
         says => says,
     }
 }
@@ -522,6 +529,24 @@ fn listing_says_of_young_task(operation: &TaskOperation, view: ListingView<'_>) 
         TaskOperation::Deploy => ListingSays::Running,
         _ => ListingSays::ReadTask,
     }
+}
+
+/// Whether a listing that began at `listed_at` began after a task recorded at `started` would
+/// have ended, had it taken no longer than `slowest` (the slowest recent successful task of
+/// its kind on the same Prism Central; `None`: none known, nothing is assumed). The recorded
+/// time keeps whole seconds: a second is added.
+pub fn past_usual_end(
+    listed_at: Timestamp,
+    started: Option<Timestamp>,
+    slowest: Option<Duration>,
+) -> bool {
+    let (Some(started), Some(slowest)) = (started, slowest) else {
+        return false;
+    };
+    let usual = SignedDuration::try_from(slowest)
+        .unwrap_or(SignedDuration::MAX)
+        .saturating_add(SignedDuration::from_secs(1));
+    listed_at.duration_since(started) > usual
 }
 
 /// Whether a listing that began at `listed_at` began after a task recorded at `started`. The

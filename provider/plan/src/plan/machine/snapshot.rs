@@ -155,17 +155,45 @@ pub struct Seen {
 }
 
 /// Whether the Prism connection (credentials, endpoint) could be made.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EnvironmentSeen {
     /// `first_task_read`: how soon after being recorded the pending task is first read (the
     /// connection's recent task durations), if there is one; `first_delete_look`: how soon
     /// after a VM's DELETE was sent its end is first looked for (the connection's recent
-    /// deletions, from the DELETE to the 404 that confirmed it).
+    /// deletions, from the DELETE to the 404 that confirmed it); `slowest_task`: the longest
+    /// that recent successful tasks of the pending task's kind took on this Prism Central
+    /// (`None`: no task pending, or none of its kind succeeded yet).
     Ready {
         first_task_read: Duration,
         first_delete_look: Duration,
+        slowest_task: Option<Duration>,
     },
-    Unavailable,
+    Unavailable(EnvironmentProblem),
+}
+
+/// Why the Prism connection could not be made, or was refused, as the executor saw it. Names
+/// Secrets and endpoints, never a Secret's content.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EnvironmentProblem {
+    /// Neither `--prism-endpoint` nor `Infrastructure/cluster` names a Prism Central.
+    NoEndpoint,
+    /// `Infrastructure/cluster` cannot be read as OpenShift writes it (`detail`: why).
+    InfrastructureInvalid { detail: String },
+    /// The credentials Secret (`namespace/name`) does not exist.
+    CredentialsSecretMissing { secret: String },
+    /// The credentials Secret has no key [`crate::api::CREDENTIALS_KEY`].
+    CredentialsKeyMissing { secret: String },
+    /// The credentials Secret's key holds no usable credentials (`detail`: why, never the content).
+    CredentialsUnreadable { secret: String, detail: String },
+    /// Prism Central answered 401 to the credentials of the Secret.
+    CredentialsRefused { secret: String },
+    /// The Prism client cannot be set up (`detail`: why, naming the endpoint or file at fault: a
+    /// plain `http://` endpoint, an unreadable CA bundle).
+    ClientUnusable { detail: String },
+    /// The TLS handshake with Prism Central failed: its certificate is not trusted.
+    CertificateUntrusted { endpoint: String },
+    /// Prism Central could not be connected to, or did not answer in time.
+    Unreachable { endpoint: String },
 }
 
 /// What a VM listing shows about this Machine.

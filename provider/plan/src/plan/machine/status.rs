@@ -40,10 +40,24 @@ pub mod conditions {
     pub const MACHINE_UPDATE: &str = "MachineUpdate";
     pub const MACHINE_DELETION: &str = "MachineDeletion";
     pub const MACHINE_INSTANCE_READY: &str = "MachineInstanceReady";
+    /// `True` while validating the Machine's configuration gave warnings (a choice that works
+    /// but is likely not what was meant, such as Secure Boot with guest customization).
+    pub const CONFIGURATION_WARNING: &str = "ConfigurationWarning";
 
     pub const CREATION_SUCCEEDED: &str = "MachineCreationSucceeded";
     pub const CREATION_FAILED: &str = "MachineCreationFailed";
     pub const CREATION_IN_PROGRESS: &str = "MachineCreationInProgress";
+    /// Reasons of `MachineCreation=False` when no Prism connection can be made or used.
+    pub const PRISM_ENDPOINT_MISSING: &str = "PrismEndpointMissing";
+    pub const CREDENTIALS_SECRET_MISSING: &str = "CredentialsSecretMissing";
+    pub const CREDENTIALS_SECRET_INVALID: &str = "CredentialsSecretInvalid";
+    pub const CREDENTIALS_REFUSED: &str = "CredentialsRefused";
+    pub const PRISM_CLIENT_UNUSABLE: &str = "PrismClientUnusable";
+    pub const PRISM_CERTIFICATE_UNTRUSTED: &str = "PrismCertificateUntrusted";
+    pub const PRISM_UNREACHABLE: &str = "PrismUnreachable";
+    /// Reasons of `ConfigurationWarning`.
+    pub const PLAN_WARNINGS: &str = "PlanWarnings";
+    pub const NO_PLAN_WARNINGS: &str = "NoPlanWarnings";
     pub const UPDATE_SUCCEEDED: &str = "MachineUpdateSucceeded";
     pub const UPDATE_FAILED: &str = "MachineUpdateFailed";
     pub const DELETION_IN_PROGRESS: &str = "MachineDeletionInProgress";

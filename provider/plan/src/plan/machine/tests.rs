@@ -144,6 +144,7 @@ impl World {
             environment: EnvironmentSeen::Ready {
                 first_task_read: Duration::ZERO,
                 first_delete_look: Intervals::default().poll,
+                slowest_task: None,
             },
             now: "2026-01-01T00:01:00Z".parse().unwrap(),
             gate: false,
@@ -295,7 +296,7 @@ impl World {
         });
         self.log.retain(|step| !step.is_empty());
         match read {
-            Read::Environment => seen.environment = Some(self.environment),
+            Read::Environment => seen.environment = Some(self.environment.clone()),
             Read::Listing { slot, source } => {
                 let listing = self.listing(&source, &snapshot.status);
                 match slot {
@@ -1289,6 +1290,7 @@ fn a_delete_is_first_looked_at_when_deletes_on_its_prism_usually_end() {
     world.environment = EnvironmentSeen::Ready {
         first_task_read: Duration::ZERO,
         first_delete_look: Duration::from_secs(4),
+        slowest_task: None,
     };
     world.run_until(8, |w| w.phase() == phase::PROVISIONED);
     world.delete();
@@ -1316,7 +1318,9 @@ fn a_delete_is_first_looked_at_when_deletes_on_its_prism_usually_end() {
 fn a_deletion_before_anything_was_recorded_needs_no_prism() {
     let mut world = World::new("image");
     world.run_until(4, |w| w.phase() == phase::PROVISIONING);
-    world.environment = EnvironmentSeen::Unavailable;
+    world.environment = EnvironmentSeen::Unavailable(EnvironmentProblem::CredentialsRefused {
+        secret: "ns/nutanix-credentials".into(),
+    });
     world.delete();
     world.run_until(5, World::finalized);
     assert!(!world.log.contains(&"DELETE".to_owned()));
@@ -1488,4 +1492,294 @@ fn a_machine_without_its_cluster_label_is_rejected_without_a_call() {
         outcome.next,
         Some(Next::Retry(Failure::InvalidMachine(_)))
     ));
+}
+
+/// The `MachineCreation` condition as written: status, reason, message.
+fn creation_condition(world: &World) -> Option<(String, String, String)> {
+    let status = world.status();
+    let condition = status
+        .conditions
+        .iter()
+        .find(|condition| condition.type_ == conditions::MACHINE_CREATION)?;
+    Some((
+        condition.status.clone(),
+        condition.reason.clone(),
+        condition.message.clone(),
+    ))
+}
+
+#[test]
+fn a_connection_that_cannot_be_made_is_explained_on_a_machine_to_be_created() {
+    let secret = || "openshift-machine-api/nutanix-credentials".to_owned();
+    let endpoint = || "https://pc.example:9440".to_owned();
+    // (problem, reason, what the message names, the fix it gives)
+    let table = [
+        (
+            EnvironmentProblem::NoEndpoint,
+            "PrismEndpointMissing",
+            "no Prism Central endpoint",
+            "--prism-endpoint",
+        ),
+        (
+            EnvironmentProblem::InfrastructureInvalid {
+                detail: "prismCentral.port is not a number".into(),
+            },
+            "PrismEndpointMissing",
+            "prismCentral.port is not a number",
+            "--prism-endpoint",
+        ),
+        (
+            EnvironmentProblem::CredentialsSecretMissing { secret: secret() },
+            "CredentialsSecretMissing",
+            "Secret openshift-machine-api/nutanix-credentials not found",
+            "create it with key credentials",
+        ),
+        (
+            EnvironmentProblem::CredentialsKeyMissing { secret: secret() },
+            "CredentialsSecretInvalid",
+            "openshift-machine-api/nutanix-credentials has no key credentials",
+            "put the Prism Central credentials under it",
+        ),
+        (
+            EnvironmentProblem::CredentialsUnreadable {
+                secret: secret(),
+                detail: "key \"credentials\" holds an empty list".into(),
+            },
+            "CredentialsSecretInvalid",
+            "openshift-machine-api/nutanix-credentials: key \"credentials\" holds an empty list",
+            "basic_auth",
+        ),
+        (
+            EnvironmentProblem::CredentialsRefused { secret: secret() },
+            "CredentialsRefused",
+            "credentials Secret openshift-machine-api/nutanix-credentials (401)",
+            "correct key credentials",
+        ),
+        (
+            EnvironmentProblem::ClientUnusable {
+                detail: "endpoint http://pc.example:9440 is plain http://: use https://".into(),
+            },
+            "PrismClientUnusable",
+            "cannot be set up: endpoint http://pc.example:9440 is plain http://",
+            "use https://",
+        ),
+        (
+            EnvironmentProblem::CertificateUntrusted {
+                endpoint: endpoint(),
+            },
+            "PrismCertificateUntrusted",
+            "https://pc.example:9440",
+            "--prism-ca-file",
+        ),
+        (
+            EnvironmentProblem::Unreachable {
+                endpoint: endpoint(),
+            },
+            "PrismUnreachable",
+            "https://pc.example:9440 cannot be reached",
+            "port 9440",
+        ),
+    ];
+    for (problem, reason, names, fix) in table {
+        let mut world = World::new("image");
+        world.environment = EnvironmentSeen::Unavailable(problem.clone());
+        world.reconcile(); // the finalizer
+        let (steps, outcome) = world.steps();
+        assert_eq!(steps, strings(&["env", "write status"]), "{problem:?}");
+        assert_eq!(
+            outcome.next,
+            Some(Next::Retry(Failure::Environment)),
+            "{problem:?}"
+        );
+        assert_eq!(world.phase(), phase::PROVISIONING, "{problem:?}");
+        let (status, written_reason, message) =
+            creation_condition(&world).expect("a MachineCreation condition");
+        assert_eq!(
+            (status.as_str(), written_reason.as_str()),
+            ("False", reason),
+            "{problem:?}"
+        );
+        assert!(
+            message.contains(names) && message.contains(fix),
+            "{problem:?}: {message}"
+        );
+        // The same problem at the next look writes nothing again.
+        let (steps, _) = world.steps();
+        assert_eq!(steps, strings(&["env"]), "{problem:?}");
+        // Once the connection is made, the create goes on and says so.
+        world.environment = EnvironmentSeen::Ready {
+            first_task_read: Duration::ZERO,
+            first_delete_look: Intervals::default().poll,
+            slowest_task: None,
+        };
+        world.run_until(6, |w| w.phase() == phase::PROVISIONED);
+    }
+}
+
+#[test]
+fn a_connection_lost_after_the_create_leaves_the_machine_as_it_is() {
+    let refused = EnvironmentSeen::Unavailable(EnvironmentProblem::CredentialsRefused {
+        secret: "ns/nutanix-credentials".into(),
+    });
+    let mut world = World::new("image");
+    world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+    let before = creation_condition(&world);
+    world.environment = refused.clone();
+    let (steps, outcome) = world.steps();
+    assert_eq!(steps, strings(&["env"]));
+    assert_eq!(outcome.next, Some(Next::Retry(Failure::Environment)));
+    assert_eq!(world.phase(), phase::PROVISIONED);
+    assert_eq!(creation_condition(&world), before);
+
+    // A Machine being deleted is not shown as one being created.
+    let mut world = World::new("image");
+    world.reconcile();
+    world.delete();
+    world.environment = refused;
+    world.run_until(3, World::finalized);
+    assert_eq!(creation_condition(&world), None);
+}
+
+fn with_warnings(world: &mut World, warnings: &[&str]) {
+    let Prepared::Ready(plan) = &mut world.prepared else {
+        panic!("the world's Machine plans");
+    };
+    plan.warnings = warnings.iter().map(|w| (*w).to_owned()).collect();
+}
+
+fn configuration_warning(world: &World) -> Option<(String, String, String)> {
+    let status = world.status();
+    let condition = status
+        .conditions
+        .iter()
+        .find(|condition| condition.type_ == conditions::CONFIGURATION_WARNING)?;
+    Some((
+        condition.status.clone(),
+        condition.reason.clone(),
+        condition.message.clone(),
+    ))
+}
+
+#[test]
+fn plan_warnings_are_a_condition_and_events_before_the_vm_is_made_once_per_change() {
+    let secure_boot = "Secure Boot with guest customization: check the image boots";
+    let other = "a second warning";
+    let mut world = World::new("image");
+    with_warnings(&mut world, &[secure_boot, other]);
+    world.reconcile(); // the finalizer
+    world.reconcile(); // Provisioning
+    // The reconcile that creates writes the warnings with the VM's UUID, before the create.
+    let (steps, outcome) = world.steps();
+    let first_write = steps.iter().position(|step| step == "write status");
+    let create = steps.iter().position(|step| step == "create");
+    assert!(
+        first_write.is_some() && create.is_some() && first_write < create,
+        "{steps:?}"
+    );
+    let warned = |events: &[&str]| {
+        events
+            .iter()
+            .filter(|reason| **reason == conditions::CONFIGURATION_WARNING)
+            .count()
+    };
+    assert_eq!(warned(&outcome.events), 2, "one Warning event per warning");
+    assert_eq!(
+        configuration_warning(&world),
+        Some((
+            "True".to_owned(),
+            "PlanWarnings".to_owned(),
+            format!("{secure_boot}; {other}")
+        ))
+    );
+    // Later looks at the same warnings publish nothing again.
+    world.tick();
+    let mut later = Vec::new();
+    for _ in 0..4 {
+        later.extend(world.reconcile().events);
+        world.tick();
+    }
+    assert!(
+        !later.contains(&conditions::CONFIGURATION_WARNING),
+        "{later:?}"
+    );
+}
+
+/// A Machine about to be created whose providerStatus shows the warnings `shown`.
+fn about_to_create(shown: &[&str], warnings: &[&str]) -> World {
+    let mut world = World::new("image");
+    world.reconcile(); // the finalizer
+    world.reconcile(); // Provisioning
+    let mut status = world.status();
+    status.set_condition(provider_condition(
+        conditions::CONFIGURATION_WARNING,
+        true,
+        conditions::PLAN_WARNINGS,
+        shown.join("; "),
+        &Time("2026-01-01T00:00:00Z".parse().unwrap()),
+    ));
+    world.machine["status"]["providerStatus"] = status.to_value();
+    with_warnings(&mut world, warnings);
+    world
+}
+
+#[test]
+fn changed_plan_warnings_are_published_again_and_gone_ones_turn_the_condition_false() {
+    let warned = |events: &[&str]| {
+        events
+            .iter()
+            .filter(|reason| **reason == conditions::CONFIGURATION_WARNING)
+            .count()
+    };
+    let mut world = about_to_create(&["first"], &["first"]);
+    assert_eq!(warned(&world.reconcile().events), 0);
+
+    let mut world = about_to_create(&["first"], &["second"]);
+    assert_eq!(warned(&world.reconcile().events), 1);
+    assert_eq!(
+        configuration_warning(&world).map(|(_, _, message)| message),
+        Some("second".to_owned())
+    );
+
+    let mut world = about_to_create(&["first"], &[]);
+    assert_eq!(warned(&world.reconcile().events), 0);
+    assert_eq!(
+        configuration_warning(&world).map(|(status, reason, _)| (status, reason)),
+        Some(("False".to_owned(), "NoPlanWarnings".to_owned()))
+    );
+
+    // No condition where there never was a warning.
+    let mut world = World::new("image");
+    world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+    assert_eq!(configuration_warning(&world), None);
+}
+
+#[test]
+fn a_failed_create_is_read_at_the_first_look_once_successful_creates_have_ended() {
+    // Prism failed the create at once: its VM is gone and never listed.
+    let failed_at_once = |slowest_task: Option<Duration>| {
+        let mut world = World::new("image");
+        world.listing_pays = true;
+        world.environment = EnvironmentSeen::Ready {
+            first_task_read: Intervals::default().poll,
+            first_delete_look: Intervals::default().poll,
+            slowest_task,
+        };
+        world.run_until(3, |w| w.status().pending_task.is_some());
+        for (progress, _) in world.tasks.values_mut() {
+            *progress = TaskProgress::Failed(Box::new(vm_failure("IP pool exhausted")));
+        }
+        world.vms.clear();
+        world.unlisted.clear();
+        world.now += SignedDuration::try_from(Intervals::default().poll).unwrap();
+        world.steps()
+    };
+    // Recent creates on this Prism Central took at most 5 s: at the first look (a poll interval
+    // on) the listing would show a created VM; it does not, so the task is read and says why.
+    let (steps, outcome) = failed_at_once(Some(Duration::from_secs(5)));
+    assert_eq!(steps[..3], strings(&["env", "list Task", "task"]));
+    assert_eq!(outcome.events, ["FailedCreate"]);
+    // Nothing known of how long creates take: the listing is trusted until the long wait.
+    let (steps, outcome) = failed_at_once(None);
+    assert_eq!(steps, strings(&["env", "list Task"]));
+    assert_eq!(outcome.next, Some(Next::Requeue(Intervals::default().poll)));
 }

@@ -15,7 +15,7 @@ use crate::plan::machine::lifecycle::{INVALID_CONFIGURATION, VmObservation, VmSt
 use crate::plan::machine::provision::{
     DEPLOYED_VM_SEARCH, DeployedByName, FailureClass, ListingSays, ListingView, TaskContext,
     TaskReading, after_transient_failure, deployed_vm_by_name, follow_up_value, listed_after,
-    listing_says, pending_follow_up, read_task,
+    listing_says, past_usual_end, pending_follow_up, read_task,
 };
 use crate::plan::machine::snapshot::Listing;
 use crate::plan::machine::status::conditions;
@@ -58,13 +58,12 @@ pub(super) fn observe(d: &mut Draft<'_>) -> Result<(VmObservation, Option<Vm>), 
     let recorded = status.vm_uuid.is_some()
         || status.pending_task.is_some()
         || status.deploy_request_id.is_some();
-    let Some(first_task_read) = d.environment()? else {
+    let first_task_read = match d.environment()? {
+        Ok(first_task_read) => first_task_read,
         // Nothing was ever sent to Prism for this Machine (every create records first): a
         // deletion need not wait for a Prism it cannot reach.
-        if deleting && !recorded {
-            return Ok((VmObservation::Missing, None));
-        }
-        return Err(Ask::Done(Next::Retry(Failure::Environment)));
+        Err(_) if deleting && !recorded => return Ok((VmObservation::Missing, None)),
+        Err(problem) => return Err(super::environment::unavailable(d, &problem)),
     };
 
     if let Some(task) = &status.pending_task {
@@ -303,6 +302,7 @@ fn listing_before_task_read(d: &mut Draft<'_>, task: &PendingTask) -> Result<Bef
         powered_on: vm.is_some_and(|vm| power_of(vm) == Some(&PowerState::On)),
         named: !listed.named.is_empty(),
         after_start: listed_after(listed.listed_at, started),
+        past_usual_end: past_usual_end(listed.listed_at, started, d.slowest_task()),
     };
     match listing_says(&task.operation, age, requeue, view) {
         // A clone listed COMPLETE goes on to its follow-up in this reconcile: the follow-up's

@@ -344,6 +344,7 @@ fn view(listed: Option<Option<&EntityState>>, named: bool, after_start: bool) ->
         named,
         after_start,
         powered_on: true,
+        past_usual_end: false,
     }
 }
 
@@ -457,6 +458,7 @@ fn an_old_task_is_read_unless_the_listing_shows_its_vm_created() {
         named: false,
         after_start: true,
         powered_on: true,
+        past_usual_end: false,
     };
     for (operation, listed) in [
         (TaskOperation::Create, listed_on),
@@ -772,5 +774,68 @@ fn secure_boot_with_customization_is_a_permanent_failure_that_names_cause_and_fi
     assert!(
         message.starts_with(SECURE_BOOT_CUSTOMIZATION_REFUSED) && message.contains("bootType UEFI"),
         "{message}"
+    );
+}
+
+#[test]
+fn a_task_not_shown_ended_after_the_slowest_recent_one_is_read_at_once() {
+    let (young, requeue) = (Duration::from_secs(12), Duration::from_secs(30));
+    let overdue = |view: ListingView<'static>| ListingView {
+        past_usual_end: true,
+        ..view
+    };
+    // Not listed although every recent create had ended by then: failed (its VM never shows
+    // up) or slower than all of them; either way only the task tells, so it is read now rather
+    // than after DIRECT_TASK_READS_AFTER requeue intervals.
+    for operation in [TaskOperation::Create, TaskOperation::Clone] {
+        assert_eq!(
+            listing_says(&operation, young, requeue, view(None, false, true)),
+            ListingSays::Running,
+            "{operation:?}: within the usual time"
+        );
+        assert_eq!(
+            listing_says(&operation, young, requeue, overdue(view(None, false, true))),
+            ListingSays::ReadTask,
+            "{operation:?}: past the usual time"
+        );
+    }
+    // A VM shown created is created, however long it took.
+    assert_eq!(
+        listing_says(
+            &TaskOperation::Create,
+            young,
+            requeue,
+            overdue(view(Some(Some(&EntityState::Complete)), false, true))
+        ),
+        ListingSays::Created
+    );
+}
+
+#[test]
+fn the_usual_end_is_the_slowest_recent_task_after_the_recorded_start() {
+    let started: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+    let at = |seconds: i64| started + SignedDuration::from_secs(seconds);
+    let slowest = Some(Duration::from_secs(8));
+    // (listing began after the start, slowest known, past the usual end)
+    let table = [
+        (9, slowest, false),
+        (10, slowest, true),
+        (60, None, false),
+        (60, slowest, true),
+    ];
+    for (seconds, slowest, past) in table {
+        assert_eq!(
+            past_usual_end(at(seconds), Some(started), slowest),
+            past,
+            "listed {seconds} s after the start, slowest {slowest:?}"
+        );
+    }
+    assert!(
+        !past_usual_end(at(60), None, slowest),
+        "no recorded start: nothing assumed"
+    );
+    assert!(
+        !past_usual_end(at(60), Some(started), Some(Duration::MAX)),
+        "no overflow"
     );
 }
