@@ -26,6 +26,60 @@ pub enum CloudInitError {
     TooLarge { base64_len: usize, limit: usize },
 }
 
+/// The Secret the machine-api-operator's defaulting webhook names when a Nutanix providerSpec
+/// has no `userDataSecret`: the Linux workers' Ignition (openshift/machine-api-operator
+/// `pkg/webhooks/machine_webhook.go`, `defaultUserDataSecret = "worker-user-data"`, set by
+/// `defaultNutanix` when `providerSpec.UserDataSecret == nil`).
+pub const LINUX_DEFAULT_USER_DATA_SECRET: &str = "worker-user-data";
+
+/// The user data Secret of Windows Machines, which the Windows Machine Config Operator creates
+/// and keeps in `openshift-machine-api` (openshift/windows-machine-config-operator
+/// `pkg/secrets/secrets.go`, `controllers/secret_controller.go`).
+pub const WINDOWS_USER_DATA_SECRET: &str = "windows-user-data";
+
+/// Why a Windows Machine's user data would boot a VM that never joins. Never quotes the user
+/// data.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WindowsUserDataError {
+    #[error(
+        "Secret \"{LINUX_DEFAULT_USER_DATA_SECRET}\" is the Linux workers' Ignition (the \
+         machine-api-operator's webhook names it when userDataSecret is left out): a Windows \
+         image ignores it, so the VM would boot and never join; set userDataSecret to \
+         {{name: {WINDOWS_USER_DATA_SECRET}}}, the Secret the Windows Machine Config Operator \
+         creates"
+    )]
+    LinuxDefaultSecret,
+    #[error(
+        "user data is an Ignition config, which a Windows image ignores, so the VM would boot \
+         and never join; set userDataSecret to {{name: {WINDOWS_USER_DATA_SECRET}}}, the Secret \
+         the Windows Machine Config Operator creates"
+    )]
+    Ignition,
+}
+
+/// Whether `user_data` is Ignition: a JSON object with an `ignition` object (coreos/ignition
+/// `docs/configuration-v3_*.md`: "**ignition** (object): metadata about the configuration
+/// itself", holding `version`).
+pub fn is_ignition(user_data: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(user_data)
+        .is_ok_and(|config| config.get("ignition").is_some_and(Value::is_object))
+}
+
+/// Refuses the Linux workers' user data for a Windows Machine: the default Secret by name
+/// (even before it is read), or any Ignition config by content.
+pub fn check_windows_user_data(
+    secret_name: &str,
+    user_data: Option<&[u8]>,
+) -> Result<(), WindowsUserDataError> {
+    if secret_name == LINUX_DEFAULT_USER_DATA_SECRET {
+        return Err(WindowsUserDataError::LinuxDefaultSecret);
+    }
+    if user_data.is_some_and(is_ignition) {
+        return Err(WindowsUserDataError::Ignition);
+    }
+    Ok(())
+}
+
 /// The length of `bytes` in base64 (with padding).
 pub fn base64_len(bytes: usize) -> usize {
     bytes.div_ceil(3) * 4
@@ -157,6 +211,47 @@ mod tests {
             ignition_with_hostname(br#"{"storage":{"files":{}}}"#, "h"),
             Err(CloudInitError::FilesNotAList)
         );
+    }
+
+    #[test]
+    fn windows_refuses_the_linux_default_secret_and_any_ignition() {
+        let powershell = b"<powershell>\nWrite-Host hi\n</powershell>".as_slice();
+        type Case<'a> = (&'a str, Option<&'a [u8]>, Result<(), WindowsUserDataError>);
+        let cases: [Case<'_>; 7] = [
+            ("windows-user-data", Some(powershell), Ok(())),
+            ("windows-user-data", None, Ok(())),
+            ("windows-user-data", Some(b"#cloud-config\n"), Ok(())),
+            (
+                "worker-user-data",
+                None,
+                Err(WindowsUserDataError::LinuxDefaultSecret),
+            ),
+            (
+                "worker-user-data",
+                Some(powershell),
+                Err(WindowsUserDataError::LinuxDefaultSecret),
+            ),
+            (
+                "my-data",
+                Some(POINTER_CONFIG.as_bytes()),
+                Err(WindowsUserDataError::Ignition),
+            ),
+            // JSON that is not Ignition is left to cloudbase-init.
+            ("my-data", Some(br#"{"storage":{}}"#), Ok(())),
+        ];
+        for (name, user_data, expected) in cases {
+            assert_eq!(
+                check_windows_user_data(name, user_data),
+                expected,
+                "{name} {user_data:?}"
+            );
+        }
+        for error in [
+            WindowsUserDataError::LinuxDefaultSecret,
+            WindowsUserDataError::Ignition,
+        ] {
+            assert!(error.to_string().contains("windows-user-data"), "{error}");
+        }
     }
 
     #[test]

@@ -71,6 +71,20 @@ impl Validator<'_, '_> {
         }
         let kind = customization_of(self.config);
         let user_data_path = spec.field("userDataSecret");
+        // The Linux workers' Secret is refused by name, before it is read: `render` and
+        // `validate` without --user-data say the same as the controller.
+        let secret_name = self
+            .config
+            .user_data_secret
+            .as_ref()
+            .map(|s| s.name.as_str());
+        if windows
+            && let Some(name) = secret_name
+            && let Err(error) = cloud_init::check_windows_user_data(name, None)
+        {
+            self.errors.invalid(&user_data_path, error.to_string());
+            return None;
+        }
         let user_data = match (&self.config.user_data_secret, self.context.user_data) {
             (None, _) => None,
             // Reported by `secrets`.
@@ -94,6 +108,13 @@ impl Validator<'_, '_> {
                 None
             }
         };
+        if windows
+            && let (Some(name), Some(data)) = (secret_name, user_data)
+            && let Err(error) = cloud_init::check_windows_user_data(name, Some(data.expose()))
+        {
+            self.errors.invalid(&user_data_path, error.to_string());
+            return None;
+        }
 
         if kind == GuestCustomizationType::CloudInit {
             // One guest customization only: Sysprep's settings make no sense with cloud-init.

@@ -722,6 +722,25 @@ fn bad_specs() -> Vec<(&'static str, Edit, &'static str, ErrorClass)> {
             Invalid,
         ),
         (
+            "Windows Machine given the Linux workers' default Secret",
+            |c| {
+                *c = Case::windows();
+                c.set("/userDataSecret", json!({"name": "worker-user-data"}));
+                c.user_data = Some(IGNITION.to_vec());
+            },
+            "providerSpec.userDataSecret",
+            Invalid,
+        ),
+        (
+            "Windows Machine given Ignition under another name",
+            |c| {
+                *c = Case::windows();
+                c.user_data = Some(IGNITION.to_vec());
+            },
+            "providerSpec.userDataSecret",
+            Invalid,
+        ),
+        (
             "Linux user data not Ignition",
             |c| {
                 c.user_data = Some(b"#cloud-config\n".to_vec());
@@ -1205,6 +1224,42 @@ fn windows_defaults_to_cloud_init_and_opts_into_sysprep() {
                 .contains("<ComputerName>winworker-abcde</ComputerName>")
         );
     }
+}
+
+/// MAO's webhook gives a Nutanix Machine without userDataSecret `worker-user-data`, the Linux
+/// workers' Ignition: a Windows Machine is refused with it, whatever its customization and
+/// whether or not the Secret was read (`render` and `validate` without --user-data).
+#[test]
+fn a_windows_machine_never_gets_the_linux_workers_user_data() {
+    let expected = |errors: ValidationErrors| {
+        let [error] = errors.0.as_slice() else {
+            panic!("{errors:?}")
+        };
+        assert_eq!(error.path, "providerSpec.userDataSecret");
+        assert_eq!(error.class, ErrorClass::Invalid);
+        assert!(error.message.contains("windows-user-data"), "{error}");
+        assert!(error.message.contains("never join"), "{error}");
+    };
+    for (customization, mode, read) in [
+        (Case::windows as fn() -> Case, ResolutionMode::Strict, true),
+        (Case::windows, ResolutionMode::Strict, false),
+        (Case::windows, ResolutionMode::Preview, false),
+        (Case::sysprep, ResolutionMode::Strict, true),
+        (Case::sysprep, ResolutionMode::Preview, false),
+    ] {
+        let mut case = customization();
+        case.set("/userDataSecret", json!({"name": "worker-user-data"}));
+        case.mode = mode;
+        case.user_data = read.then(|| IGNITION.to_vec());
+        expected(case.plan().unwrap_err());
+
+        let mut case = customization();
+        case.mode = mode;
+        case.user_data = Some(IGNITION.to_vec());
+        expected(case.plan().unwrap_err());
+    }
+    // Linux Machines keep the default Secret.
+    Case::linux().plan().unwrap();
 }
 
 #[test]
