@@ -18,7 +18,7 @@ use crate::plan::vm::request::build_request;
 use crate::plan::vm::resolve::{ResolutionMode, ResolvedReferences};
 use crate::plan::vm::secret::UserData;
 use crate::plan::vm::unattend::PasswordValue;
-use crate::plan::vm::validate::{PlanContext, plan_vm};
+use crate::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
 
 /// Shown wherever Kubernetes or Prism would assign a UUID.
 pub const PLACEHOLDER_UUID: &str = "00000000-0000-0000-0000-000000000000";
@@ -89,6 +89,7 @@ pub fn render(
         resolved: &resolved,
         mode: ResolutionMode::Preview,
         user_data: user_data.as_ref(),
+        unread_user_data: UnreadUserData::NotChecked,
         admin_password: Some(PasswordValue::Placeholder),
     };
     let plan = plan_vm(&machine, &context).map_err(RenderError::Invalid)?;

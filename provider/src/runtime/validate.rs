@@ -14,6 +14,7 @@ use crate::actuator::credentials::PrismCredentials;
 use crate::actuator::infrastructure::parse_infrastructure;
 use crate::controller::provision::{random_admin_password, resolve_and_plan};
 use crate::plan::vm::secret::UserData;
+use crate::plan::vm::validate::UnreadUserData;
 use crate::render::machine_from_yaml;
 
 /// Flags of `validate`.
@@ -101,6 +102,7 @@ async fn validate_inner(args: &ValidateArgs) -> Result<ExitCode, String> {
         &machine,
         &failure_domains,
         user_data.as_ref(),
+        UnreadUserData::NotChecked,
         windows_sysprep,
     )
     .await

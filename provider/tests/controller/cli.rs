@@ -81,6 +81,29 @@ async fn validate_prints_the_errors_the_controller_would_raise() {
         "what is wrong in the Machine itself comes alone, as the controller fails it"
     );
     assert!(!stderr.contains(PRISM_PASSWORD));
+
+    // Without --user-data the rest is checked, and the user data is said not to be.
+    let machine = dir.join("machine.yaml");
+    std::fs::write(&machine, machine_yaml(linux_spec())).unwrap();
+    let output = tokio::process::Command::new(BINARY)
+        .arg("validate")
+        .arg("--machine")
+        .arg(&machine)
+        .arg("--credentials-file")
+        .arg(&credentials)
+        .arg("--prism-endpoint")
+        .arg(env.mock.base_url())
+        .arg("--prism-ca-file")
+        .arg(env.ca_file())
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "warning: user data not checked: pass --user-data with the userData of Secret \"worker-user-data\""
+    );
 }
 
 #[test]

@@ -53,9 +53,20 @@ pub struct PlanContext<'a> {
     pub mode: ResolutionMode,
     /// The user-data Secret's `userData`, when the providerSpec names one and it was read.
     pub user_data: Option<&'a UserData>,
+    /// What a named user-data Secret without `user_data` means in [`ResolutionMode::Strict`].
+    pub unread_user_data: UnreadUserData,
     /// The Administrator password for Sysprep. In [`ResolutionMode::Strict`] a placeholder is
     /// refused: a VM never gets one.
     pub admin_password: Option<PasswordValue<'a>>,
+}
+
+/// What a user-data Secret that the providerSpec names but that was not given means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnreadUserData {
+    /// The controller has not read it: unresolved, the Machine is retried.
+    Unresolved,
+    /// A command ran without `--user-data`: a warning that the user data was not checked.
+    NotChecked,
 }
 
 /// Why a Secure Boot VM with guest customization may be refused, and what to do instead.

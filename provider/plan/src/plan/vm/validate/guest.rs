@@ -90,7 +90,10 @@ impl Validator<'_, '_> {
             // Reported by `secrets`.
             (Some(secret), _) if secret.name.is_empty() => return None,
             (Some(_), Some(data)) => Some(data),
-            (Some(secret), None) if self.mode() == ResolutionMode::Strict => {
+            (Some(secret), None)
+                if self.mode() == ResolutionMode::Strict
+                    && self.context.unread_user_data == UnreadUserData::Unresolved =>
+            {
                 self.errors.unresolved(
                     &user_data_path,
                     format!(
@@ -101,8 +104,12 @@ impl Validator<'_, '_> {
                 return None;
             }
             (Some(secret), None) => {
+                let left_out = match self.mode() {
+                    ResolutionMode::Preview => "; the output leaves it out",
+                    ResolutionMode::Strict => "",
+                };
                 self.warnings.push(format!(
-                    "no user data given (--user-data): Secret {:?} is not included",
+                    "user data not checked: pass --user-data with the userData of Secret {:?}{left_out}",
                     quoted(&secret.name)
                 ));
                 None

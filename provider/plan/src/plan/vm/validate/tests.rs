@@ -159,6 +159,7 @@ impl Case {
             resolved: &self.resolved,
             mode: self.mode,
             user_data: user_data.as_ref(),
+            unread_user_data: UnreadUserData::Unresolved,
             admin_password: self.password.as_ref().map(PasswordValue::Secret),
         };
         plan_vm(&machine, &context)
@@ -1563,6 +1564,7 @@ fn a_placeholder_password_is_refused_for_real_vms() {
         resolved: &case.resolved,
         mode: ResolutionMode::Strict,
         user_data: Some(&user_data),
+        unread_user_data: UnreadUserData::Unresolved,
         admin_password: Some(PasswordValue::Placeholder),
     };
     let errors = plan_vm(&machine, &context).unwrap_err();
@@ -1573,6 +1575,42 @@ fn a_placeholder_password_is_refused_for_real_vms() {
             class: ErrorClass::Unresolved,
             message: "no Administrator password was given for Sysprep".into()
         }]
+    );
+}
+
+/// The controller retries a Machine whose user-data Secret it has not read; `validate` without
+/// --user-data says the user data was not checked, and goes on.
+#[test]
+fn unread_user_data_is_unresolved_for_the_controller_and_not_checked_for_validate() {
+    let mut case = Case::linux();
+    case.user_data = None;
+    let errors = case.plan().unwrap_err();
+    assert_eq!(
+        errors
+            .0
+            .iter()
+            .map(|e| (e.path.as_str(), e.class))
+            .collect::<Vec<_>>(),
+        [("providerSpec.userDataSecret", ErrorClass::Unresolved)]
+    );
+
+    let machine: Machine = serde_json::from_value(case.machine.clone()).unwrap();
+    let context = PlanContext {
+        resolved: &case.resolved,
+        mode: ResolutionMode::Strict,
+        user_data: None,
+        unread_user_data: UnreadUserData::NotChecked,
+        admin_password: None,
+    };
+    let plan = plan_vm(&machine, &context).unwrap();
+    assert_eq!(plan.guest, GuestPlan::None);
+    assert!(
+        plan.warnings.contains(
+            &"user data not checked: pass --user-data with the userData of Secret \"worker-user-data\""
+                .to_owned()
+        ),
+        "{:?}",
+        plan.warnings
     );
 }
 
