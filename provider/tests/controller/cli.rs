@@ -2,6 +2,8 @@
 
 use std::process::Command;
 
+use base64::Engine as _;
+
 use serde_json::json;
 
 use crate::harness::{
@@ -82,15 +84,25 @@ async fn validate_prints_the_errors_the_controller_would_raise() {
     );
     assert!(!stderr.contains(PRISM_PASSWORD));
 
-    // Without --user-data the rest is checked, and the user data is said not to be.
+    // Without --user-data the rest is checked, and the user data is said not to be; the
+    // credentials Secret's manifest is read as well as its value.
     let machine = dir.join("machine.yaml");
     std::fs::write(&machine, machine_yaml(linux_spec())).unwrap();
+    let secret = dir.join("nutanix-credentials.yaml");
+    std::fs::write(
+        &secret,
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: nutanix-credentials\ndata:\n  credentials: {}\n",
+            base64::engine::general_purpose::STANDARD.encode(credentials_json(PRISM_PASSWORD))
+        ),
+    )
+    .unwrap();
     let output = tokio::process::Command::new(BINARY)
         .arg("validate")
         .arg("--machine")
         .arg(&machine)
         .arg("--credentials-file")
-        .arg(&credentials)
+        .arg(&secret)
         .arg("--prism-endpoint")
         .arg(env.mock.base_url())
         .arg("--prism-ca-file")
