@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use k8s_openapi::api::core::v1::Secret;
+use prism_client::TransportKind;
 
 use super::cli::PrismArgs;
 use crate::actuator::Actuator;
@@ -85,6 +86,55 @@ pub fn credentials_value(file: &[u8]) -> Result<Vec<u8>, CredentialsFileError> {
         .ok_or(CredentialsFileError::NoCredentialsKey)
 }
 
+/// Why Prism Central cannot be used at all: said once, with its fix, instead of once per
+/// reference.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PrismUnusable {
+    #[error(
+        "cannot reach Prism Central at {endpoint} ({detail}): check --prism-endpoint (or the \
+         --infrastructure's prismCentral), usually https://HOST:9440, and that this machine can \
+         connect to it"
+    )]
+    Unreachable { endpoint: String, detail: String },
+    #[error(
+        "the TLS handshake with Prism Central at {endpoint} failed ({detail}): pass the CA that \
+         signed its certificate with --prism-ca-file"
+    )]
+    Tls { endpoint: String, detail: String },
+    #[error(
+        "Prism Central at {endpoint} refused the credentials (401): check the username and \
+         password in --credentials-file"
+    )]
+    CredentialsRefused { endpoint: String },
+}
+
+impl PrismUnusable {
+    /// The problem that no lookup can get past, if `error` (of a first call) is one.
+    pub fn of(endpoint: &str, error: &prism_client::Error) -> Option<Self> {
+        let endpoint = endpoint.to_owned();
+        match error {
+            prism_client::Error::Transport {
+                kind: TransportKind::Tls,
+                detail,
+                ..
+            } => Some(Self::Tls {
+                endpoint,
+                detail: detail.clone(),
+            }),
+            prism_client::Error::Transport {
+                kind: TransportKind::Connect | TransportKind::Timeout,
+                detail,
+                ..
+            } => Some(Self::Unreachable {
+                endpoint,
+                detail: detail.clone(),
+            }),
+            prism_client::Error::Unauthorized { .. } => Some(Self::CredentialsRefused { endpoint }),
+            _ => None,
+        }
+    }
+}
+
 fn read(path: &PathBuf) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -139,6 +189,14 @@ async fn validate_inner(args: &ValidateArgs) -> Result<ExitCode, String> {
     let connection = actuator
         .connection(&endpoint, "--credentials", &credentials)
         .map_err(|e| e.to_string())?;
+    // One call first (`GET /users/me`): when Prism cannot be reached or refuses the
+    // credentials, that is said once instead of once per reference.
+    if let Err(error) = connection.client().whoami().await
+        && let Some(unusable) = PrismUnusable::of(&endpoint, &error)
+    {
+        eprintln!("error: {unusable}");
+        return Ok(ExitCode::FAILURE);
+    }
     let failure_domains = infrastructure
         .map(|info| info.failure_domains)
         .unwrap_or_default();
@@ -201,6 +259,45 @@ mod tests {
                 PrismCredentials::new("admin", "Pr1sm-Secret")
             );
         }
+    }
+
+    #[test]
+    fn only_what_no_lookup_gets_past_stops_validate_at_once() {
+        let transport = |kind| prism_client::Error::Transport {
+            endpoint: "GET /users/me",
+            kind,
+            detail: "d".into(),
+        };
+        let endpoint = "https://pc:9440";
+        assert_eq!(
+            PrismUnusable::of(endpoint, &transport(TransportKind::Tls)),
+            Some(PrismUnusable::Tls {
+                endpoint: endpoint.to_owned(),
+                detail: "d".into()
+            })
+        );
+        for kind in [TransportKind::Connect, TransportKind::Timeout] {
+            assert!(matches!(
+                PrismUnusable::of(endpoint, &transport(kind)),
+                Some(PrismUnusable::Unreachable { .. })
+            ));
+        }
+        assert_eq!(
+            PrismUnusable::of(
+                endpoint,
+                &prism_client::Error::Unauthorized {
+                    endpoint: "GET /users/me"
+                }
+            ),
+            Some(PrismUnusable::CredentialsRefused {
+                endpoint: endpoint.to_owned()
+            })
+        );
+        // A broken connection or a server error may not repeat: the lookups report them.
+        assert_eq!(
+            PrismUnusable::of(endpoint, &transport(TransportKind::Other)),
+            None
+        );
     }
 
     #[test]
