@@ -1614,6 +1614,25 @@ fn unread_user_data_is_unresolved_for_the_controller_and_not_checked_for_validat
     );
 }
 
+/// A misspelt providerSpec field or annotation is ignored by the provider: it is warned about,
+/// not passed over in silence.
+#[test]
+fn unknown_fields_and_annotations_of_ours_are_warned_about() {
+    let mut case = Case::windows();
+    case.set("/vcpuSocket", json!(4))
+        .annotate("nutanix.machine.openshift.io/image-knd", "Template")
+        .annotate("machine.openshift.io/exclude-node-draining", "");
+    let plan = case.plan().unwrap();
+    assert_eq!(
+        plan.warnings,
+        [
+            "providerSpec.vcpuSocket is not a field of NutanixMachineProviderConfig: it is ignored (check its spelling)",
+            "annotation \"nutanix.machine.openshift.io/image-knd\" is not one the provider reads (nutanix.machine.openshift.io/image-kind, nutanix.machine.openshift.io/guest-customization, nutanix.machine.openshift.io/sysprep-time-zone, nutanix.machine.openshift.io/sysprep-admin-password-secret): it is ignored (check its spelling)",
+        ]
+    );
+    assert!(Case::windows().plan().unwrap().warnings.is_empty());
+}
+
 #[test]
 fn dns_labels() {
     for good in ["a", "worker-0", "a1", &"a".repeat(63)] {
