@@ -80,6 +80,46 @@ pub fn check_windows_user_data(
     Ok(())
 }
 
+/// Whether a Windows image's cloudbase-init does anything with `user_data`: MIME multipart,
+/// `#cloud-config`, or a script it recognises (cloudbase/cloudbase-init
+/// `cloudbaseinit/plugins/common/userdata.py`, `_process_user_data` and
+/// `_process_non_multi_part`; `userdatautils.py`, `_SCRIPTS`: `rem cmd`, `#!`, `#ps1`,
+/// `#ps1_sysnative`, `#ps1_x86` at the start, or a `<script>` or `<powershell>` tag anywhere).
+/// Anything else it logs as "Unsupported user_data format" and skips. Gzip is counted as
+/// recognised: its content cannot be told without unpacking it.
+pub fn cloudbase_init_runs(user_data: &[u8]) -> bool {
+    const GZIP_MAGIC: &[u8] = b"\x1f\x8b";
+    const TAGS: [&[u8]; 4] = [b"<script>", b"</script>", b"<powershell>", b"</powershell>"];
+    let starts_with_word = |prefix: &[u8]| {
+        user_data
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.first())
+            .is_some_and(u8::is_ascii_whitespace)
+    };
+    let rem_cmd = user_data.strip_prefix(b"rem").is_some_and(|rest| {
+        let trimmed = rest.trim_ascii_start();
+        trimmed.len() < rest.len() && starts_with_cmd(trimmed)
+    });
+    user_data.starts_with(GZIP_MAGIC)
+        || user_data.starts_with(b"Content-Type: multipart")
+        || user_data.starts_with(b"#cloud-config")
+        || user_data.starts_with(b"#!")
+        || ["#ps1", "#ps1_sysnative", "#ps1_x86"]
+            .iter()
+            .any(|prefix| starts_with_word(prefix.as_bytes()))
+        || rem_cmd
+        || TAGS
+            .iter()
+            .any(|tag| user_data.windows(tag.len()).any(|window| window == *tag))
+}
+
+/// `cmd` followed by whitespace (after `rem` and whitespace: `^rem\s+cmd\s`).
+fn starts_with_cmd(rest: &[u8]) -> bool {
+    rest.strip_prefix(b"cmd")
+        .and_then(|after| after.first())
+        .is_some_and(u8::is_ascii_whitespace)
+}
+
 /// The length of `bytes` in base64 (with padding).
 pub fn base64_len(bytes: usize) -> usize {
     bytes.div_ceil(3) * 4
@@ -251,6 +291,39 @@ mod tests {
             WindowsUserDataError::Ignition,
         ] {
             assert!(error.to_string().contains("windows-user-data"), "{error}");
+        }
+    }
+
+    #[test]
+    fn what_cloudbase_init_runs() {
+        for runs in [
+            "<powershell>\nWrite-Host hi\n</powershell>\n<persist>true</persist>",
+            "# WMCO\n<powershell>x</powershell>",
+            "#cloud-config\nusers: []",
+            "#ps1\nWrite-Host hi",
+            "#ps1_sysnative\r\nWrite-Host hi",
+            "#ps1_x86 \nWrite-Host hi",
+            "rem cmd\necho hi",
+            "rem   cmd echo",
+            "#!/usr/bin/env python\nprint(1)",
+            "Content-Type: multipart/mixed; boundary=x\n",
+            "<script>echo hi</script>",
+        ] {
+            assert!(cloudbase_init_runs(runs.as_bytes()), "{runs:?}");
+        }
+        assert!(cloudbase_init_runs(b"\x1f\x8b\x08\x00"), "gzip");
+        for skipped in [
+            "",
+            "Write-Host hi",
+            "#ps1Write-Host",
+            "#ps1",
+            "remcmd echo",
+            "rem cmd",
+            " #cloud-config",
+            "<PowerShell>x</PowerShell>",
+            "{\"storage\":{}}",
+        ] {
+            assert!(!cloudbase_init_runs(skipped.as_bytes()), "{skipped:?}");
         }
     }
 

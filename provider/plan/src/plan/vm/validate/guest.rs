@@ -225,6 +225,13 @@ impl Validator<'_, '_> {
         let invalid = |errors: &mut Collector, error: CloudInitError| {
             errors.invalid(path, format!("{error} (Secret key userData)"));
         };
+        if windows && !cloud_init::cloudbase_init_runs(user_data.expose()) {
+            self.warnings.push(format!(
+                "{path}: the user data is neither a script nor cloud-config that cloudbase-init \
+                 runs (WMCO's is a <powershell> script): the VM would boot without it; check the \
+                 Secret's userData"
+            ));
+        }
         let (bytes, meta_data) = if windows {
             // cloudbase-init gets the user data unchanged and learns its name from meta_data.
             let instance_id = if identity.uid.is_empty() {

@@ -1633,6 +1633,24 @@ fn unknown_fields_and_annotations_of_ours_are_warned_about() {
     assert!(Case::windows().plan().unwrap().warnings.is_empty());
 }
 
+/// cloudbase-init skips user data in no format it knows: a Windows Machine is warned.
+#[test]
+fn windows_user_data_cloudbase_init_would_skip_is_warned_about() {
+    let mut case = Case::windows();
+    case.user_data = Some(b"Write-Host hello".to_vec());
+    let plan = case.plan().unwrap();
+    assert_eq!(
+        plan.warnings,
+        [
+            "providerSpec.userDataSecret: the user data is neither a script nor cloud-config that cloudbase-init runs (WMCO's is a <powershell> script): the VM would boot without it; check the Secret's userData"
+        ]
+    );
+    for runs in [WINDOWS_USER_DATA, b"#cloud-config\nusers: []\n"] {
+        case.user_data = Some(runs.to_vec());
+        assert!(case.plan().unwrap().warnings.is_empty());
+    }
+}
+
 #[test]
 fn dns_labels() {
     for good in ["a", "worker-0", "a1", &"a".repeat(63)] {
