@@ -18,7 +18,7 @@ use crate::plan::vm::request::build_request;
 use crate::plan::vm::resolve::{ResolutionMode, ResolvedReferences};
 use crate::plan::vm::secret::UserData;
 use crate::plan::vm::unattend::PasswordValue;
-use crate::plan::vm::validate::{PlanContext, plan_vm};
+use crate::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
 
 /// Shown wherever Kubernetes or Prism would assign a UUID.
 pub const PLACEHOLDER_UUID: &str = "00000000-0000-0000-0000-000000000000";
@@ -67,6 +67,15 @@ pub enum RenderError {
     Kind(String),
     #[error("the {kind} does not parse: {message}")]
     Object { kind: &'static str, message: String },
+    #[error("the Machine file holds no YAML document")]
+    NoDocument,
+    #[error(
+        "the Machine file holds {} YAML documents ({}): give one Machine or MachineSet per file \
+         (split it at its `---` lines)",
+        .0.len(),
+        .0.iter().map(|kind| format!("{:?}", quoted(kind))).collect::<Vec<_>>().join(", ")
+    )]
+    SeveralDocuments(Vec<String>),
     #[error("{0}")]
     Invalid(ValidationErrors),
 }
@@ -89,6 +98,7 @@ pub fn render(
         resolved: &resolved,
         mode: ResolutionMode::Preview,
         user_data: user_data.as_ref(),
+        unread_user_data: UnreadUserData::NotChecked,
         admin_password: Some(PasswordValue::Placeholder),
     };
     let plan = plan_vm(&machine, &context).map_err(RenderError::Invalid)?;
@@ -112,9 +122,28 @@ pub fn render(
 /// A Machine from YAML: the document itself, or one Machine of a MachineSet (as `render` shows
 /// it, with placeholder name suffix and uid).
 pub fn machine_from_yaml(text: &str) -> Result<Machine, RenderError> {
-    let document: Value =
-        serde_saphyr::from_str(text).map_err(|e| RenderError::Yaml(e.to_string()))?;
-    machine_of(document)
+    let mut documents: Vec<Value> = serde_saphyr::from_multiple(text)
+        .map_err(|e| RenderError::Yaml(e.to_string()))?
+        .into_iter()
+        // An empty document (a leading or trailing `---`) is no document.
+        .filter(|document: &Value| !document.is_null())
+        .collect();
+    match documents.len() {
+        0 => Err(RenderError::NoDocument),
+        1 => machine_of(documents.remove(0)),
+        _ => Err(RenderError::SeveralDocuments(
+            documents
+                .iter()
+                .map(|document| {
+                    document
+                        .get("kind")
+                        .and_then(Value::as_str)
+                        .unwrap_or("no kind")
+                        .to_owned()
+                })
+                .collect(),
+        )),
+    }
 }
 
 /// The Machine to render: the document itself, or one Machine of a MachineSet.
@@ -240,6 +269,18 @@ spec:
         assert!(matches!(
             render(MACHINE, None, Some("{\"image\": {}}")),
             Err(RenderError::Resolve(_))
+        ));
+        // Several documents are refused in plain words; empty ones are not documents.
+        let two = format!("{MACHINE}---\n{MACHINE}");
+        let error = render(&two, None, None).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "the Machine file holds 2 YAML documents (\"Machine\", \"Machine\"): give one Machine or MachineSet per file (split it at its `---` lines)"
+        );
+        render(&format!("---\n{MACHINE}---\n"), None, None).unwrap();
+        assert!(matches!(
+            render("---\n", None, None),
+            Err(RenderError::NoDocument)
         ));
         let invalid = MACHINE.replace("vcpuSockets: 2", "vcpuSockets: 0");
         let Err(RenderError::Invalid(errors)) = render(&invalid, None, None) else {

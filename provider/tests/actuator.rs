@@ -19,7 +19,7 @@ use nutanix_machine_controller::plan::vm::resolve::{RequiredLookups, ResolutionM
 use nutanix_machine_controller::plan::vm::scope::NameClause;
 use nutanix_machine_controller::plan::vm::secret::AdminPassword;
 use nutanix_machine_controller::plan::vm::unattend::PasswordValue;
-use nutanix_machine_controller::plan::vm::validate::{PlanContext, plan_vm};
+use nutanix_machine_controller::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
 use prism_client::TaskProgress;
 use prism_mock::{FaultKind, FaultRule, MockConfig, MockPrism, RunningMock};
 use serde_json::json;
@@ -107,6 +107,7 @@ async fn plan_for(connection: &Connection, machine: &Machine) -> VmPlan {
             resolved: &resolved,
             mode: ResolutionMode::Strict,
             user_data: None,
+            unread_user_data: UnreadUserData::Unresolved,
             admin_password: Some(PasswordValue::Secret(&password)),
         },
     )
@@ -372,6 +373,7 @@ async fn a_missing_name_is_unresolved_not_invalid() {
             resolved: &resolved,
             mode: ResolutionMode::Strict,
             user_data: None,
+            unread_user_data: UnreadUserData::Unresolved,
             admin_password: None,
         },
     )

@@ -33,7 +33,7 @@ use nutanix_machine_controller::plan::vm::secret::{AdminPassword, UserData};
 use nutanix_machine_controller::plan::vm::unattend::{
     ENCODED_SCRIPT_PATH, PasswordValue, landing_commands, powershell_body,
 };
-use nutanix_machine_controller::plan::vm::validate::{PlanContext, plan_vm};
+use nutanix_machine_controller::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
 use nutanix_machine_controller::plan::vm::{GuestPlan, VmPlan};
 use prism_client::v3::{GpuMode, GpuVendor, HostGpu};
 use quick_xml::escape::resolve_predefined_entity;
@@ -239,6 +239,7 @@ fn plan(case: &Case) -> Result<VmPlan, ValidationErrors> {
         resolved: &resolved,
         mode: ResolutionMode::Strict,
         user_data: Some(&user_data),
+        unread_user_data: UnreadUserData::Unresolved,
         admin_password: Some(PasswordValue::Secret(&password)),
     };
     plan_vm(&machine, &context)

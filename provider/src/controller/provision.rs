@@ -25,7 +25,7 @@ use crate::plan::vm::secret::{
     AdminPassword, PASSWORD_RANDOM_BYTES, UserData, generated_password_secret,
 };
 use crate::plan::vm::unattend::PasswordValue;
-use crate::plan::vm::validate::{PlanContext, plan_vm};
+use crate::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
 
 /// Key of the user data in its Secret.
 pub const USER_DATA_KEY: &str = "userData";
@@ -40,6 +40,7 @@ pub async fn resolve_and_plan(
     machine: &Machine,
     failure_domains: &[FailureDomain],
     user_data: Option<&UserData>,
+    unread_user_data: UnreadUserData,
     password: Option<&AdminPassword>,
 ) -> Result<VmPlan, ValidationErrors> {
     if let Some(errors) = invalid_in_itself(machine) {
@@ -66,6 +67,7 @@ pub async fn resolve_and_plan(
             resolved: &resolved,
             mode: ResolutionMode::Strict,
             user_data,
+            unread_user_data,
             admin_password: password.map(PasswordValue::Secret),
         },
     )
@@ -80,6 +82,7 @@ pub fn invalid_in_itself(machine: &Machine) -> Option<ValidationErrors> {
             resolved: &nothing,
             mode: ResolutionMode::Strict,
             user_data: None,
+            unread_user_data: UnreadUserData::Unresolved,
             admin_password: None,
         },
     )
@@ -247,6 +250,7 @@ pub(super) async fn prepare(
         machine,
         &failure_domains,
         user_data.as_ref(),
+        UnreadUserData::Unresolved,
         password.as_ref(),
     )
     .await;

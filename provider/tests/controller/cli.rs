@@ -2,6 +2,8 @@
 
 use std::process::Command;
 
+use base64::Engine as _;
+
 use serde_json::json;
 
 use crate::harness::{
@@ -81,6 +83,88 @@ async fn validate_prints_the_errors_the_controller_would_raise() {
         "what is wrong in the Machine itself comes alone, as the controller fails it"
     );
     assert!(!stderr.contains(PRISM_PASSWORD));
+
+    // Without --user-data the rest is checked, and the user data is said not to be; the
+    // credentials Secret's manifest is read as well as its value.
+    let machine = dir.join("machine.yaml");
+    std::fs::write(&machine, machine_yaml(linux_spec())).unwrap();
+    let secret = dir.join("nutanix-credentials.yaml");
+    std::fs::write(
+        &secret,
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: nutanix-credentials\ndata:\n  credentials: {}\n",
+            base64::engine::general_purpose::STANDARD.encode(credentials_json(PRISM_PASSWORD))
+        ),
+    )
+    .unwrap();
+    let output = tokio::process::Command::new(BINARY)
+        .arg("validate")
+        .arg("--machine")
+        .arg(&machine)
+        .arg("--credentials-file")
+        .arg(&secret)
+        .arg("--prism-endpoint")
+        .arg(env.mock.base_url())
+        .arg("--prism-ca-file")
+        .arg(env.ca_file())
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "warning: user data not checked: pass --user-data with the userData of Secret \"worker-user-data\""
+    );
+}
+
+/// Prism unreachable, or refusing the credentials, is said once with its fix, not once per
+/// reference.
+#[tokio::test]
+async fn validate_says_once_that_prism_cannot_be_used() {
+    let env = Env::start().await;
+    let dir = env.dir.path();
+    let machine = dir.join("machine.yaml");
+    std::fs::write(&machine, machine_yaml(linux_spec())).unwrap();
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("https://{}", listener.local_addr().unwrap())
+    };
+    for (password, endpoint, expected) in [
+        (
+            PRISM_PASSWORD,
+            closed.as_str(),
+            "error: cannot reach Prism Central at",
+        ),
+        (
+            "Wrong-Pass-41",
+            env.mock.base_url(),
+            "error: Prism Central at",
+        ),
+    ] {
+        let credentials = dir.join("credentials.json");
+        std::fs::write(&credentials, credentials_json(password)).unwrap();
+        let output = tokio::process::Command::new(BINARY)
+            .arg("validate")
+            .arg("--machine")
+            .arg(&machine)
+            .arg("--credentials-file")
+            .arg(&credentials)
+            .arg("--prism-endpoint")
+            .arg(endpoint)
+            .arg("--prism-ca-file")
+            .arg(env.ca_file())
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{stderr}");
+        assert!(lines[0].starts_with(expected), "{stderr}");
+        assert!(!stderr.contains("providerSpec."), "{stderr}");
+        assert!(!stderr.contains(password), "{stderr}");
+    }
 }
 
 #[test]

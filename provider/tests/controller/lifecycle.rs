@@ -1,12 +1,13 @@
 //! Machines from an image, a template and a source VM reach Running and are deleted; what
 //! the controller writes on the Machine and the Node; calls to Prism.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use nutanix_machine_controller::api::SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION;
 
 use crate::harness::{
-    Env, INFRA_ID, NS, admin_password_of, linux_spec, windows_clone, windows_template,
+    Env, INFRA_ID, NS, admin_password_of, linux_spec, provider_spec, windows_clone,
+    windows_template,
 };
 
 const ADMIN_PASSWORD: &str = "Given-Admin-Pass-83f1";
@@ -184,6 +185,32 @@ async fn an_invalid_spec_fails_the_machine_naming_the_field_and_creates_no_vm() 
         .await
         .unwrap();
     env.wait_machine("bad-0", "deletion", Value::is_null).await;
+    env.assert_no_secrets_logged(&[]);
+}
+
+/// A Windows MachineSet that names no userDataSecret gets `worker-user-data` from the
+/// machine-api-operator's webhook (`machine_webhook.go`, `defaultNutanix`): its Machine fails
+/// before any VM is made, naming WMCO's Secret.
+#[tokio::test]
+async fn a_windows_machine_with_the_linux_workers_user_data_fails_and_creates_no_vm() {
+    let mut env = Env::start().await;
+    let _controller = env.controller("controller", &[]);
+    let spec = provider_spec(
+        json!({"type": "name", "name": "windows-server-2022"}),
+        "120Gi",
+        "worker-user-data",
+    );
+    env.create_machine("win-linux-data-0", spec, true).await;
+    let machine = env.wait_phase("win-linux-data-0", "Failed").await;
+    assert_eq!(machine["status"]["errorReason"], "InvalidConfiguration");
+    let message = machine["status"]["errorMessage"].as_str().unwrap();
+    assert!(message.contains("providerSpec.userDataSecret"), "{message}");
+    assert!(message.contains("windows-user-data"), "{message}");
+    assert!(!has_vm_uuid(&machine));
+    assert!(env.vms_named("win-linux-data-0").is_empty());
+    assert_eq!(env.mock.admin().count("POST", "/api/nutanix/v3/vms"), 0);
+    env.wait_event("win-linux-data-0", "FailedCreate", "windows-user-data")
+        .await;
     env.assert_no_secrets_logged(&[]);
 }
 

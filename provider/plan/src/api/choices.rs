@@ -31,6 +31,28 @@ pub const SYSPREP_TIME_ZONE_ANNOTATION: &str = "nutanix.machine.openshift.io/sys
 pub const SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION: &str =
     "nutanix.machine.openshift.io/sysprep-admin-password-secret";
 
+/// The prefix of our annotations.
+pub const ANNOTATION_PREFIX: &str = "nutanix.machine.openshift.io/";
+
+/// Every annotation under [`ANNOTATION_PREFIX`] that the provider reads.
+pub const KNOWN_ANNOTATIONS: [&str; 4] = [
+    IMAGE_KIND_ANNOTATION,
+    GUEST_CUSTOMIZATION_ANNOTATION,
+    SYSPREP_TIME_ZONE_ANNOTATION,
+    SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION,
+];
+
+/// The keys under [`ANNOTATION_PREFIX`] that the provider does not read: a misspelt choice,
+/// which would otherwise be ignored without a word.
+pub fn unknown_annotations(annotations: Option<&BTreeMap<String, String>>) -> Vec<&str> {
+    annotations
+        .into_iter()
+        .flat_map(BTreeMap::keys)
+        .map(String::as_str)
+        .filter(|key| key.starts_with(ANNOTATION_PREFIX) && !KNOWN_ANNOTATIONS.contains(key))
+        .collect()
+}
+
 /// Our choices as a Machine's annotations state them. Enum values are kept even when unknown,
 /// so validation can report them at their annotation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -9,8 +9,9 @@ mod provider;
 pub mod quantity;
 
 pub use choices::{
-    AnnotatedChoices, GUEST_CUSTOMIZATION_ANNOTATION, IMAGE_KIND_ANNOTATION,
-    SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, SYSPREP_TIME_ZONE_ANNOTATION,
+    ANNOTATION_PREFIX, AnnotatedChoices, GUEST_CUSTOMIZATION_ANNOTATION, IMAGE_KIND_ANNOTATION,
+    KNOWN_ANNOTATIONS, SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, SYSPREP_TIME_ZONE_ANNOTATION,
+    unknown_annotations,
 };
 pub use conditions::{TypedCondition, merge_condition};
 pub use machine::{
@@ -24,7 +25,8 @@ pub use provider::{
     NutanixFailureDomainReference, NutanixGpu, NutanixMachineProviderConfig,
     NutanixMachineProviderStatus, NutanixResourceIdentifier, NutanixStorageResourceIdentifier,
     NutanixVmDisk, NutanixVmDiskDeviceProperties, NutanixVmStorageConfig, PROVIDER_API_VERSION,
-    PROVIDER_CONFIG_KIND, PROVIDER_STATUS_KIND, ParseError, PendingTask, TaskOperation,
+    PROVIDER_CONFIG_KIND, PROVIDER_SPEC_FIELDS, PROVIDER_STATUS_KIND, ParseError, PendingTask,
+    TaskOperation,
 };
 
 /// Label that marks a Windows Machine (read by WMCO and by us).

@@ -29,6 +29,33 @@ pub const PROVIDER_CONFIG_KIND: &str = "NutanixMachineProviderConfig";
 /// kind of the provider status.
 pub const PROVIDER_STATUS_KIND: &str = "NutanixMachineProviderStatus";
 
+/// The fields of `spec.providerSpec.value` that [`NutanixMachineProviderConfig`] reads: the
+/// upstream type's JSON names (openshift/api `machine/v1/types_nutanixprovider.go`), the
+/// `metadata` installers write, and our `imageKind` and `guestCustomization`. Any other field is
+/// ignored, so a misspelt one is warned about (`plan::vm::validate`).
+pub const PROVIDER_SPEC_FIELDS: [&str; 20] = [
+    "apiVersion",
+    "kind",
+    "metadata",
+    "cluster",
+    "image",
+    "subnets",
+    "vcpusPerSocket",
+    "vcpuSockets",
+    "memorySize",
+    "systemDiskSize",
+    "bootType",
+    "project",
+    "categories",
+    "gpus",
+    "dataDisks",
+    "userDataSecret",
+    "credentialsSecret",
+    "failureDomain",
+    "imageKind",
+    "guestCustomization",
+];
+
 /// The Nutanix part of a Machine's spec (`spec.providerSpec.value`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

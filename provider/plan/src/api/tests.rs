@@ -291,3 +291,61 @@ fn annotations_carry_our_choices_and_win_over_the_provider_spec() {
         Some(GuestCustomizationType::Unknown("Snapshot".into()))
     );
 }
+
+/// `PROVIDER_SPEC_FIELDS` is exactly what the type writes when every field is set, so a field
+/// added to the type is never warned about as unknown.
+#[test]
+fn provider_spec_fields_are_the_fields_of_the_type() {
+    let config = NutanixMachineProviderConfig {
+        api_version: Some(PROVIDER_API_VERSION.into()),
+        kind: Some(PROVIDER_CONFIG_KIND.into()),
+        metadata: Some(Default::default()),
+        categories: Some(Vec::new()),
+        gpus: Some(Vec::new()),
+        data_disks: Some(Vec::new()),
+        user_data_secret: Some(Default::default()),
+        credentials_secret: Some(Default::default()),
+        failure_domain: Some(Default::default()),
+        image_kind: Some(ImageKind::Image),
+        guest_customization: Some(Default::default()),
+        ..Default::default()
+    };
+    let value = serde_json::to_value(&config).unwrap();
+    let mut written: Vec<&str> = value
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut listed = PROVIDER_SPEC_FIELDS.to_vec();
+    written.sort_unstable();
+    listed.sort_unstable();
+    assert_eq!(written, listed);
+}
+
+#[test]
+fn annotations_under_our_prefix_that_we_do_not_read_are_unknown() {
+    let annotations: std::collections::BTreeMap<String, String> = [
+        (IMAGE_KIND_ANNOTATION, "Template"),
+        (
+            "nutanix.machine.openshift.io/guest-customisation",
+            "Sysprep",
+        ),
+        ("machine.openshift.io/exclude-node-draining", ""),
+        ("nutanix.machine.openshift.io/", "x"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    assert_eq!(
+        unknown_annotations(Some(&annotations)),
+        [
+            "nutanix.machine.openshift.io/",
+            "nutanix.machine.openshift.io/guest-customisation"
+        ]
+    );
+    assert!(unknown_annotations(None).is_empty());
+    for key in KNOWN_ANNOTATIONS {
+        assert!(key.starts_with(ANNOTATION_PREFIX), "{key}");
+    }
+}

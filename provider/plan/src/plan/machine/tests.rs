@@ -24,7 +24,7 @@ use crate::plan::vm::identity::{MarkedVm, identity_of};
 use crate::plan::vm::request::VmRequest;
 use crate::plan::vm::resolve::{ResolutionMode, ResolvedReferences};
 use crate::plan::vm::secret::UserData;
-use crate::plan::vm::validate::{PlanContext, plan_vm};
+use crate::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
 
 const UID: &str = "11111111-2222-4333-8444-555555555555";
 const NAME: &str = "worker-0";
@@ -81,6 +81,7 @@ fn plan_of(machine: &Value) -> Prepared {
             resolved: &resolved,
             mode: ResolutionMode::Strict,
             user_data: Some(&user_data),
+            unread_user_data: UnreadUserData::Unresolved,
             admin_password: None,
         },
     )

@@ -26,6 +26,100 @@ pub enum CloudInitError {
     TooLarge { base64_len: usize, limit: usize },
 }
 
+/// The Secret the machine-api-operator's defaulting webhook names when a Nutanix providerSpec
+/// has no `userDataSecret`: the Linux workers' Ignition (openshift/machine-api-operator
+/// `pkg/webhooks/machine_webhook.go`, `defaultUserDataSecret = "worker-user-data"`, set by
+/// `defaultNutanix` when `providerSpec.UserDataSecret == nil`).
+pub const LINUX_DEFAULT_USER_DATA_SECRET: &str = "worker-user-data";
+
+/// The user data Secret of Windows Machines, which the Windows Machine Config Operator creates
+/// and keeps in `openshift-machine-api` (openshift/windows-machine-config-operator
+/// `pkg/secrets/secrets.go`, `controllers/secret_controller.go`).
+pub const WINDOWS_USER_DATA_SECRET: &str = "windows-user-data";
+
+/// Why a Windows Machine's user data would boot a VM that never joins. Never quotes the user
+/// data.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WindowsUserDataError {
+    #[error(
+        "Secret \"{LINUX_DEFAULT_USER_DATA_SECRET}\" is the Linux workers' Ignition (the \
+         machine-api-operator's webhook names it when userDataSecret is left out): a Windows \
+         image ignores it, so the VM would boot and never join; set userDataSecret to \
+         {{name: {WINDOWS_USER_DATA_SECRET}}}, the Secret the Windows Machine Config Operator \
+         creates"
+    )]
+    LinuxDefaultSecret,
+    #[error(
+        "user data is an Ignition config, which a Windows image ignores, so the VM would boot \
+         and never join; set userDataSecret to {{name: {WINDOWS_USER_DATA_SECRET}}}, the Secret \
+         the Windows Machine Config Operator creates"
+    )]
+    Ignition,
+}
+
+/// Whether `user_data` is Ignition: a JSON object with an `ignition` object (coreos/ignition
+/// `docs/configuration-v3_*.md`: "**ignition** (object): metadata about the configuration
+/// itself", holding `version`).
+pub fn is_ignition(user_data: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(user_data)
+        .is_ok_and(|config| config.get("ignition").is_some_and(Value::is_object))
+}
+
+/// Refuses the Linux workers' user data for a Windows Machine: the default Secret by name
+/// (even before it is read), or any Ignition config by content.
+pub fn check_windows_user_data(
+    secret_name: &str,
+    user_data: Option<&[u8]>,
+) -> Result<(), WindowsUserDataError> {
+    if secret_name == LINUX_DEFAULT_USER_DATA_SECRET {
+        return Err(WindowsUserDataError::LinuxDefaultSecret);
+    }
+    if user_data.is_some_and(is_ignition) {
+        return Err(WindowsUserDataError::Ignition);
+    }
+    Ok(())
+}
+
+/// Whether a Windows image's cloudbase-init does anything with `user_data`: MIME multipart,
+/// `#cloud-config`, or a script it recognises (cloudbase/cloudbase-init
+/// `cloudbaseinit/plugins/common/userdata.py`, `_process_user_data` and
+/// `_process_non_multi_part`; `userdatautils.py`, `_SCRIPTS`: `rem cmd`, `#!`, `#ps1`,
+/// `#ps1_sysnative`, `#ps1_x86` at the start, or a `<script>` or `<powershell>` tag anywhere).
+/// Anything else it logs as "Unsupported user_data format" and skips. Gzip is counted as
+/// recognised: its content cannot be told without unpacking it.
+pub fn cloudbase_init_runs(user_data: &[u8]) -> bool {
+    const GZIP_MAGIC: &[u8] = b"\x1f\x8b";
+    const TAGS: [&[u8]; 4] = [b"<script>", b"</script>", b"<powershell>", b"</powershell>"];
+    let starts_with_word = |prefix: &[u8]| {
+        user_data
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.first())
+            .is_some_and(u8::is_ascii_whitespace)
+    };
+    let rem_cmd = user_data.strip_prefix(b"rem").is_some_and(|rest| {
+        let trimmed = rest.trim_ascii_start();
+        trimmed.len() < rest.len() && starts_with_cmd(trimmed)
+    });
+    user_data.starts_with(GZIP_MAGIC)
+        || user_data.starts_with(b"Content-Type: multipart")
+        || user_data.starts_with(b"#cloud-config")
+        || user_data.starts_with(b"#!")
+        || ["#ps1", "#ps1_sysnative", "#ps1_x86"]
+            .iter()
+            .any(|prefix| starts_with_word(prefix.as_bytes()))
+        || rem_cmd
+        || TAGS
+            .iter()
+            .any(|tag| user_data.windows(tag.len()).any(|window| window == *tag))
+}
+
+/// `cmd` followed by whitespace (after `rem` and whitespace: `^rem\s+cmd\s`).
+fn starts_with_cmd(rest: &[u8]) -> bool {
+    rest.strip_prefix(b"cmd")
+        .and_then(|after| after.first())
+        .is_some_and(u8::is_ascii_whitespace)
+}
+
 /// The length of `bytes` in base64 (with padding).
 pub fn base64_len(bytes: usize) -> usize {
     bytes.div_ceil(3) * 4
@@ -157,6 +251,80 @@ mod tests {
             ignition_with_hostname(br#"{"storage":{"files":{}}}"#, "h"),
             Err(CloudInitError::FilesNotAList)
         );
+    }
+
+    #[test]
+    fn windows_refuses_the_linux_default_secret_and_any_ignition() {
+        let powershell = b"<powershell>\nWrite-Host hi\n</powershell>".as_slice();
+        type Case<'a> = (&'a str, Option<&'a [u8]>, Result<(), WindowsUserDataError>);
+        let cases: [Case<'_>; 7] = [
+            ("windows-user-data", Some(powershell), Ok(())),
+            ("windows-user-data", None, Ok(())),
+            ("windows-user-data", Some(b"#cloud-config\n"), Ok(())),
+            (
+                "worker-user-data",
+                None,
+                Err(WindowsUserDataError::LinuxDefaultSecret),
+            ),
+            (
+                "worker-user-data",
+                Some(powershell),
+                Err(WindowsUserDataError::LinuxDefaultSecret),
+            ),
+            (
+                "my-data",
+                Some(POINTER_CONFIG.as_bytes()),
+                Err(WindowsUserDataError::Ignition),
+            ),
+            // JSON that is not Ignition is left to cloudbase-init.
+            ("my-data", Some(br#"{"storage":{}}"#), Ok(())),
+        ];
+        for (name, user_data, expected) in cases {
+            assert_eq!(
+                check_windows_user_data(name, user_data),
+                expected,
+                "{name} {user_data:?}"
+            );
+        }
+        for error in [
+            WindowsUserDataError::LinuxDefaultSecret,
+            WindowsUserDataError::Ignition,
+        ] {
+            assert!(error.to_string().contains("windows-user-data"), "{error}");
+        }
+    }
+
+    #[test]
+    fn what_cloudbase_init_runs() {
+        for runs in [
+            "<powershell>\nWrite-Host hi\n</powershell>\n<persist>true</persist>",
+            "# WMCO\n<powershell>x</powershell>",
+            "#cloud-config\nusers: []",
+            "#ps1\nWrite-Host hi",
+            "#ps1_sysnative\r\nWrite-Host hi",
+            "#ps1_x86 \nWrite-Host hi",
+            "rem cmd\necho hi",
+            "rem   cmd echo",
+            "#!/usr/bin/env python\nprint(1)",
+            "Content-Type: multipart/mixed; boundary=x\n",
+            "<script>echo hi</script>",
+        ] {
+            assert!(cloudbase_init_runs(runs.as_bytes()), "{runs:?}");
+        }
+        assert!(cloudbase_init_runs(b"\x1f\x8b\x08\x00"), "gzip");
+        for skipped in [
+            "",
+            "Write-Host hi",
+            "#ps1Write-Host",
+            "#ps1",
+            "remcmd echo",
+            "rem cmd",
+            " #cloud-config",
+            "<PowerShell>x</PowerShell>",
+            "{\"storage\":{}}",
+        ] {
+            assert!(!cloudbase_init_runs(skipped.as_bytes()), "{skipped:?}");
+        }
     }
 
     #[test]

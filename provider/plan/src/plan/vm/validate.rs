@@ -30,9 +30,9 @@ use crate::api::quantity::{GIB, mib_floor, quantity_bytes};
 use crate::api::{
     AnnotatedChoices, BootType, CLUSTER_ID_LABEL, DiskAdapterType, DiskDeviceType, DiskMode,
     GUEST_CUSTOMIZATION_ANNOTATION, GpuIdentifierType, GuestCustomizationType,
-    IMAGE_KIND_ANNOTATION, IdentifierType, ImageKind, Machine, NutanixGpu,
-    NutanixMachineProviderConfig, NutanixResourceIdentifier, NutanixVmDisk,
-    SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, SYSPREP_TIME_ZONE_ANNOTATION,
+    IMAGE_KIND_ANNOTATION, IdentifierType, ImageKind, KNOWN_ANNOTATIONS, Machine, NutanixGpu,
+    NutanixMachineProviderConfig, NutanixResourceIdentifier, NutanixVmDisk, PROVIDER_SPEC_FIELDS,
+    SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, SYSPREP_TIME_ZONE_ANNOTATION, unknown_annotations,
 };
 
 /// At most this many NICs (upstream and Prism).
@@ -53,9 +53,20 @@ pub struct PlanContext<'a> {
     pub mode: ResolutionMode,
     /// The user-data Secret's `userData`, when the providerSpec names one and it was read.
     pub user_data: Option<&'a UserData>,
+    /// What a named user-data Secret without `user_data` means in [`ResolutionMode::Strict`].
+    pub unread_user_data: UnreadUserData,
     /// The Administrator password for Sysprep. In [`ResolutionMode::Strict`] a placeholder is
     /// refused: a VM never gets one.
     pub admin_password: Option<PasswordValue<'a>>,
+}
+
+/// What a user-data Secret that the providerSpec names but that was not given means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnreadUserData {
+    /// The controller has not read it: unresolved, the Machine is retried.
+    Unresolved,
+    /// A command ran without `--user-data`: a warning that the user data was not checked.
+    NotChecked,
 }
 
 /// Why a Secure Boot VM with guest customization may be refused, and what to do instead.
@@ -123,7 +134,8 @@ pub fn plan_vm(machine: &Machine, context: &PlanContext<'_>) -> Result<VmPlan, V
         uid: machine.metadata.uid.clone().unwrap_or_default(),
     };
     let choices = machine.annotated_choices();
-    let warnings = in_spec_choice_warnings(machine, &choices);
+    let mut warnings = in_spec_choice_warnings(machine, &choices);
+    warnings.extend(unknown_key_warnings(machine));
     let mut validator = Validator {
         errors,
         warnings,
@@ -162,6 +174,36 @@ pub fn is_dns_label(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-')
+}
+
+/// Warnings for what the provider ignores and a typo would produce: providerSpec fields it does
+/// not read, and annotations under its prefix that it does not read.
+fn unknown_key_warnings(machine: &Machine) -> Vec<String> {
+    let fields = machine
+        .spec
+        .provider_spec
+        .value
+        .as_ref()
+        .and_then(serde_json::Value::as_object)
+        .into_iter()
+        .flat_map(serde_json::Map::keys)
+        .filter(|field| !PROVIDER_SPEC_FIELDS.contains(&field.as_str()))
+        .map(|field| {
+            format!(
+                "providerSpec.{field} is not a field of NutanixMachineProviderConfig: it is ignored (check its spelling)",
+                field = quoted(field)
+            )
+        });
+    let known = KNOWN_ANNOTATIONS.join(", ");
+    let annotations = unknown_annotations(machine.metadata.annotations.as_ref())
+        .into_iter()
+        .map(|key| {
+            format!(
+                "annotation {key:?} is not one the provider reads ({known}): it is ignored (check its spelling)",
+                key = quoted(key)
+            )
+        });
+    fields.chain(annotations).collect()
 }
 
 /// Warnings for our choices written in `providerSpec`: the machine-api-operator's webhook drops

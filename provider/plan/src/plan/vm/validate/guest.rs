@@ -71,12 +71,29 @@ impl Validator<'_, '_> {
         }
         let kind = customization_of(self.config);
         let user_data_path = spec.field("userDataSecret");
+        // The Linux workers' Secret is refused by name, before it is read: `render` and
+        // `validate` without --user-data say the same as the controller.
+        let secret_name = self
+            .config
+            .user_data_secret
+            .as_ref()
+            .map(|s| s.name.as_str());
+        if windows
+            && let Some(name) = secret_name
+            && let Err(error) = cloud_init::check_windows_user_data(name, None)
+        {
+            self.errors.invalid(&user_data_path, error.to_string());
+            return None;
+        }
         let user_data = match (&self.config.user_data_secret, self.context.user_data) {
             (None, _) => None,
             // Reported by `secrets`.
             (Some(secret), _) if secret.name.is_empty() => return None,
             (Some(_), Some(data)) => Some(data),
-            (Some(secret), None) if self.mode() == ResolutionMode::Strict => {
+            (Some(secret), None)
+                if self.mode() == ResolutionMode::Strict
+                    && self.context.unread_user_data == UnreadUserData::Unresolved =>
+            {
                 self.errors.unresolved(
                     &user_data_path,
                     format!(
@@ -87,13 +104,24 @@ impl Validator<'_, '_> {
                 return None;
             }
             (Some(secret), None) => {
+                let left_out = match self.mode() {
+                    ResolutionMode::Preview => "; the output leaves it out",
+                    ResolutionMode::Strict => "",
+                };
                 self.warnings.push(format!(
-                    "no user data given (--user-data): Secret {:?} is not included",
+                    "user data not checked: pass --user-data with the userData of Secret {:?}{left_out}",
                     quoted(&secret.name)
                 ));
                 None
             }
         };
+        if windows
+            && let (Some(name), Some(data)) = (secret_name, user_data)
+            && let Err(error) = cloud_init::check_windows_user_data(name, Some(data.expose()))
+        {
+            self.errors.invalid(&user_data_path, error.to_string());
+            return None;
+        }
 
         if kind == GuestCustomizationType::CloudInit {
             // One guest customization only: Sysprep's settings make no sense with cloud-init.
@@ -197,6 +225,13 @@ impl Validator<'_, '_> {
         let invalid = |errors: &mut Collector, error: CloudInitError| {
             errors.invalid(path, format!("{error} (Secret key userData)"));
         };
+        if windows && !cloud_init::cloudbase_init_runs(user_data.expose()) {
+            self.warnings.push(format!(
+                "{path}: the user data is neither a script nor cloud-config that cloudbase-init \
+                 runs (WMCO's is a <powershell> script): the VM would boot without it; check the \
+                 Secret's userData"
+            ));
+        }
         let (bytes, meta_data) = if windows {
             // cloudbase-init gets the user data unchanged and learns its name from meta_data.
             let instance_id = if identity.uid.is_empty() {

@@ -159,6 +159,7 @@ impl Case {
             resolved: &self.resolved,
             mode: self.mode,
             user_data: user_data.as_ref(),
+            unread_user_data: UnreadUserData::Unresolved,
             admin_password: self.password.as_ref().map(PasswordValue::Secret),
         };
         plan_vm(&machine, &context)
@@ -722,6 +723,25 @@ fn bad_specs() -> Vec<(&'static str, Edit, &'static str, ErrorClass)> {
             Invalid,
         ),
         (
+            "Windows Machine given the Linux workers' default Secret",
+            |c| {
+                *c = Case::windows();
+                c.set("/userDataSecret", json!({"name": "worker-user-data"}));
+                c.user_data = Some(IGNITION.to_vec());
+            },
+            "providerSpec.userDataSecret",
+            Invalid,
+        ),
+        (
+            "Windows Machine given Ignition under another name",
+            |c| {
+                *c = Case::windows();
+                c.user_data = Some(IGNITION.to_vec());
+            },
+            "providerSpec.userDataSecret",
+            Invalid,
+        ),
+        (
             "Linux user data not Ignition",
             |c| {
                 c.user_data = Some(b"#cloud-config\n".to_vec());
@@ -1207,6 +1227,42 @@ fn windows_defaults_to_cloud_init_and_opts_into_sysprep() {
     }
 }
 
+/// MAO's webhook gives a Nutanix Machine without userDataSecret `worker-user-data`, the Linux
+/// workers' Ignition: a Windows Machine is refused with it, whatever its customization and
+/// whether or not the Secret was read (`render` and `validate` without --user-data).
+#[test]
+fn a_windows_machine_never_gets_the_linux_workers_user_data() {
+    let expected = |errors: ValidationErrors| {
+        let [error] = errors.0.as_slice() else {
+            panic!("{errors:?}")
+        };
+        assert_eq!(error.path, "providerSpec.userDataSecret");
+        assert_eq!(error.class, ErrorClass::Invalid);
+        assert!(error.message.contains("windows-user-data"), "{error}");
+        assert!(error.message.contains("never join"), "{error}");
+    };
+    for (customization, mode, read) in [
+        (Case::windows as fn() -> Case, ResolutionMode::Strict, true),
+        (Case::windows, ResolutionMode::Strict, false),
+        (Case::windows, ResolutionMode::Preview, false),
+        (Case::sysprep, ResolutionMode::Strict, true),
+        (Case::sysprep, ResolutionMode::Preview, false),
+    ] {
+        let mut case = customization();
+        case.set("/userDataSecret", json!({"name": "worker-user-data"}));
+        case.mode = mode;
+        case.user_data = read.then(|| IGNITION.to_vec());
+        expected(case.plan().unwrap_err());
+
+        let mut case = customization();
+        case.mode = mode;
+        case.user_data = Some(IGNITION.to_vec());
+        expected(case.plan().unwrap_err());
+    }
+    // Linux Machines keep the default Secret.
+    Case::linux().plan().unwrap();
+}
+
 #[test]
 fn annotations_carry_the_choices_and_win_over_the_provider_spec() {
     let mut case = Case::sysprep();
@@ -1508,6 +1564,7 @@ fn a_placeholder_password_is_refused_for_real_vms() {
         resolved: &case.resolved,
         mode: ResolutionMode::Strict,
         user_data: Some(&user_data),
+        unread_user_data: UnreadUserData::Unresolved,
         admin_password: Some(PasswordValue::Placeholder),
     };
     let errors = plan_vm(&machine, &context).unwrap_err();
@@ -1519,6 +1576,79 @@ fn a_placeholder_password_is_refused_for_real_vms() {
             message: "no Administrator password was given for Sysprep".into()
         }]
     );
+}
+
+/// The controller retries a Machine whose user-data Secret it has not read; `validate` without
+/// --user-data says the user data was not checked, and goes on.
+#[test]
+fn unread_user_data_is_unresolved_for_the_controller_and_not_checked_for_validate() {
+    let mut case = Case::linux();
+    case.user_data = None;
+    let errors = case.plan().unwrap_err();
+    assert_eq!(
+        errors
+            .0
+            .iter()
+            .map(|e| (e.path.as_str(), e.class))
+            .collect::<Vec<_>>(),
+        [("providerSpec.userDataSecret", ErrorClass::Unresolved)]
+    );
+
+    let machine: Machine = serde_json::from_value(case.machine.clone()).unwrap();
+    let context = PlanContext {
+        resolved: &case.resolved,
+        mode: ResolutionMode::Strict,
+        user_data: None,
+        unread_user_data: UnreadUserData::NotChecked,
+        admin_password: None,
+    };
+    let plan = plan_vm(&machine, &context).unwrap();
+    assert_eq!(plan.guest, GuestPlan::None);
+    assert!(
+        plan.warnings.contains(
+            &"user data not checked: pass --user-data with the userData of Secret \"worker-user-data\""
+                .to_owned()
+        ),
+        "{:?}",
+        plan.warnings
+    );
+}
+
+/// A misspelt providerSpec field or annotation is ignored by the provider: it is warned about,
+/// not passed over in silence.
+#[test]
+fn unknown_fields_and_annotations_of_ours_are_warned_about() {
+    let mut case = Case::windows();
+    case.set("/vcpuSocket", json!(4))
+        .annotate("nutanix.machine.openshift.io/image-knd", "Template")
+        .annotate("machine.openshift.io/exclude-node-draining", "");
+    let plan = case.plan().unwrap();
+    assert_eq!(
+        plan.warnings,
+        [
+            "providerSpec.vcpuSocket is not a field of NutanixMachineProviderConfig: it is ignored (check its spelling)",
+            "annotation \"nutanix.machine.openshift.io/image-knd\" is not one the provider reads (nutanix.machine.openshift.io/image-kind, nutanix.machine.openshift.io/guest-customization, nutanix.machine.openshift.io/sysprep-time-zone, nutanix.machine.openshift.io/sysprep-admin-password-secret): it is ignored (check its spelling)",
+        ]
+    );
+    assert!(Case::windows().plan().unwrap().warnings.is_empty());
+}
+
+/// cloudbase-init skips user data in no format it knows: a Windows Machine is warned.
+#[test]
+fn windows_user_data_cloudbase_init_would_skip_is_warned_about() {
+    let mut case = Case::windows();
+    case.user_data = Some(b"Write-Host hello".to_vec());
+    let plan = case.plan().unwrap();
+    assert_eq!(
+        plan.warnings,
+        [
+            "providerSpec.userDataSecret: the user data is neither a script nor cloud-config that cloudbase-init runs (WMCO's is a <powershell> script): the VM would boot without it; check the Secret's userData"
+        ]
+    );
+    for runs in [WINDOWS_USER_DATA, b"#cloud-config\nusers: []\n"] {
+        case.user_data = Some(runs.to_vec());
+        assert!(case.plan().unwrap().warnings.is_empty());
+    }
 }
 
 #[test]
