@@ -36,7 +36,7 @@ use nutanix_machine_controller::plan::vm::resolve::{
 };
 use nutanix_machine_controller::plan::vm::secret::{AdminPassword, UserData};
 use nutanix_machine_controller::plan::vm::unattend::{PasswordValue, UNATTEND_BASE64_LIMIT};
-use nutanix_machine_controller::plan::vm::validate::{PlanContext, plan_vm};
+use nutanix_machine_controller::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
 use nutanix_machine_controller::plan::vm::{EntityRef, GuestPlan};
 use nutanix_machine_controller::render::render;
 use prism_client::v3::{GpuMode, GpuVendor, HostGpu};
@@ -396,6 +396,11 @@ fn run_machine(
         resolved: &resolved,
         mode,
         user_data,
+        unread_user_data: if flags & 0b100_0000 == 0 {
+            UnreadUserData::Unresolved
+        } else {
+            UnreadUserData::NotChecked
+        },
         admin_password: match (flags >> 4) & 0b11 {
             0 => None,
             1 => Some(PasswordValue::Placeholder),
