@@ -1,9 +1,20 @@
-//! The credentials Secret (key `credentials`): a JSON array of `basic_auth` entries, of which
-//! the first is used, as upstream does:
+//! The credentials Secret (key `credentials`): a JSON array of entries, of which the first is
+//! used, as upstream does: a user and password,
 //!
 //! ```json
 //! [{"type": "basic_auth", "data": {"prismCentral": {"username": "u", "password": "p"}, "prismElements": null}}]
 //! ```
+//!
+//! or a Prism Central service account's API key, sent as `X-Ntnx-Api-Key`:
+//!
+//! ```json
+//! [{"type": "api_key", "data": {"prismCentral": {"apiKey": "k"}}}]
+//! ```
+//!
+//! Both shapes, and "the first entry only", are prism-go-client's (`environment/credentials`
+//! `ParseCredentials` and its tests), which the Go provider and CAPX read their Secrets with; its
+//! v3 and v4 clients send an API key in the `X-ntnx-api-key` header (`internal/client.go`,
+//! `v4/v4.go`).
 //!
 //! Errors name what is wrong and never repeat the Secret's content.
 
@@ -23,7 +34,7 @@ pub enum CredentialsError {
     #[error("key {CREDENTIALS_KEY:?} holds an empty list")]
     Empty,
     #[error(
-        "the first entry of key {CREDENTIALS_KEY:?} has type {:?}; only \"basic_auth\" is supported",
+        "the first entry of key {CREDENTIALS_KEY:?} has type {:?}; \"basic_auth\" or \"api_key\" is supported",
         quoted(.0)
     )]
     UnsupportedType(String),
@@ -31,6 +42,8 @@ pub enum CredentialsError {
         "the first entry of key {CREDENTIALS_KEY:?} has no data.prismCentral.username or password"
     )]
     Incomplete,
+    #[error("the first entry of key {CREDENTIALS_KEY:?} has no data.prismCentral.apiKey")]
+    NoApiKey,
 }
 
 #[derive(Deserialize)]
@@ -48,35 +61,58 @@ struct EntryData {
     prism_central: Option<BasicAuth>,
 }
 
+/// `data.prismCentral` of either type.
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct BasicAuth {
     #[serde(default)]
     username: String,
     #[serde(default)]
     password: String,
+    #[serde(default)]
+    api_key: String,
 }
 
 /// Prism Central credentials read from the Secret, with a fingerprint that changes when they do.
 #[derive(Clone, PartialEq, Eq)]
-pub struct PrismCredentials {
-    pub username: String,
-    password: Sensitive,
+pub enum PrismCredentials {
+    Basic {
+        username: String,
+        password: Sensitive,
+    },
+    /// A service account's API key (IAM).
+    ApiKey(Sensitive),
 }
 
 impl std::fmt::Debug for PrismCredentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PrismCredentials")
-            .field("username", &self.username)
-            .field("password", &"<redacted>")
-            .finish()
+        match self {
+            Self::Basic { username, .. } => f
+                .debug_struct("PrismCredentials")
+                .field("username", username)
+                .field("password", &"<redacted>")
+                .finish(),
+            Self::ApiKey(_) => f
+                .debug_struct("PrismCredentials")
+                .field("api_key", &"<redacted>")
+                .finish(),
+        }
     }
 }
 
 impl PrismCredentials {
     pub fn new(username: impl Into<String>, password: impl Into<Sensitive>) -> Self {
-        Self {
+        Self::Basic {
             username: username.into(),
             password: password.into(),
+        }
+    }
+
+    /// Who the credentials are, for logs: the user name, or that an API key is used.
+    pub fn user(&self) -> &str {
+        match self {
+            Self::Basic { username, .. } => username,
+            Self::ApiKey(_) => "(API key)",
         }
     }
 
@@ -99,28 +135,48 @@ impl PrismCredentials {
                 }
             })?;
         let first = entries.into_iter().next().ok_or(CredentialsError::Empty)?;
-        if first.type_ != "basic_auth" {
-            return Err(CredentialsError::UnsupportedType(first.type_));
+        let prism_central = first.data.and_then(|d| d.prism_central);
+        match first.type_.as_str() {
+            "basic_auth" => {
+                let auth = prism_central
+                    .filter(|a| !a.username.is_empty() && !a.password.is_empty())
+                    .ok_or(CredentialsError::Incomplete)?;
+                Ok(Self::new(auth.username, auth.password))
+            }
+            "api_key" => {
+                let auth = prism_central
+                    .filter(|a| !a.api_key.is_empty())
+                    .ok_or(CredentialsError::NoApiKey)?;
+                Ok(Self::ApiKey(auth.api_key.into()))
+            }
+            _ => Err(CredentialsError::UnsupportedType(first.type_)),
         }
-        let auth = first
-            .data
-            .and_then(|d| d.prism_central)
-            .filter(|a| !a.username.is_empty() && !a.password.is_empty())
-            .ok_or(CredentialsError::Incomplete)?;
-        Ok(Self::new(auth.username, auth.password))
     }
 
     /// The client credentials.
     pub fn to_client(&self) -> Credentials {
-        Credentials::basic(self.username.clone(), self.password.clone())
+        match self {
+            Self::Basic { username, password } => {
+                Credentials::basic(username.clone(), password.clone())
+            }
+            Self::ApiKey(key) => Credentials::api_key(key.clone()),
+        }
     }
 
     /// A value that changes when the credentials change (so a rotated Secret gets a new client);
     /// not a secure digest, and never logged.
     pub fn fingerprint(&self) -> u64 {
         let mut hasher = DefaultHasher::new();
-        self.username.hash(&mut hasher);
-        self.password.expose().hash(&mut hasher);
+        match self {
+            Self::Basic { username, password } => {
+                username.hash(&mut hasher);
+                password.expose().hash(&mut hasher);
+            }
+            Self::ApiKey(key) => {
+                "api_key".hash(&mut hasher);
+                key.expose().hash(&mut hasher);
+            }
+        }
         hasher.finish()
     }
 }
@@ -133,9 +189,23 @@ mod tests {
     fn the_documented_shape_parses() {
         let text = br#"[{"type":"basic_auth","data":{"prismCentral":{"username":"admin","password":"s3cret"},"prismElements":null}}]"#;
         let credentials = PrismCredentials::parse(text).unwrap();
-        assert_eq!(credentials.username, "admin");
-        assert_eq!(credentials.password.expose(), "s3cret");
+        assert_eq!(credentials, PrismCredentials::new("admin", "s3cret"));
+        assert_eq!(credentials.user(), "admin");
         assert!(!format!("{credentials:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn an_api_key_parses_as_prism_go_client_reads_it() {
+        // prism-go-client environment/credentials/parsecreds_test.go, "api key success".
+        let text = br#"[{"type":"api_key","data":{"prismCentral":{"apiKey":"test-api-key"}}}]"#;
+        let credentials = PrismCredentials::parse(text).unwrap();
+        assert_eq!(credentials, PrismCredentials::ApiKey("test-api-key".into()));
+        assert!(!format!("{credentials:?}").contains("test-api-key"));
+        assert_eq!(credentials.user(), "(API key)");
+        assert_ne!(
+            credentials.fingerprint(),
+            PrismCredentials::ApiKey("other".into()).fingerprint()
+        );
     }
 
     #[test]
@@ -158,7 +228,15 @@ mod tests {
             (b"[]", CredentialsError::Empty),
             (
                 br#"[{"type":"api_key","data":{}}]"#,
-                CredentialsError::UnsupportedType("api_key".into()),
+                CredentialsError::NoApiKey,
+            ),
+            (
+                br#"[{"type":"api_key","data":{"prismCentral":{"apiKey":""}}}]"#,
+                CredentialsError::NoApiKey,
+            ),
+            (
+                br#"[{"type":"session","data":{}}]"#,
+                CredentialsError::UnsupportedType("session".into()),
             ),
             (
                 br#"[{"type":"basic_auth","data":{"prismCentral":{"username":"admin"}}}]"#,

@@ -224,10 +224,20 @@ impl Actuator {
                 return Ok(connection.clone());
             }
             Some(_) => {
-                tracing::info!(endpoint, source, user = %credentials.username, "credentials changed: the old ones are dropped");
+                tracing::info!(
+                    endpoint,
+                    source,
+                    user = credentials.user(),
+                    "credentials changed: the old ones are dropped"
+                );
             }
             None => {
-                tracing::info!(endpoint, source, user = %credentials.username, "connected to Prism Central");
+                tracing::info!(
+                    endpoint,
+                    source,
+                    user = credentials.user(),
+                    "connected to Prism Central"
+                );
             }
         }
         let client = prism_central

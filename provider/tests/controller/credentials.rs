@@ -203,3 +203,28 @@ async fn a_missing_credentials_secret_is_explained_on_the_machine() {
     env.wait_phase("nosecret-0", "Running").await;
     assert_eq!(env.vms_named("nosecret-0").len(), 1);
 }
+
+#[tokio::test]
+async fn a_service_account_api_key_is_accepted_in_place_of_a_password() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    // prism-go-client's shape (environment/credentials/parsecreds_test.go); prism-mock accepts
+    // its configured key in `X-Ntnx-Api-Key`, as prism-go-client sends it.
+    let key = env
+        .mock
+        .credentials()
+        .api_key
+        .clone()
+        .expect("the mock accepts an API key");
+    env.put_secret(
+        "nutanix-credentials",
+        "credentials",
+        &format!(r#"[{{"type":"api_key","data":{{"prismCentral":{{"apiKey":"{key}"}}}}}}]"#),
+    )
+    .await;
+    let _controller = env.controller("controller", &[]);
+    env.create_machine("keyed-0", linux_spec(), false).await;
+    env.wait_phase("keyed-0", "Running").await;
+    assert_eq!(env.vms_named("keyed-0").len(), 1);
+    env.assert_no_secrets_logged(&[key]);
+}
