@@ -276,6 +276,65 @@ async fn a_refresh_does_not_hold_up_a_reader_content_with_the_last_listing() {
 }
 
 #[tokio::test]
+async fn a_changed_ca_file_is_trusted_without_a_restart() {
+    let mock = MockPrism::start(MockConfig::default()).await.unwrap();
+    // Another mock's CA, which did not sign this mock's certificate.
+    let other = MockPrism::start(MockConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, other.ca_pem().unwrap()).unwrap();
+    let actuator = Actuator::new(
+        ActuatorSettings {
+            ca_file: Some(ca.clone()),
+            ca_recheck: Duration::ZERO,
+            ..ActuatorSettings::default()
+        },
+        None,
+    );
+    let credentials = PrismCredentials::new("admin", "mock-password");
+    let untrusted = actuator
+        .connection(mock.base_url(), "ns/credentials", &credentials)
+        .unwrap();
+    let error = untrusted
+        .client()
+        .list_all::<prism_client::v3::Cluster>()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            prism_client::Error::Transport {
+                kind: prism_client::TransportKind::Tls,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    // The bundle is corrected in place (as the kubelet updates a mounted ConfigMap).
+    std::fs::write(&ca, mock.ca_pem().unwrap()).unwrap();
+    let trusted = actuator
+        .connection(mock.base_url(), "ns/credentials", &credentials)
+        .unwrap();
+    assert!(!Arc::ptr_eq(&untrusted, &trusted), "a new client");
+    assert!(
+        Arc::ptr_eq(&untrusted.lookups, &trusted.lookups),
+        "the caches are kept"
+    );
+    let clusters = trusted
+        .client()
+        .list_all::<prism_client::v3::Cluster>()
+        .await
+        .unwrap();
+    assert!(!clusters.is_empty());
+    // A file gone after a good read keeps the last bundle.
+    std::fs::remove_file(&ca).unwrap();
+    let kept = actuator
+        .connection(mock.base_url(), "ns/credentials", &credentials)
+        .unwrap();
+    assert!(Arc::ptr_eq(&trusted, &kept));
+}
+
+#[tokio::test]
 async fn concurrent_lookups_of_one_listing_share_one_fetch() {
     let f = fixture(ActuatorSettings::default()).await;
     // As the reconciles of a restarted controller each want the region label at once.

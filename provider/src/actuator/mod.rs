@@ -61,6 +61,7 @@ pub mod lookups;
 pub mod uuid_pool;
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -85,6 +86,10 @@ use uuid_pool::UuidPool;
 pub struct ActuatorSettings {
     /// Extra CA certificates trusted for Prism Central (PEM file).
     pub ca_file: Option<PathBuf>,
+    /// How often the CA file is read again: a changed bundle (a ConfigMap mounted as a file,
+    /// which the kubelet updates in place, such as OpenShift's injected trusted CA bundle) is
+    /// used without a restart.
+    pub ca_recheck: Duration,
     /// Accept any Prism certificate (labs only).
     pub insecure: bool,
     /// Accept a plain `http://` endpoint, which sends the credentials in clear text (labs
@@ -110,6 +115,7 @@ impl Default for ActuatorSettings {
     fn default() -> Self {
         Self {
             ca_file: None,
+            ca_recheck: Duration::from_secs(10),
             insecure: false,
             allow_plain_http: false,
             rate_limit: RateLimit::default(),
@@ -138,14 +144,28 @@ pub struct Actuator {
     /// The names the inventories list (set once the controller's Machine cache exists).
     vm_scope: SharedScopeSource,
     prism_centrals: Mutex<HashMap<String, Arc<PrismCentral>>>,
+    /// The CA file as last read.
+    ca: Mutex<Option<CaRead>>,
+}
+
+/// A CA bundle's fingerprint and PEM text.
+type CaPem = (u64, Arc<Vec<u8>>);
+
+/// The CA file's content as read at `at`.
+#[derive(Debug)]
+struct CaRead {
+    at: Instant,
+    fingerprint: u64,
+    pem: Arc<Vec<u8>>,
 }
 
 /// What every user of one Prism Central shares, whatever its credentials.
 #[derive(Debug)]
 struct PrismCentral {
-    /// The first client made for this Prism Central: others are made from it
-    /// ([`Client::with_credentials`]), sharing its HTTP connections and rate limit.
-    base: Client,
+    /// The first client made for this Prism Central, with the fingerprint of the CA bundle it
+    /// trusts: others are made from it ([`Client::with_credentials`]), sharing its HTTP
+    /// connections and rate limit. A new CA bundle replaces it.
+    base: Mutex<(u64, Client)>,
     inventory: Inventory,
     lookups: Arc<LookupCache>,
     uuids: Arc<UuidPool>,
@@ -178,6 +198,7 @@ impl Actuator {
             inventory_orphans: None,
             vm_scope: SharedScopeSource::default(),
             prism_centrals: Mutex::new(HashMap::new()),
+            ca: Mutex::new(None),
         }
     }
 
@@ -242,6 +263,9 @@ impl Actuator {
         }
         let client = prism_central
             .base
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1
             .with_credentials(&credentials.to_client(), Default::default())?;
         let connection = Arc::new(Connection {
             endpoint: endpoint.to_owned(),
@@ -261,29 +285,109 @@ impl Actuator {
         Ok(connection)
     }
 
-    /// The shared state of `endpoint`, made with the first credentials used for it.
-    fn prism_central(
+    /// The CA file's content (`None` without `--prism-ca-file`), read again after
+    /// `ca_recheck`. A read that fails after a good one keeps the good one (the kubelet swaps a
+    /// mounted ConfigMap's files by a symlink, never leaving a half-written file, so a failure
+    /// is the file going away, which must not cut every Machine off Prism).
+    fn current_ca(&self) -> Result<Option<CaPem>, ConfigError> {
+        let Some(path) = &self.settings.ca_file else {
+            return Ok(None);
+        };
+        let mut ca = self.ca.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(read) = ca.as_ref()
+            && read.at.elapsed() < self.settings.ca_recheck
+        {
+            return Ok(Some((read.fingerprint, read.pem.clone())));
+        }
+        match std::fs::read(path) {
+            Ok(pem) => {
+                let mut hasher = DefaultHasher::new();
+                pem.hash(&mut hasher);
+                let read = CaRead {
+                    at: Instant::now(),
+                    fingerprint: hasher.finish(),
+                    pem: Arc::new(pem),
+                };
+                let current = (read.fingerprint, read.pem.clone());
+                *ca = Some(read);
+                Ok(Some(current))
+            }
+            Err(error) => match ca.as_mut() {
+                Some(read) => {
+                    tracing::warn!(path = %path.display(), %error, "the Prism Central CA file cannot be read: the last one read is kept");
+                    read.at = Instant::now();
+                    Ok(Some((read.fingerprint, read.pem.clone())))
+                }
+                None => Err(ConfigError::CaBundleUnreadable {
+                    path: path.display().to_string(),
+                    source: error,
+                }),
+            },
+        }
+    }
+
+    /// A client of `endpoint` with `credentials`, trusting `ca`.
+    fn base_client(
         &self,
         endpoint: &str,
         credentials: &PrismCredentials,
-    ) -> Result<Arc<PrismCentral>, ConfigError> {
-        let mut prism_centrals = self
-            .prism_centrals
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(prism_central) = prism_centrals.get(endpoint) {
-            return Ok(prism_central.clone());
-        }
+        ca: Option<&Arc<Vec<u8>>>,
+    ) -> Result<Client, ConfigError> {
         let mut config = ClientConfig::new(endpoint, credentials.to_client())?;
-        config.ca_bundle = self.settings.ca_file.clone().map(CaBundle::File);
+        config.ca_bundle = match (ca, &self.settings.ca_file) {
+            (Some(pem), Some(path)) => Some(CaBundle::Pem {
+                origin: path.display().to_string(),
+                pem: pem.as_ref().clone(),
+            }),
+            _ => None,
+        };
         config.insecure = self.settings.insecure;
         config.allow_plain_http = self.settings.allow_plain_http;
         config.rate_limit = self.settings.rate_limit.clone();
         config.list_page_size = self.settings.page_length;
         config.observer = self.observer.clone();
         config.user_agent = format!("nutanix-machine-controller/{}", env!("CARGO_PKG_VERSION"));
+        Client::new(config)
+    }
+
+    /// The shared state of `endpoint`, made with the first credentials used for it. When the CA
+    /// bundle changed since its client was made, the client is made again (and every
+    /// credentials' client from it), keeping the inventory and caches.
+    fn prism_central(
+        &self,
+        endpoint: &str,
+        credentials: &PrismCredentials,
+    ) -> Result<Arc<PrismCentral>, ConfigError> {
+        let ca = self.current_ca()?;
+        let ca_fingerprint = ca.as_ref().map_or(0, |(fingerprint, _)| *fingerprint);
+        let mut prism_centrals = self
+            .prism_centrals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(prism_central) = prism_centrals.get(endpoint) {
+            let mut base = prism_central
+                .base
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if base.0 != ca_fingerprint {
+                let client =
+                    self.base_client(endpoint, credentials, ca.as_ref().map(|(_, pem)| pem))?;
+                *base = (ca_fingerprint, client);
+                prism_central
+                    .connections
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clear();
+                tracing::info!(
+                    endpoint,
+                    "the Prism Central CA bundle changed: connections use the new one"
+                );
+            }
+            return Ok(prism_central.clone());
+        }
+        let client = self.base_client(endpoint, credentials, ca.as_ref().map(|(_, pem)| pem))?;
         let prism_central = Arc::new(PrismCentral {
-            base: Client::new(config)?,
+            base: Mutex::new((ca_fingerprint, client)),
             inventory: Inventory::new(
                 self.settings.inventory_max_age,
                 self.settings.page_length,
