@@ -122,20 +122,7 @@ impl InventorySnapshot {
         };
         uuids
             .iter()
-            .filter_map(|uuid| {
-                let vm = self.by_uuid.get(uuid)?;
-                let spec = vm.spec.as_ref()?;
-                Some(MarkedVm {
-                    uuid: uuid.clone(),
-                    name: spec.name.clone(),
-                    created: vm
-                        .metadata
-                        .creation_time
-                        .as_deref()
-                        .and_then(|time| time.parse().ok()),
-                    identity: spec.description.as_deref().and_then(identity_of)?,
-                })
-            })
+            .filter_map(|uuid| MarkedVm::of(self.by_uuid.get(uuid)?))
             .collect()
     }
 

@@ -20,7 +20,7 @@ use crate::plan::machine::provision::DeployCandidate;
 use crate::plan::machine::status::{
     StatusUpdate, conditions, metadata_patch, provider_condition, status_patch,
 };
-use crate::plan::vm::identity::{MarkedVm, identity_of};
+use crate::plan::vm::identity::MarkedVm;
 use crate::plan::vm::request::VmRequest;
 use crate::plan::vm::resolve::{ResolutionMode, ResolvedReferences};
 use crate::plan::vm::secret::UserData;
@@ -256,20 +256,8 @@ impl World {
                 .collect(),
             marked: listed
                 .iter()
-                .filter_map(|vm| {
-                    let spec = vm.spec.as_ref()?;
-                    let identity = identity_of(spec.description.as_deref()?)?;
-                    (identity.uid == UID).then(|| MarkedVm {
-                        uuid: vm.uuid().unwrap_or_default().to_owned(),
-                        name: spec.name.clone(),
-                        created: vm
-                            .metadata
-                            .creation_time
-                            .as_deref()
-                            .and_then(|time| time.parse().ok()),
-                        identity,
-                    })
-                })
+                .filter_map(MarkedVm::of)
+                .filter(|vm| vm.identity.uid == UID)
                 .collect(),
         })
     }

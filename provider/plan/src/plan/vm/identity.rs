@@ -10,6 +10,7 @@
 use std::fmt;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use prism_types::v3::Vm;
 
 /// Start of the marker line.
 pub const IDENTITY_PREFIX: &str = "openshift-machine: ";
@@ -66,6 +67,23 @@ pub struct MarkedVm {
     /// `metadata.creation_time`.
     pub created: Option<Timestamp>,
     pub identity: MachineIdentity,
+}
+
+impl MarkedVm {
+    /// A listed VM as a candidate, if its description carries a marker (UUID lower-cased).
+    pub fn of(vm: &Vm) -> Option<Self> {
+        let spec = vm.spec.as_ref()?;
+        Some(Self {
+            uuid: vm.uuid()?.to_ascii_lowercase(),
+            name: spec.name.clone(),
+            created: vm
+                .metadata
+                .creation_time
+                .as_deref()
+                .and_then(|time| time.parse().ok()),
+            identity: identity_of(spec.description.as_deref()?)?,
+        })
+    }
 }
 
 /// How much older than its Machine a VM may look and still be its VM: Prism Central's clock and
