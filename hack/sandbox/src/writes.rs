@@ -258,7 +258,32 @@ pub const ONE_SIDED_ACTORS: [Actor; 4] = [
     Actor::MachineHealthCheck,
 ];
 
-/// The kinds of write seen on one side only, the actors of [`ONE_SIDED_ACTORS`] left out.
+/// Whether `kind` is a lost race (409 Conflict) whose write also succeeded, on both sides: which
+/// writer loses a race depends on timing (the controller, nodelink and the MachineSet controller
+/// patch one Machine), so such a conflict may be seen on one server in one run and not in the
+/// next. Both servers answer a stale write 409 (kube-sim's README; `Error::is_conflict` was
+/// written for the real one's), so only its success is compared.
+fn lost_race_of_a_shared_write(
+    kind: &WriteKind,
+    sim: &BTreeSet<WriteKind>,
+    real: &BTreeSet<WriteKind>,
+) -> bool {
+    let succeeded = |tally: &BTreeSet<WriteKind>| {
+        tally.iter().any(|other| {
+            (200..300).contains(&other.code)
+                && (
+                    &other.actor,
+                    &other.verb,
+                    &other.resource,
+                    &other.subresource,
+                ) == (&kind.actor, &kind.verb, &kind.resource, &kind.subresource)
+        })
+    };
+    kind.code == 409 && succeeded(sim) && succeeded(real)
+}
+
+/// The kinds of write seen on one side only, the actors of [`ONE_SIDED_ACTORS`] and the lost
+/// races of writes that succeeded on both sides left out.
 pub fn compare(sim: &Tally, real: &Tally) -> Vec<Difference> {
     let kinds = |tally: &Tally| -> BTreeSet<WriteKind> {
         tally
@@ -273,11 +298,16 @@ pub fn compare(sim: &Tally, real: &Tally) -> Vec<Difference> {
         (Side::KubeSim, &sim_kinds, &real_kinds, sim),
         (Side::Real, &real_kinds, &sim_kinds, real),
     ] {
-        differences.extend(these.difference(others).map(|kind| Difference {
-            kind: kind.clone(),
-            side,
-            count: tally.get(kind).copied().unwrap_or_default(),
-        }));
+        differences.extend(
+            these
+                .difference(others)
+                .filter(|kind| !lost_race_of_a_shared_write(kind, &sim_kinds, &real_kinds))
+                .map(|kind| Difference {
+                    kind: kind.clone(),
+                    side,
+                    count: tally.get(kind).copied().unwrap_or_default(),
+                }),
+        );
     }
     differences
 }
@@ -389,5 +419,29 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_race_lost_on_one_side_only_is_no_difference_when_the_write_succeeded_on_both() {
+        // Seen in CI: the controller's status patch lost a race to nodelink on kube-sim only.
+        let mut sim = Tally::new();
+        sim.insert(
+            kind(Actor::Controller, "patch", "machines", "status", 200),
+            40,
+        );
+        sim.insert(
+            kind(Actor::Controller, "patch", "machines", "status", 409),
+            2,
+        );
+        let mut real = Tally::new();
+        real.insert(
+            kind(Actor::Controller, "patch", "machines", "status", 200),
+            41,
+        );
+        assert_eq!(compare(&sim, &real), []);
+        // A conflict whose write never succeeded on the other side is still a difference.
+        real.clear();
+        real.insert(kind(Actor::Controller, "patch", "machines", "", 200), 1);
+        assert_eq!(compare(&sim, &real).len(), 3);
     }
 }
