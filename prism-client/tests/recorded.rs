@@ -287,6 +287,9 @@ async fn subnets_decode() {
             .and_then(|resources| resources.subnet_type.as_deref()),
         Some("VLAN")
     );
+    // The recorded subnet's pool: 201 addresses, 168 free (what `doctor` reads).
+    assert!(subnet.has_ip_pools());
+    assert_eq!(subnet.pool_usage(), Some((201, 168)));
     let listing = client.list_all_with_skipped::<Subnet>().await.unwrap();
     assert!(listing.skipped.is_empty(), "{:?}", listing.skipped);
     let names: Vec<&str> = listing.items.iter().filter_map(Subnet::name).collect();

@@ -2,7 +2,8 @@
 //! binaries that run the controller as a subprocess of their own (the sandbox, the e2e tests).
 //!
 //! With no subcommand (or `run`) it runs the controller; `validate` checks a Machine against
-//! Prism Central; `render` previews what a Machine or MachineSet would create.
+//! Prism Central; `render` previews what a Machine or MachineSet would create; `doctor` checks a
+//! cluster and its Prism Central.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -12,6 +13,7 @@ use clap::Parser;
 
 use crate::render::{RenderError, render};
 use crate::runtime::cli::{Cli, Command, RenderArgs, RunArgs};
+use crate::runtime::doctor::doctor;
 use crate::runtime::validate::validate;
 use crate::runtime::{init_command_logging, init_logging, run};
 
@@ -107,6 +109,16 @@ pub fn cli_main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         None => run_controller(cli.run),
         Some(Command::Run(args)) => run_controller(*args),
         Some(Command::Render(args)) => run_render(&args),
+        Some(Command::Doctor(args)) => {
+            init_command_logging();
+            match runtime() {
+                Ok(runtime) => runtime.block_on(doctor(*args)),
+                Err(error) => {
+                    eprintln!("error: cannot start the async runtime: {error}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Some(Command::Validate(args)) => {
             init_command_logging();
             match runtime() {

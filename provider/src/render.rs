@@ -161,20 +161,9 @@ fn machine_of(document: Value) -> Result<Machine, RenderError> {
         "Machine" => {
             serde_json::from_value::<Machine>(document).map_err(|e| object_error("Machine", e))?
         }
-        "MachineSet" => {
-            let set: MachineSet =
-                serde_json::from_value(document).map_err(|e| object_error("MachineSet", e))?;
-            let template = set.spec.template;
-            let mut machine = Machine::new(
-                &format!("{}{PREVIEW_SUFFIX}", set.metadata.name.unwrap_or_default()),
-                template.spec,
-            );
-            let template_meta = template.metadata.unwrap_or_default();
-            machine.metadata.namespace = set.metadata.namespace;
-            machine.metadata.labels = template_meta.labels;
-            machine.metadata.annotations = template_meta.annotations;
-            machine
-        }
+        "MachineSet" => preview_machine(
+            serde_json::from_value(document).map_err(|e| object_error("MachineSet", e))?,
+        ),
         _ => return Err(RenderError::Kind(kind)),
     };
     machine
@@ -182,6 +171,22 @@ fn machine_of(document: Value) -> Result<Machine, RenderError> {
         .uid
         .get_or_insert_with(|| PLACEHOLDER_UUID.to_owned());
     Ok(machine)
+}
+
+/// One Machine of `set` as the MachineSet controller would make it (the template's spec, labels
+/// and annotations), with a placeholder name suffix and uid.
+pub fn preview_machine(set: MachineSet) -> Machine {
+    let template = set.spec.template;
+    let mut machine = Machine::new(
+        &format!("{}{PREVIEW_SUFFIX}", set.metadata.name.unwrap_or_default()),
+        template.spec,
+    );
+    let template_meta = template.metadata.unwrap_or_default();
+    machine.metadata.namespace = set.metadata.namespace;
+    machine.metadata.labels = template_meta.labels;
+    machine.metadata.annotations = template_meta.annotations;
+    machine.metadata.uid = Some(PLACEHOLDER_UUID.to_owned());
+    machine
 }
 
 #[cfg(test)]

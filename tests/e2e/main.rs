@@ -6,6 +6,7 @@
 
 mod bench;
 mod chaos;
+mod doctor;
 mod examples;
 mod misbehaviours;
 mod node_ip_mismatch;

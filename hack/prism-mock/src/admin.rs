@@ -250,6 +250,21 @@ impl Admin {
         self.app.lock().edit_elsewhere(uuid, Instant::now())
     }
 
+    /// Hands every free address of the named subnet's IP pool to holders outside the store
+    /// (other tenants' VMs, which take pool addresses as the cluster's do: a real subnet's
+    /// `ip_usage_stats` counts them, prism-go-client `v3/mocks/TestOperations_GetSubnet.yaml`),
+    /// so that the pool is exhausted: how many were taken, `None` for an unknown subnet.
+    pub fn take_free_pool_addresses(&self, subnet_name: &str) -> Option<usize> {
+        let mut store = self.app.lock();
+        let uuid = store.subnets.uuid_by_name(subnet_name)?;
+        let pool = store.pools.get_mut(&uuid)?;
+        let mut taken = 0;
+        while pool.allocate().is_some() {
+            taken += 1;
+        }
+        Some(taken)
+    }
+
     /// Addresses in use in a subnet's pool, for tests on address reuse.
     pub fn subnet_addresses_in_use(&self, subnet_uuid: &str) -> Vec<Ipv4Addr> {
         let store = self.app.lock();

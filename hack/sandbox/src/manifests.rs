@@ -31,12 +31,16 @@ pub const MACHINE_API_CRDS: [Manifest; 2] = [
 ];
 
 /// CRDs an OpenShift cluster has and kube-sim lacks (`hack/crds/`): `Infrastructure`, the two
-/// `Network`s and `MachineAutoscaler`.
-pub const SANDBOX_CRDS: [Manifest; 4] = [
+/// `Network`s, `MachineAutoscaler`, `ClusterVersion`, `MachineHealthCheck` and OLM's
+/// `ClusterServiceVersion`.
+pub const SANDBOX_CRDS: [Manifest; 7] = [
     manifest!("hack/crds/infrastructure.yaml"),
     manifest!("hack/crds/network-config.yaml"),
     manifest!("hack/crds/network-operator.yaml"),
     MACHINE_AUTOSCALER_CRD,
+    manifest!("hack/crds/clusterversion.yaml"),
+    manifest!("hack/crds/machinehealthcheck.yaml"),
+    manifest!("hack/crds/clusterserviceversion.yaml"),
 ];
 
 /// `MachineAutoscaler` (`hack/crds/`): the one sandbox CRD the real control plane needs too

@@ -10,6 +10,7 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 use ipnet::IpNet;
 use prism_client::quote::quoted;
 
+use super::doctor::DoctorArgs;
 use super::validate::ValidateArgs;
 
 /// The command line: no subcommand (or `run`) runs the controller.
@@ -41,6 +42,11 @@ pub enum Command {
     /// --user-data (base64, in the request or the unattend.xml): treat it as the Secret it came
     /// from.
     Render(RenderArgs),
+    /// Check a cluster and its Prism Central for what keeps Windows (and other) MachineSets
+    /// from working: the hybrid overlay, WMCO and its Secrets, every MachineSet's references
+    /// and choices, subnet address pools, MachineHealthCheck timeouts. Prints each finding with
+    /// its fix (exit 2 when one is an error).
+    Doctor(Box<DoctorArgs>),
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@
 //! as does a controller whose watch ends. SIGTERM or Ctrl-C releases the lease and exits 0.
 
 pub mod cli;
+pub mod doctor;
 pub mod leader;
 pub mod secret_changes;
 pub mod server;

@@ -19,6 +19,7 @@
 mod cluster;
 mod controller;
 mod history;
+pub mod openshift;
 mod snapshot;
 
 use std::collections::BTreeSet;
@@ -407,6 +408,10 @@ impl World {
             )))?;
         }
         write_secrets(&client, &options.namespace, &mock).await?;
+        openshift::write_cloud_private_key(&client).await?;
+        if let Cluster::Sim(sim) = &cluster {
+            openshift::create_cluster_version_and_wmco(sim)?;
+        }
         apply_examples(&client, &options.namespace).await?;
         machine_autoscaler::apply_machine_autoscalers(&client, &options.namespace).await?;
 

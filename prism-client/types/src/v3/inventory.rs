@@ -108,6 +108,41 @@ impl Subnet {
             .or_else(|| self.status.as_ref()?.name.as_deref())
     }
 
+    /// Whether Prism hands out the subnet's addresses: an `ip_config` with at least one pool
+    /// (spec, else status); a subnet without one gets its addresses from a DHCP server outside
+    /// Prism.
+    pub fn has_ip_pools(&self) -> bool {
+        let pools = |resources: Option<&SubnetResources>| {
+            resources
+                .and_then(|r| r.ip_config.as_ref())
+                .is_some_and(|config| !config.pool_list.is_empty())
+        };
+        pools(self.spec.as_ref().and_then(|s| s.resources.as_ref()))
+            || pools(self.status.as_ref().and_then(|s| s.resources.as_ref()))
+    }
+
+    /// (addresses in the IP pools, of which free), summed over the pools of
+    /// `status.resources.ip_usage_stats.ip_pools_stats`; `None` when Prism gave no count.
+    pub fn pool_usage(&self) -> Option<(u64, u64)> {
+        let stats = &self
+            .status
+            .as_ref()?
+            .resources
+            .as_ref()?
+            .ip_usage_stats
+            .as_ref()?
+            .ip_pools_stats;
+        if stats.is_empty() {
+            return None;
+        }
+        Some(stats.iter().fold((0, 0), |(total, free), pool| {
+            (
+                total.saturating_add(pool.num_total_ips.unwrap_or(0)),
+                free.saturating_add(pool.num_free_ips.unwrap_or(0)),
+            )
+        }))
+    }
+
     /// The Prism Element the subnet belongs to (spec, else status).
     pub fn cluster_uuid(&self) -> Option<&str> {
         self.spec
@@ -155,8 +190,62 @@ pub struct SubnetResources {
     pub vlan_id: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vswitch_name: Option<String>,
+    /// Present on a subnet whose addresses Prism hands out (IPAM); absent when a DHCP server
+    /// outside Prism does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_config: Option<SubnetIpConfig>,
+    /// The addresses in use, counted by Prism (status only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_usage_stats: Option<IpUsageStats>,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// `ip_config` of a subnet (prism-go-client's recorded `GET /subnets/{uuid}`,
+/// `v3/mocks/TestOperations_GetSubnet.yaml`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SubnetIpConfig {
+    /// Ranges `"first last"` Prism hands addresses out of.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pool_list: Vec<IpPool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_gateway_ip: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_length: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subnet_ip: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct IpPool {
+    #[serde(default)]
+    pub range: String,
+}
+
+/// `status.resources.ip_usage_stats` of a subnet (same recording).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct IpUsageStats {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_free_ips: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_assigned_ips: Option<u64>,
+    /// One entry per range of `ip_config.pool_list`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ip_pools_stats: Vec<IpPoolStats>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct IpPoolStats {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_total_ips: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_free_ips: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<String>,
 }
 
 // ---- clusters ----

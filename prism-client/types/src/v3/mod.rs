@@ -21,9 +21,9 @@ pub use common::{
 };
 pub use inventory::{
     Cluster, ClusterConfig, ClusterResources, ClusterSpec, ClusterStatus, Host, HostGpu,
-    HostResources, HostSpec, HostStatus, Image, ImageResources, ImageSpec, ImageStatus,
-    PRISM_CENTRAL_SERVICE, Project, ProjectSpec, ProjectStatus, Subnet, SubnetResources,
-    SubnetSpec, SubnetStatus,
+    HostResources, HostSpec, HostStatus, Image, ImageResources, ImageSpec, ImageStatus, IpPool,
+    IpPoolStats, IpUsageStats, PRISM_CENTRAL_SERVICE, Project, ProjectSpec, ProjectStatus, Subnet,
+    SubnetIpConfig, SubnetResources, SubnetSpec, SubnetStatus,
 };
 pub use misc::{
     IdempotenceIdentifiers, IdempotenceIdentifiersRequest, User, UserResources, UserStatus,

@@ -9,8 +9,10 @@
 //!   (lifecycle steps, the create protocol's readings, status patches, addresses, drain, Node
 //!   link);
 //! - [`machineset`]: a MachineSet's capacity annotations;
-//! - [`windows_join`]: the `WindowsJoin` condition and the CSR checks behind it.
+//! - [`windows_join`]: the `WindowsJoin` condition and the CSR checks behind it;
+//! - [`doctor`]: the `doctor` command's findings about a cluster and its Prism Central.
 
+pub mod doctor;
 pub mod machine;
 pub mod machineset;
 pub mod vm;

@@ -82,10 +82,9 @@ pub fn subnet_cidr(subnet: &Subnet) -> Option<IpNet> {
         .spec
         .as_ref()
         .and_then(|spec| spec.resources.as_ref())
-        .and_then(|resources| resources.extra.get("ip_config"))?;
-    let ip: IpAddr = config.get("subnet_ip")?.as_str()?.parse().ok()?;
-    let prefix = u8::try_from(config.get("prefix_length")?.as_u64()?).ok()?;
-    IpNet::new(ip, prefix).ok().map(|net| net.trunc())
+        .and_then(|resources| resources.ip_config.as_ref())?;
+    let ip: IpAddr = config.subnet_ip.as_deref()?.parse().ok()?;
+    IpNet::new(ip, config.prefix_length?).ok().map(|net| net.trunc())
 }
 
 /// What the addresses are computed from.

@@ -67,6 +67,9 @@ pub enum UnreadUserData {
     Unresolved,
     /// A command ran without `--user-data`: a warning that the user data was not checked.
     NotChecked,
+    /// The Secret does not exist (what `doctor` found in the cluster): an error, unresolved
+    /// since the Secret may yet be written (WMCO writes `windows-user-data`).
+    Absent,
 }
 
 /// Why a Secure Boot VM with guest customization may be refused, and what to do instead.

@@ -103,6 +103,16 @@ impl Validator<'_, '_> {
                 );
                 return None;
             }
+            (Some(secret), None) if self.context.unread_user_data == UnreadUserData::Absent => {
+                self.errors.unresolved(
+                    &user_data_path,
+                    format!(
+                        "Secret {:?} (key userData) does not exist in the Machine's namespace",
+                        quoted(&secret.name)
+                    ),
+                );
+                return None;
+            }
             (Some(secret), None) => {
                 let left_out = match self.mode() {
                     ResolutionMode::Preview => "; the output leaves it out",

@@ -1612,6 +1612,28 @@ fn unread_user_data_is_unresolved_for_the_controller_and_not_checked_for_validat
         "{:?}",
         plan.warnings
     );
+
+    // `doctor` found no such Secret in the cluster: an error naming it.
+    let errors = plan_vm(
+        &machine,
+        &PlanContext {
+            unread_user_data: UnreadUserData::Absent,
+            ..context
+        },
+    )
+    .unwrap_err();
+    assert_eq!(
+        errors
+            .0
+            .iter()
+            .map(|e| (e.path.as_str(), e.class, e.message.as_str()))
+            .collect::<Vec<_>>(),
+        [(
+            "providerSpec.userDataSecret",
+            ErrorClass::Unresolved,
+            "Secret \"worker-user-data\" (key userData) does not exist in the Machine's namespace"
+        )]
+    );
 }
 
 /// A misspelt providerSpec field or annotation is ignored by the provider: it is warned about,
