@@ -48,6 +48,7 @@ fn vm_checks(vm: v3::Vm) {
         categories: [("k".to_owned(), "v".to_owned())].into(),
         project_uuid: Some("p".to_owned()),
         resize_system_disk_mib: Some(1 << 20),
+        vtpm_enabled: true,
         power_on: true,
         // A reasserted power-on sends a PUT each time on purpose; only the plain follow-up must
         // be idempotent.

@@ -251,3 +251,60 @@ fn unreadable_input_is_exit_code_1() {
             .starts_with("error: /nonexistent/machine.yaml:")
     );
 }
+
+/// The Windows MachineSet with a vTPM and its boot disk's container chosen by annotation, and
+/// `bootType` as given.
+fn windows_with_vtpm(boot_type: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("win11.yaml");
+    let text = std::fs::read_to_string(fixture("machineset-windows.yaml"))
+        .unwrap()
+        .replace(
+            "  template:\n    metadata:\n",
+            "  template:\n    metadata:\n      annotations:\n        \
+             nutanix.machine.openshift.io/vtpm: Enabled\n        \
+             nutanix.machine.openshift.io/system-disk-storage-container: \
+             5a5a5a5a-3333-4000-8000-000000000004\n",
+        )
+        .replace("bootType: \"\"", &format!("bootType: {boot_type:?}"));
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+#[test]
+fn a_vtpm_and_the_boot_disks_container_show_in_the_rendered_create() {
+    let (_dir, machine) = windows_with_vtpm("UEFI");
+    let resolve = fixture("resolve.json");
+    let output = render(&[
+        "--machine",
+        machine.to_str().unwrap(),
+        "--resolve",
+        resolve.to_str().unwrap(),
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (request, _) = split(std::str::from_utf8(&output.stdout).unwrap());
+    let resources = &request["body"]["spec"]["resources"];
+    assert_eq!(
+        resources["vtpm_config"],
+        serde_json::json!({"vtpm_enabled": true})
+    );
+    assert_eq!(
+        resources["disk_list"][0]["storage_config"]["storage_container_reference"]["uuid"],
+        "5a5a5a5a-3333-4000-8000-000000000004"
+    );
+
+    let (_dir, legacy) = windows_with_vtpm("");
+    let output = render(&["--machine", legacy.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.starts_with(
+            "metadata.annotations[nutanix.machine.openshift.io/vtpm]: Enabled needs UEFI firmware"
+        ),
+        "{stderr}"
+    );
+}

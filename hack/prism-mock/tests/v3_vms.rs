@@ -298,6 +298,18 @@ async fn errors_have_the_shapes_and_codes_real_prism_uses() {
             "spec.resources.disk_list[0].disk_size_mib",
         ),
         (
+            "vTPM on Legacy BIOS (AHV's default)",
+            body(json!({"disk_list": disk, "vtpm_config": {"vtpm_enabled": true}})),
+            "spec.resources.vtpm_config.vtpm_enabled",
+        ),
+        (
+            "vTPM flag not a boolean",
+            body(
+                json!({"disk_list": disk, "boot_config": {"boot_type": "UEFI"}, "vtpm_config": {"vtpm_enabled": "yes"}}),
+            ),
+            "spec.resources.vtpm_config.vtpm_enabled",
+        ),
+        (
             "user data too long",
             body(
                 json!({"disk_list": disk, "guest_customization": {"cloud_init": {"user_data": "A".repeat(128_004)}}}),
@@ -908,4 +920,57 @@ async fn under_a_read_lag_the_get_after_a_finished_task_shows_the_previous_state
     })
     .await;
     assert_eq!(vm["status"]["resources"]["power_state"], "OFF");
+}
+
+#[tokio::test]
+async fn a_vtpm_and_a_boot_disk_container_are_kept_and_shown_as_prism_shows_them() {
+    let mock = start().await;
+    let api = Api::new(&mock);
+    let seeded = api.seeded().await;
+    let container = "c0c0c0c0-0000-4000-8000-00000000000a";
+    let mut body = seeded.vm_body("tpm-vm", &seeded.windows, "OFF");
+    body["spec"]["resources"]["boot_config"] = json!({"boot_type": "UEFI"});
+    body["spec"]["resources"]["vtpm_config"] = json!({"vtpm_enabled": true});
+    body["spec"]["resources"]["disk_list"][0]["storage_config"] =
+        json!({"storage_container_reference": {"kind": "storage_container", "uuid": container}});
+    let uuid = create_and_wait(&api, &body).await;
+    let vm = api.get(&format!("{V3}/vms/{uuid}")).await.body;
+    assert_eq!(
+        vm["spec"]["resources"]["vtpm_config"],
+        json!({"vtpm_enabled": true})
+    );
+    assert_eq!(
+        vm["status"]["resources"]["vtpm_config"],
+        json!({"vtpm_enabled": true, "version": "2.0"})
+    );
+    assert_eq!(
+        vm["spec"]["resources"]["disk_list"][0]["storage_config"]["storage_container_reference"]["uuid"],
+        container,
+        "the boot disk stays in the container asked for"
+    );
+
+    // A VM without one shows it off, as the recorded GET does; an update can turn it on.
+    let uuid = create_and_wait(&api, &seeded.vm_body("plain-vm", &seeded.windows, "OFF")).await;
+    let vm = api.get(&format!("{V3}/vms/{uuid}")).await.body;
+    assert_eq!(
+        vm["status"]["resources"]["vtpm_config"],
+        json!({"vtpm_enabled": false, "version": ""})
+    );
+    assert_ne!(
+        vm["spec"]["resources"]["disk_list"][0]["storage_config"]["storage_container_reference"]["uuid"],
+        container
+    );
+    let mut update = json!({"metadata": vm["metadata"], "spec": vm["spec"]});
+    update["spec"]["resources"]["vtpm_config"] = json!({"vtpm_enabled": true});
+    let reply = api.put(&format!("{V3}/vms/{uuid}"), &update).await;
+    assert_eq!(reply.status, 422, "a Legacy BIOS VM: {}", reply.text);
+    update["spec"]["resources"]["boot_config"] = json!({"boot_type": "UEFI"});
+    let reply = api.put(&format!("{V3}/vms/{uuid}"), &update).await;
+    assert_eq!(reply.status, 202, "{}", reply.text);
+    api.wait_task(reply.task_uuid()).await;
+    let vm = api.get(&format!("{V3}/vms/{uuid}")).await.body;
+    assert_eq!(
+        vm["status"]["resources"]["vtpm_config"]["vtpm_enabled"],
+        true
+    );
 }

@@ -3,13 +3,16 @@
 //! gives another UUID, concurrent clones of one source VM refused with a 409, a Flash data disk,
 //! a create whose power-on fails, Secure Boot with guest customization, a resent Sysprep
 //! create that must carry the same Administrator password, a follow-up PUT refused for a stale
-//! `entity_version`, a GET that lags behind finished tasks, and both shapes of a deploy task.
+//! `entity_version`, a GET that lags behind finished tasks, both shapes of a deploy task, and a
+//! vTPM with the boot disk in a chosen storage container.
 
 use base64::Engine as _;
 use prism_mock::{CloneBehaviour, DeployTaskShape, FaultKind, FaultRule};
 use serde_json::{Value, json};
 
-use nutanix_machine_controller::api::GUEST_CUSTOMIZATION_ANNOTATION;
+use nutanix_machine_controller::api::{
+    GUEST_CUSTOMIZATION_ANNOTATION, SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION, VTPM_ANNOTATION,
+};
 
 use crate::faults::count_with_status;
 use crate::harness::{
@@ -386,4 +389,63 @@ async fn a_deployed_vm_is_found_on_a_subtask_or_on_the_deploy_task_itself() {
             .count();
         assert!(deploy_task_reads >= 1, "{shape:?}: found through the task");
     }
+}
+
+/// Windows 11 and Server 2025 need a TPM: a Machine from an image with both annotations gets a
+/// UEFI VM with a vTPM and its boot disk in the container asked for.
+#[tokio::test]
+async fn a_vtpm_and_the_boot_disks_storage_container_come_from_annotations() {
+    const CONTAINER: &str = "c0c0c0c0-0000-4000-8000-0000000000b1";
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let _controller = env.controller("controller", &[]);
+    let mut spec = provider_spec(
+        json!({"type": "name", "name": "windows-server-2022"}),
+        "120Gi",
+        "windows-user-data",
+    );
+    spec["bootType"] = json!("UEFI");
+    let annotations = choices(&[
+        (VTPM_ANNOTATION, "Enabled"),
+        (
+            SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION,
+            &CONTAINER.to_ascii_uppercase(),
+        ),
+    ]);
+    env.create_machine_with("tpm-0", spec, true, annotations)
+        .await;
+    let machine = env.wait_phase("tpm-0", "Running").await;
+    let vm = env.mock.admin().vm(&vm_uuid(&machine)).unwrap();
+    let resources = &vm["status"]["resources"];
+    assert_eq!(
+        resources["vtpm_config"]["vtpm_enabled"], true,
+        "{resources}"
+    );
+    assert_eq!(resources["boot_config"]["boot_type"], "UEFI");
+    let boot_disk = &vm["spec"]["resources"]["disk_list"][0];
+    assert_eq!(
+        boot_disk["storage_config"]["storage_container_reference"],
+        json!({"kind": "storage_container", "uuid": CONTAINER}),
+        "{boot_disk}"
+    );
+}
+
+/// A clone cannot take a vTPM (`vm_clone_override_spec` has no `vtpm_config`): its follow-up
+/// update turns it on.
+#[tokio::test]
+async fn a_cloned_vm_gets_its_vtpm_from_the_follow_up_update() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let _controller = env.controller("controller", &[]);
+    let (spec, mut annotations) = windows_clone();
+    annotations[VTPM_ANNOTATION] = json!("Enabled");
+    env.create_machine_with("tpm-clone-0", spec, true, annotations)
+        .await;
+    let machine = env.wait_phase("tpm-clone-0", "Running").await;
+    let vm = env.mock.admin().vm(&vm_uuid(&machine)).unwrap();
+    assert_eq!(
+        vm["status"]["resources"]["vtpm_config"],
+        json!({"vtpm_enabled": true, "version": "2.0"})
+    );
+    assert_eq!(vm["status"]["resources"]["power_state"], "ON");
 }

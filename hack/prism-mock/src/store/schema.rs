@@ -3,7 +3,7 @@
 //!
 //! Every rule comes from `v3/swagger.json` of nutanix-cloud-native/prism-go-client (definitions `vm_intent_input`,
 //! `vm_metadata`, `vm`, `vm_resources`, `vm_boot_config`, `disk_address`, `vm_power_state_mechanism`, `vm_disk`,
-//! `disk_storage_config`, `flash_mode`, `vm_nic`, `ip_address`, `vm_gpu`, `guest_customization`,
+//! `disk_storage_config`, `flash_mode`, `vm_vtpm_config`, `vm_nic`, `ip_address`, `vm_gpu`, `guest_customization`,
 //! `cluster_reference`, `subnet_reference`, `project_reference`, `vm_clone_input`, `vm_clone_override_spec`).
 //! The swagger marks enums with `x-ntnx-enum`; they are enforced. Messages take the form of the schema errors
 //! real Prism answers (nutanix/terraform-provider-nutanix#36: `"'api_version' is a required property"`).
@@ -375,7 +375,11 @@ impl Checker {
         if let Some((gc, p)) = self.child(res, "guest_customization", path) {
             self.guest_customization(gc, &p);
         }
-        for key in ["vtpm_config", "vnuma_config", "apc_config"] {
+        if let Some((vtpm, p)) = self.child(res, "vtpm_config", path) {
+            self.boolean(vtpm, "vtpm_enabled", &p);
+            self.string(vtpm, "vtpm_secret", &p, None);
+        }
+        for key in ["vnuma_config", "apc_config"] {
             self.child(res, key, path);
         }
         self.items(res, "disk_list", path, |c, disk, p| c.vm_disk(disk, p));

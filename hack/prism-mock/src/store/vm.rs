@@ -525,6 +525,23 @@ impl Store {
             );
         }
         res.insert("boot_config".to_owned(), Value::Object(boot));
+        // A vTPM needs UEFI: Prism refuses the create of a Legacy BIOS VM with one
+        // (nutanix/nutanix.ansible#529: "the API server will refuse the creation" when the boot
+        // type is not UEFI; nutanix-cloud-native/packer-plugin-nutanix `builder/nutanix/config.go`
+        // refuses it before asking: "vTPM is not supported with legacy boot type"). The wording
+        // of the real refusal is not recorded; this one is the mock's.
+        let vtpm_enabled = res
+            .get("vtpm_config")
+            .and_then(|v| v.get("vtpm_enabled"))
+            .and_then(Value::as_bool)
+            == Some(true);
+        if vtpm_enabled && boot_type == "LEGACY" {
+            detail(
+                &mut details,
+                "spec.resources.vtpm_config.vtpm_enabled",
+                "vTPM is not supported with legacy boot type: use UEFI or SECURE_BOOT",
+            );
+        }
         fill_resource_defaults(&mut res);
 
         let boot_image = self.prepare_disks(
@@ -2108,7 +2125,15 @@ impl Store {
             );
             res.insert("protection_type".to_owned(), json!("UNPROTECTED"));
             if let Some(vtpm) = res.get_mut("vtpm_config").and_then(Value::as_object_mut) {
-                vtpm.entry("version").or_insert_with(|| json!(""));
+                // Off: `""` (the recorded GET, get_vm.json). On: TPM 2.0, the version Nutanix's
+                // own tests read back from a VM created with a vTPM (nutanix/nutanix.ansible
+                // `tests/integration/targets/ntnx_vms_v2/tasks/create_delete_uefi_vms.yml`).
+                let version = if vtpm.get("vtpm_enabled").and_then(Value::as_bool) == Some(true) {
+                    "2.0"
+                } else {
+                    ""
+                };
+                vtpm.entry("version").or_insert_with(|| json!(version));
             }
             if let Some(Value::Array(disks)) = res.get_mut("disk_list") {
                 for disk in disks.iter_mut().filter_map(Value::as_object_mut) {

@@ -34,5 +34,5 @@ pub use vm::{
     Disk, DiskAddress, Gpu, GpuMode, GpuVendor, GuestCustomization, IpEndpoint, IpEndpointType,
     MachineType, Nic, NicType, PowerState, StorageConfig, Sysprep, SysprepInstallType, Vm,
     VmCloneInput, VmCloneMetadata, VmCloneOverrideSpec, VmIntentInput, VmMetadata, VmResources,
-    VmSpec, VmStatus, VmStatusResources,
+    VmSpec, VmStatus, VmStatusResources, VtpmConfig,
 };

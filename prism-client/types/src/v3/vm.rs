@@ -171,8 +171,37 @@ pub struct VmResources {
     /// Create-only: Prism refuses a change to it later.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_customization: Option<GuestCustomization>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vtpm_config: Option<VtpmConfig>,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// `resources.vtpm_config`: the VM's virtual TPM (`vm_vtpm_config` in the v3 schema,
+/// nutanix-cloud-native/prism-go-client `v3/swagger.json`; a real GET shows
+/// `{"vtpm_enabled": false}` in spec and `{"vtpm_enabled": false, "version": ""}` in status,
+/// `v3/mocks/TestOperations_GetVM.yaml` there).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct VtpmConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vtpm_enabled: Option<bool>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl VtpmConfig {
+    /// A vTPM that is on.
+    pub fn enabled() -> Self {
+        Self {
+            vtpm_enabled: Some(true),
+            extra: Extra::new(),
+        }
+    }
+
+    /// Whether it asks for a vTPM (absent is off: the recorded default).
+    pub fn is_enabled(&self) -> bool {
+        self.vtpm_enabled == Some(true)
+    }
 }
 
 /// A disk or CD-ROM.

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::LocalObjectReference;
 
+use super::open_enum::open_enum;
 use super::provider::{GuestCustomizationType, ImageKind, NutanixMachineProviderConfig};
 
 /// What `image` names: `Image` (default), `Template` or `VM` (`providerSpec.imageKind`).
@@ -31,16 +32,37 @@ pub const SYSPREP_TIME_ZONE_ANNOTATION: &str = "nutanix.machine.openshift.io/sys
 pub const SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION: &str =
     "nutanix.machine.openshift.io/sysprep-admin-password-secret";
 
+/// UUID of the storage container the system (boot) disk is created in; no providerSpec field
+/// (`NutanixMachineProviderConfig` has none for the system disk, and the webhook drops unknown
+/// fields).
+pub const SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION: &str =
+    "nutanix.machine.openshift.io/system-disk-storage-container";
+/// `Enabled` gives the VM a virtual TPM (Windows 11 and Server 2025 require one); `Disabled`,
+/// the default, leaves it as the image or source has it.
+pub const VTPM_ANNOTATION: &str = "nutanix.machine.openshift.io/vtpm";
+
 /// The prefix of our annotations.
 pub const ANNOTATION_PREFIX: &str = "nutanix.machine.openshift.io/";
 
 /// Every annotation under [`ANNOTATION_PREFIX`] that the provider reads.
-pub const KNOWN_ANNOTATIONS: [&str; 4] = [
+pub const KNOWN_ANNOTATIONS: [&str; 6] = [
     IMAGE_KIND_ANNOTATION,
     GUEST_CUSTOMIZATION_ANNOTATION,
     SYSPREP_TIME_ZONE_ANNOTATION,
     SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION,
+    SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION,
+    VTPM_ANNOTATION,
 ];
+
+open_enum! {
+    /// The value of [`VTPM_ANNOTATION`].
+    #[derive(Default)]
+    pub enum VtpmChoice {
+        #[default]
+        Disabled = "Disabled",
+        Enabled = "Enabled",
+    }
+}
 
 /// The keys under [`ANNOTATION_PREFIX`] that the provider does not read: a misspelt choice,
 /// which would otherwise be ignored without a word.
@@ -61,6 +83,11 @@ pub struct AnnotatedChoices {
     pub guest_customization: Option<GuestCustomizationType>,
     pub time_zone: Option<String>,
     pub admin_password_secret: Option<String>,
+    /// As written; validation checks that it is a UUID. Not applied to `providerSpec`, which
+    /// has no field for it.
+    pub system_disk_storage_container: Option<String>,
+    /// Not applied to `providerSpec`, which has no field for it.
+    pub vtpm: Option<VtpmChoice>,
 }
 
 impl AnnotatedChoices {
@@ -73,6 +100,8 @@ impl AnnotatedChoices {
                 .map(|v| GuestCustomizationType::from(v.as_str())),
             time_zone: get(SYSPREP_TIME_ZONE_ANNOTATION),
             admin_password_secret: get(SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION),
+            system_disk_storage_container: get(SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION),
+            vtpm: get(VTPM_ANNOTATION).map(|v| VtpmChoice::from(v.as_str())),
         }
     }
 

@@ -11,7 +11,7 @@ pub mod quantity;
 pub use choices::{
     ANNOTATION_PREFIX, AnnotatedChoices, GUEST_CUSTOMIZATION_ANNOTATION, IMAGE_KIND_ANNOTATION,
     KNOWN_ANNOTATIONS, SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, SYSPREP_TIME_ZONE_ANNOTATION,
-    unknown_annotations,
+    SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION, VTPM_ANNOTATION, VtpmChoice, unknown_annotations,
 };
 pub use conditions::{TypedCondition, merge_condition};
 pub use machine::{

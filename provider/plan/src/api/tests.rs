@@ -331,6 +331,12 @@ fn annotations_under_our_prefix_that_we_do_not_read_are_unknown() {
             "nutanix.machine.openshift.io/guest-customisation",
             "Sysprep",
         ),
+        (VTPM_ANNOTATION, "Enabled"),
+        (
+            SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION,
+            "c0c0c0c0-0000-4000-8000-000000000001",
+        ),
+        ("nutanix.machine.openshift.io/system-disk-container", "x"),
         ("machine.openshift.io/exclude-node-draining", ""),
         ("nutanix.machine.openshift.io/", "x"),
     ]
@@ -341,7 +347,8 @@ fn annotations_under_our_prefix_that_we_do_not_read_are_unknown() {
         unknown_annotations(Some(&annotations)),
         [
             "nutanix.machine.openshift.io/",
-            "nutanix.machine.openshift.io/guest-customisation"
+            "nutanix.machine.openshift.io/guest-customisation",
+            "nutanix.machine.openshift.io/system-disk-container"
         ]
     );
     assert!(unknown_annotations(None).is_empty());

@@ -147,6 +147,13 @@ pub struct VmPlan {
     /// Size of the boot disk for an image (a template or source VM keeps its own, see
     /// [`SourcePlan`]).
     pub system_disk_mib: u64,
+    /// UUID of the storage container an image's boot disk is created in
+    /// (`nutanix.machine.openshift.io/system-disk-storage-container`); `None`: the cluster's
+    /// default. Never set for a template or source VM, whose disks stay where they are.
+    pub system_disk_storage_container: Option<String>,
+    /// Whether the VM gets a virtual TPM (`nutanix.machine.openshift.io/vtpm: Enabled`): in the
+    /// create body for an image, in the follow-up update for a clone or deploy.
+    pub vtpm_enabled: bool,
     pub data_disks: Vec<PlannedDataDisk>,
     pub gpus: Vec<PlannedGpu>,
     pub boot: BootPlan,

@@ -18,6 +18,7 @@ use prism_types::v3::{
     self, AdapterType, BootConfig, BootDeviceKind, DeviceProperties, DeviceType, Disk, DiskAddress,
     EntityMetadata, Extra, MachineType, Nic, PowerState, StorageConfig, SysprepInstallType,
     VmCloneInput, VmCloneMetadata, VmCloneOverrideSpec, VmIntentInput, VmResources, VmSpec,
+    VtpmConfig,
 };
 use prism_types::v4::{self, GuestCustomizationConfig, TemplateDeployRequest, VmConfigOverride};
 use serde::{Deserialize, Serialize};
@@ -113,6 +114,17 @@ fn create_body(plan: &VmPlan, image: &EntityRef, vm_uuid: &str) -> VmIntentInput
     let system_disk = Disk {
         data_source_reference: Some(image.reference("image")),
         disk_size_mib: Some(plan.system_disk_mib),
+        // The shape a data disk's container is sent in; a real GET shows it on the image-backed
+        // boot disk too (`storage_config.storage_container_reference`,
+        // nutanix-cloud-native/prism-go-client `v3/mocks/TestOperations_GetVM.yaml`).
+        storage_config: plan
+            .system_disk_storage_container
+            .as_ref()
+            .map(|uuid| StorageConfig {
+                flash_mode: None,
+                storage_container_reference: Some(v3::Reference::storage_container(uuid.as_str())),
+                extra: Extra::new(),
+            }),
         ..Disk::default()
     };
     let disk_list = std::iter::once(system_disk)
@@ -143,6 +155,7 @@ fn create_body(plan: &VmPlan, image: &EntityRef, vm_uuid: &str) -> VmIntentInput
                 nic_list: nics(plan),
                 gpu_list: plan.gpus.iter().map(gpu).collect(),
                 guest_customization: v3_guest(&plan.guest),
+                vtpm_config: plan.vtpm_enabled.then(VtpmConfig::enabled),
                 extra: Extra::new(),
             },
             extra: Extra::new(),
@@ -350,7 +363,7 @@ fn v4_guest(guest: &GuestPlan) -> Option<v4::GuestCustomization> {
 
 /// What a clone or deploy cannot set, applied with `PUT /vms/{uuid}` to the body read by GET
 /// (`Vm::into_update_input`) once the new VM exists: the identity description, categories,
-/// project, a larger boot disk, and power on.
+/// project, a larger boot disk, a vTPM, and power on.
 ///
 /// The actuator records it on the Machine (`providerStatus.pendingFollowUp`) before the clone or
 /// deploy is sent, so it survives a restart; it holds no secret.
@@ -364,6 +377,13 @@ pub struct FollowUpUpdate {
     pub project_uuid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resize_system_disk_mib: Option<u64>,
+    /// Turn the vTPM on: neither a clone (`vm_clone_override_spec` in the v3 schema,
+    /// nutanix-cloud-native/prism-go-client `v3/swagger.json`) nor a deploy (v4
+    /// `VmConfigOverride`, ntnx-vmm-py-client 4.3.2) can, while an update can
+    /// (`vm_resources.vtpm_config` there; nutanix/terraform-provider-nutanix updates
+    /// `VtpmConfig` of an existing VM, `resource_nutanix_virtual_machine_v2.go`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub vtpm_enabled: bool,
     #[serde(default)]
     pub power_on: bool,
     /// Send the update even when the VM's spec already asks for power ON: its create task
@@ -389,6 +409,7 @@ impl FollowUpUpdate {
             categories: plan.categories.clone(),
             project_uuid: plan.project.as_ref().map(|p| p.id().to_owned()),
             resize_system_disk_mib,
+            vtpm_enabled: plan.vtpm_enabled,
             power_on: true,
             reassert_power: false,
         }
@@ -402,6 +423,7 @@ impl FollowUpUpdate {
             categories: BTreeMap::new(),
             project_uuid: None,
             resize_system_disk_mib: None,
+            vtpm_enabled: false,
             power_on: true,
             reassert_power: true,
         }
@@ -451,6 +473,15 @@ impl FollowUpUpdate {
                 disk.disk_size_bytes = disk.disk_size_bytes.map(|_| wanted * MIB);
                 set(true);
             }
+        }
+        if self.vtpm_enabled {
+            let vtpm = input
+                .spec
+                .resources
+                .vtpm_config
+                .get_or_insert_with(VtpmConfig::default);
+            set(!vtpm.is_enabled());
+            vtpm.vtpm_enabled = Some(true);
         }
         if self.power_on {
             set(self.reassert_power || input.spec.resources.power_state != Some(PowerState::On));

@@ -32,7 +32,8 @@ use crate::api::{
     GUEST_CUSTOMIZATION_ANNOTATION, GpuIdentifierType, GuestCustomizationType,
     IMAGE_KIND_ANNOTATION, IdentifierType, ImageKind, KNOWN_ANNOTATIONS, Machine, NutanixGpu,
     NutanixMachineProviderConfig, NutanixResourceIdentifier, NutanixVmDisk, PROVIDER_SPEC_FIELDS,
-    SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, SYSPREP_TIME_ZONE_ANNOTATION, unknown_annotations,
+    SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, SYSPREP_TIME_ZONE_ANNOTATION,
+    SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION, VTPM_ANNOTATION, VtpmChoice, unknown_annotations,
 };
 
 /// At most this many NICs (upstream and Prism).
@@ -313,6 +314,12 @@ impl Validator<'_, '_> {
         );
 
         let boot = self.boot(&image_kind, source.as_ref().map(|(_, resolved)| resolved));
+        let system_disk_storage_container = self.system_disk_container(&image_kind);
+        let vtpm_enabled = self.vtpm(
+            &image_kind,
+            boot,
+            source.as_ref().and_then(|(_, resolved)| resolved.as_ref()),
+        );
         let data_disks = self.data_disks(&image_kind, boot);
         let gpus = self.gpus(&image_kind);
         let project = self.project();
@@ -340,6 +347,8 @@ impl Validator<'_, '_> {
             vcpus_per_socket: vcpus_per_socket?,
             memory_mib: mib_floor(memory?),
             system_disk_mib: mib_floor(system_disk?),
+            system_disk_storage_container: system_disk_storage_container?,
+            vtpm_enabled: vtpm_enabled?,
             data_disks: data_disks?,
             gpus: gpus?,
             boot,
@@ -386,6 +395,7 @@ fn as_written(id: &NutanixResourceIdentifier) -> EntityRef {
     }
 }
 
+mod annotated;
 mod disks;
 mod gpus;
 mod guest;

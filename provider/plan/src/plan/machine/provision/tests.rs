@@ -306,6 +306,7 @@ fn the_follow_up_round_trips_through_the_status() {
         categories: [("k".to_owned(), "v".to_owned())].into(),
         project_uuid: None,
         resize_system_disk_mib: Some(40960),
+        vtpm_enabled: true,
         power_on: true,
         reassert_power: false,
     };

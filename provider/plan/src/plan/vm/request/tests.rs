@@ -29,6 +29,8 @@ fn plan(source: SourcePlan, boot: BootPlan) -> VmPlan {
         vcpus_per_socket: 2,
         memory_mib: 16_384,
         system_disk_mib: 122_880,
+        system_disk_storage_container: None,
+        vtpm_enabled: false,
         data_disks: vec![PlannedDataDisk {
             size_mib: 10_240,
             address: Some(DiskAddressPlan {
@@ -204,6 +206,7 @@ fn clone_takes_the_reserved_uuid_and_defers_the_rest() {
             categories: BTreeMap::from([("kubernetes-io-cluster-ocp".into(), "owned".into())]),
             project_uuid: Some("project-1".into()),
             resize_system_disk_mib: Some(204_800),
+            vtpm_enabled: false,
             power_on: true,
             reassert_power: false,
         })
@@ -282,6 +285,7 @@ fn follow_up_update_changes_what_clone_could_not_and_only_once() {
         categories: BTreeMap::from([("kubernetes-io-cluster-ocp".into(), "owned".into())]),
         project_uuid: Some("project-1".into()),
         resize_system_disk_mib: Some(102_400),
+        vtpm_enabled: false,
         power_on: true,
         reassert_power: false,
     };
@@ -340,6 +344,7 @@ fn follow_up_never_shrinks_and_needs_a_disk_to_grow() {
         categories: BTreeMap::new(),
         project_uuid: None,
         resize_system_disk_mib: Some(1024),
+        vtpm_enabled: false,
         power_on: false,
         reassert_power: false,
     };
@@ -374,4 +379,77 @@ fn a_reasserted_power_on_is_sent_although_the_spec_already_asks_for_it() {
         ..update
     };
     assert_eq!(plain.apply(&mut input), Ok(false));
+}
+
+#[test]
+fn the_system_disk_container_and_the_vtpm_go_into_the_create_body() {
+    let mut plan = plan(image(), BootPlan::Uefi);
+    plan.system_disk_storage_container = Some("c0c0c0c0-0000-4000-8000-000000000002".into());
+    plan.vtpm_enabled = true;
+    let body = build_request(&plan, VM_UUID).body_json();
+    let resources = &body["spec"]["resources"];
+    assert_eq!(
+        resources["disk_list"][0],
+        json!({"data_source_reference": {"kind": "image", "uuid": "image-1"}, "disk_size_mib": 122_880,
+               "storage_config": {"storage_container_reference":
+                   {"kind": "storage_container", "uuid": "c0c0c0c0-0000-4000-8000-000000000002"}}}),
+        "the boot disk names its container as a data disk does"
+    );
+    assert_eq!(resources["vtpm_config"], json!({"vtpm_enabled": true}));
+
+    plan.vtpm_enabled = false;
+    let body = build_request(&plan, VM_UUID).body_json();
+    assert_eq!(
+        body["spec"]["resources"].get("vtpm_config"),
+        None,
+        "no vTPM: nothing sent, AHV's default (off) applies"
+    );
+}
+
+#[test]
+fn a_clone_or_deploy_gets_its_vtpm_from_the_follow_up_update() {
+    let source = SourcePlan::Vm {
+        source_vm: EntityRef::Uuid("golden-1".into()),
+        resize_system_disk_mib: None,
+    };
+    let mut plan = plan(source, BootPlan::FromSource);
+    plan.data_disks.clear();
+    plan.gpus.clear();
+    plan.vtpm_enabled = true;
+    let request = build_request(&plan, VM_UUID);
+    assert_eq!(
+        request.body_json()["override_spec"].get("vtpm_config"),
+        None,
+        "vm_clone_override_spec has no vtpm_config"
+    );
+    let follow_up = request.follow_up().unwrap().clone();
+    assert!(follow_up.vtpm_enabled);
+    assert_eq!(
+        serde_json::to_value(&follow_up).unwrap()["vtpmEnabled"],
+        true,
+        "recorded on the Machine with the rest of the follow-up"
+    );
+
+    let mut input = cloned_vm().into_update_input().unwrap();
+    input.spec.resources.vtpm_config = Some(VtpmConfig {
+        vtpm_enabled: Some(false),
+        ..VtpmConfig::default()
+    });
+    assert_eq!(follow_up.apply(&mut input), Ok(true));
+    assert_eq!(
+        serde_json::to_value(&input).unwrap()["spec"]["resources"]["vtpm_config"],
+        json!({"vtpm_enabled": true})
+    );
+    assert_eq!(follow_up.apply(&mut input), Ok(false), "applied already");
+
+    let without = FollowUpUpdate {
+        vtpm_enabled: false,
+        ..follow_up
+    };
+    let mut input = cloned_vm().into_update_input().unwrap();
+    without.apply(&mut input).unwrap();
+    assert_eq!(
+        input.spec.resources.vtpm_config, None,
+        "left as the source has it"
+    );
 }

@@ -1649,7 +1649,7 @@ fn unknown_fields_and_annotations_of_ours_are_warned_about() {
         plan.warnings,
         [
             "providerSpec.vcpuSocket is not a field of NutanixMachineProviderConfig: it is ignored (check its spelling)",
-            "annotation \"nutanix.machine.openshift.io/image-knd\" is not one the provider reads (nutanix.machine.openshift.io/image-kind, nutanix.machine.openshift.io/guest-customization, nutanix.machine.openshift.io/sysprep-time-zone, nutanix.machine.openshift.io/sysprep-admin-password-secret): it is ignored (check its spelling)",
+            "annotation \"nutanix.machine.openshift.io/image-knd\" is not one the provider reads (nutanix.machine.openshift.io/image-kind, nutanix.machine.openshift.io/guest-customization, nutanix.machine.openshift.io/sysprep-time-zone, nutanix.machine.openshift.io/sysprep-admin-password-secret, nutanix.machine.openshift.io/system-disk-storage-container, nutanix.machine.openshift.io/vtpm): it is ignored (check its spelling)",
         ]
     );
     assert!(Case::windows().plan().unwrap().warnings.is_empty());
@@ -1726,4 +1726,230 @@ fn debug_of_a_plan_shows_no_secret() {
         panic!()
     };
     assert!(!format!("{linux:?}").contains(user_data.expose()));
+}
+
+/// A Windows 11 / Server 2025 Machine: UEFI, a vTPM and its boot disk in a chosen container.
+fn with_vtpm_and_container() -> Case {
+    let mut case = Case::windows();
+    case.set("/bootType", json!("UEFI"))
+        .annotate(VTPM_ANNOTATION, "Enabled")
+        .annotate(
+            SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION,
+            &CONTAINER.to_ascii_uppercase(),
+        );
+    case
+}
+
+fn source_vm_booting(case: &mut Case, boot_type: Option<BootType>) {
+    case.annotate(IMAGE_KIND_ANNOTATION, "VM")
+        .set("/image", json!({"type": "name", "name": "win-golden"}))
+        .set("/bootType", json!(""));
+    case.resolved.source_vms.insert(
+        "win-golden".into(),
+        Lookup::Found(ResolvedSource {
+            uuid: SOURCE_VM.into(),
+            size_bytes: Some(64 << 30),
+            boot_type,
+            version_id: None,
+            cluster_uuid: Some(CLUSTER.into()),
+        }),
+    );
+}
+
+#[test]
+fn a_vtpm_and_a_system_disk_container_are_planned_where_ahv_takes_them() {
+    let plan = with_vtpm_and_container().plan().unwrap();
+    assert!(plan.vtpm_enabled);
+    assert_eq!(
+        plan.system_disk_storage_container.as_deref(),
+        Some(CONTAINER),
+        "the UUID, in Prism's lower case"
+    );
+    assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+
+    let accepted: [(&str, Edit, bool); 6] = [
+        (
+            "Secure Boot",
+            |c| {
+                c.set("/bootType", json!("SecureBoot"));
+            },
+            true,
+        ),
+        (
+            "a UEFI template",
+            |c| {
+                c.machine["metadata"]["annotations"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove(SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION);
+                c.annotate(IMAGE_KIND_ANNOTATION, "Template")
+                    .set("/image", json!({"type": "name", "name": "win-template"}))
+                    .set("/bootType", json!(""));
+            },
+            true,
+        ),
+        (
+            "a Secure Boot source VM",
+            |c| {
+                c.machine["metadata"]["annotations"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove(SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION);
+                source_vm_booting(c, Some(BootType::SecureBoot));
+            },
+            true,
+        ),
+        (
+            "Disabled on Legacy BIOS",
+            |c| {
+                c.annotate(VTPM_ANNOTATION, "Disabled")
+                    .set("/bootType", json!("Legacy"));
+            },
+            false,
+        ),
+        (
+            "no vTPM annotation",
+            |c| {
+                c.machine["metadata"]["annotations"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove(VTPM_ANNOTATION);
+                c.set("/bootType", json!(""));
+            },
+            false,
+        ),
+        (
+            "a container alone",
+            |c| {
+                c.annotate(VTPM_ANNOTATION, "Disabled");
+            },
+            false,
+        ),
+    ];
+    for (name, edit, vtpm) in accepted {
+        let mut case = with_vtpm_and_container();
+        edit(&mut case);
+        let plan = case.plan().unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(plan.vtpm_enabled, vtpm, "{name}");
+        assert!(
+            !plan.warnings.iter().any(|w| w.contains(VTPM_ANNOTATION)),
+            "{name}: {:?}",
+            plan.warnings
+        );
+    }
+
+    // A source whose firmware is not known: planned, with a warning naming the annotation.
+    let mut case = with_vtpm_and_container();
+    case.machine["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove(SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION);
+    source_vm_booting(&mut case, None);
+    let plan = case.plan().unwrap();
+    assert!(plan.vtpm_enabled);
+    assert!(
+        plan.warnings
+            .iter()
+            .any(|w| w.starts_with(VTPM_ANNOTATION) && w.contains("Legacy BIOS")),
+        "{:?}",
+        plan.warnings
+    );
+}
+
+#[test]
+fn a_vtpm_or_system_disk_container_ahv_would_refuse_is_invalid_at_its_annotation() {
+    let vtpm = format!("metadata.annotations[{VTPM_ANNOTATION}]");
+    let container = format!("metadata.annotations[{SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION}]");
+    let cases: [(&str, Edit, &String, &str); 8] = [
+        (
+            "vTPM on AHV's default firmware (Legacy BIOS)",
+            |c| {
+                c.set("/bootType", json!(""));
+            },
+            &vtpm,
+            "bootType \"\" boots with Legacy BIOS",
+        ),
+        (
+            "vTPM on Legacy BIOS",
+            |c| {
+                c.set("/bootType", json!("Legacy"));
+            },
+            &vtpm,
+            "set bootType UEFI or SecureBoot",
+        ),
+        (
+            "vTPM on a Legacy BIOS source VM",
+            |c| {
+                c.machine["metadata"]["annotations"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove(SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION);
+                source_vm_booting(c, Some(BootType::Legacy));
+            },
+            &vtpm,
+            "the source VM boots with Legacy BIOS",
+        ),
+        (
+            "unknown vTPM value",
+            |c| {
+                c.annotate(VTPM_ANNOTATION, "true");
+            },
+            &vtpm,
+            "expected one of [\"Disabled\", \"Enabled\"]",
+        ),
+        (
+            "a container name",
+            |c| {
+                c.annotate(
+                    SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION,
+                    "default-container",
+                );
+            },
+            &container,
+            "chosen by UUID only",
+        ),
+        (
+            "an empty container",
+            |c| {
+                c.annotate(SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION, "");
+            },
+            &container,
+            "is empty",
+        ),
+        (
+            "a container for a template",
+            |c| {
+                c.annotate(IMAGE_KIND_ANNOTATION, "Template")
+                    .set("/image", json!({"type": "name", "name": "win-template"}))
+                    .set("/bootType", json!(""));
+            },
+            &container,
+            "cannot be used with image kind Template",
+        ),
+        (
+            "a container for a source VM",
+            |c| {
+                source_vm_booting(c, Some(BootType::Uefi));
+            },
+            &container,
+            "cannot be used with image kind VM",
+        ),
+    ];
+    for (name, edit, path, message) in cases {
+        let mut case = with_vtpm_and_container();
+        edit(&mut case);
+        let errors = case.plan().unwrap_err().0;
+        let found: Vec<(&str, ErrorClass)> =
+            errors.iter().map(|e| (e.path.as_str(), e.class)).collect();
+        assert_eq!(
+            found,
+            vec![(path.as_str(), ErrorClass::Invalid)],
+            "{name}: {errors:?}"
+        );
+        assert!(
+            errors[0].message.contains(message),
+            "{name}: {}",
+            errors[0].message
+        );
+    }
 }
