@@ -23,7 +23,11 @@
 //!   Machine has, in the last inventory listing;
 //! - `nutanix_windows_join_timed_out{namespace,name}`: 1 for each Windows Machine whose
 //!   `WindowsJoin` condition says `JoinTimedOut` (no series for the others), for the alert
-//!   `NutanixWindowsJoinTimedOut` (manifests/monitoring/).
+//!   `NutanixWindowsJoinTimedOut` (manifests/monitoring/);
+//! - `nutanix_doctor_findings{check,severity}`: the findings of `doctor`'s checks, run by the
+//!   leader every `--doctor-interval` (a series for every check and severity, 0 when none), and
+//!   `nutanix_doctor_checks_skipped{check}`: checks it could not make (a read it may not do),
+//!   for the alert `NutanixWindowsPrerequisiteMissing`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,6 +60,8 @@ pub struct Metrics {
     pub inventory_unreadable: IntGaugeVec,
     pub windows_join_timed_out: IntGaugeVec,
     pub vms_without_machine: IntGaugeVec,
+    pub doctor_findings: IntGaugeVec,
+    pub doctor_skipped: IntGaugeVec,
 }
 
 impl Metrics {
@@ -109,7 +115,25 @@ impl Metrics {
             &["endpoint"],
         )?;
         registry.register(Box::new(vms_without_machine.clone()))?;
+        let doctor_findings = IntGaugeVec::new(
+            Opts::new(
+                "nutanix_doctor_findings",
+                "Findings of the last doctor run by check and severity (doctor prints them with their fixes)",
+            ),
+            &["check", "severity"],
+        )?;
+        registry.register(Box::new(doctor_findings.clone()))?;
+        let doctor_skipped = IntGaugeVec::new(
+            Opts::new(
+                "nutanix_doctor_checks_skipped",
+                "Objects a check of the last doctor run could not look at, by check",
+            ),
+            &["check"],
+        )?;
+        registry.register(Box::new(doctor_skipped.clone()))?;
         Ok(Self {
+            doctor_findings,
+            doctor_skipped,
             vms_without_machine,
             windows_join_timed_out,
             inventory_unreadable,

@@ -75,7 +75,12 @@ async fn merge(api: &Api<DynamicObject>, name: &str, patch: Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_finds_each_planted_fault_and_nothing_on_a_healthy_sandbox() {
-    let world = start(options("doctor")).await;
+    let mut options = options("doctor");
+    // The controller's own doctor too, often enough to see it here.
+    options
+        .controller_args
+        .push("--doctor-interval=1s".to_owned());
+    let world = start(options).await;
     let namespace = world.namespace().to_owned();
     let check = |expected: &[(String, String, String)], code: i32| {
         let (status, report) = tokio::task::block_in_place(|| doctor(&world));
@@ -295,6 +300,24 @@ async fn doctor_finds_each_planted_fault_and_nothing_on_a_healthy_sandbox() {
     let taken = world.mock().admin().take_free_pool_addresses("vm-network");
     assert!(taken.is_some_and(|n| n > 0), "{taken:?}");
     check(&[finding("subnet-pool", "error", "subnet/vm-network")], 2);
+
+    // The controller's doctor, with its ServiceAccount's reads, finds the same and logs it once.
+    let deadline = std::time::Instant::now() + crate::support::TIMEOUT;
+    loop {
+        let log = world.controller_log();
+        let found = log
+            .lines()
+            .filter(|l| l.contains("doctor:") && l.contains("subnet-pool"))
+            .count();
+        if found == 1 && log.contains("doctor ran") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the controller's doctor logged the exhausted pool {found} times"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }
 
 /// `object` without what the API server set, to create it again.

@@ -131,6 +131,11 @@ pub struct RunArgs {
     /// `WindowsJoin` reason `JoinTimedOut`.
     #[arg(long, value_name = "DURATION", default_value = "90m", value_parser = parse_duration)]
     pub windows_join_timeout: Duration,
+    /// How often the leader runs `doctor`'s checks (the first time this long after it leads)
+    /// and publishes their findings as the metric `nutanix_doctor_findings` (`0` turns this
+    /// off).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub doctor_interval: Duration,
     /// Mark a Windows Machine whose join timed out Failed, so that it is replaced.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
     pub fail_timed_out_windows_joins: bool,
@@ -294,6 +299,7 @@ mod tests {
         assert_eq!(run.health_addr, ":9440");
         assert_eq!(run.requeue_interval, Duration::from_secs(30));
         assert_eq!(run.windows_join_timeout, Duration::from_secs(90 * 60));
+        assert_eq!(run.doctor_interval, Duration::from_secs(10 * 60));
         assert!(!run.fail_timed_out_windows_joins);
 
         let bare_flag =

@@ -22,10 +22,11 @@ use crate::actuator::infrastructure::parse_infrastructure;
 use crate::actuator::{Actuator, Connection};
 use crate::api::MachineSet;
 use crate::controller::provision::{USER_DATA_KEY, random_admin_password, resolve_and_plan};
+use crate::metrics::Metrics;
 use crate::plan::doctor::{
-    CLOUD_PRIVATE_KEY_KEY, CLOUD_PRIVATE_KEY_SECRET, DEFAULT_NODE_STARTUP_TIMEOUT, Facts,
-    HealthCheckFacts, MachineSetFacts, PrismReach, Read, Report, SecretShape, SubnetFacts,
-    SubnetUsage, WINDOWS_USER_DATA_SECRET, WMCO_NAMESPACE, examine,
+    CLOUD_PRIVATE_KEY_KEY, CLOUD_PRIVATE_KEY_SECRET, Check, DEFAULT_NODE_STARTUP_TIMEOUT, Facts,
+    Finding, HealthCheckFacts, MachineSetFacts, PrismReach, Read, Report, SecretShape, Severity,
+    SubnetFacts, SubnetUsage, WINDOWS_USER_DATA_SECRET, WMCO_NAMESPACE, examine,
 };
 use crate::plan::vm::EntityRef;
 use crate::plan::vm::resolve::FailureDomain;
@@ -61,6 +62,31 @@ pub struct DoctorArgs {
 /// Exit code when a finding is an error (as `validate`'s invalid Machine).
 const EXIT_FINDINGS: u8 = 2;
 
+/// What [`gather`] needs besides its clients: the command's flags, or the controller's.
+#[derive(Clone, Debug)]
+pub struct GatherSettings {
+    pub namespace: String,
+    /// `--prism-endpoint`, over `Infrastructure/cluster`.
+    pub prism_endpoint: Option<String>,
+    pub windows_join_timeout: Duration,
+    /// Whether to look at WMCO's `cloud-private-key` Secret: the command does, as the
+    /// administrator; the controller does not (its ServiceAccount may not read a private key
+    /// it has no use for; the key's absence shows anyway as a missing `windows-user-data`,
+    /// which WMCO makes from it).
+    pub read_cloud_private_key: bool,
+}
+
+impl DoctorArgs {
+    fn settings(&self) -> GatherSettings {
+        GatherSettings {
+            namespace: self.namespace.clone(),
+            prism_endpoint: self.prism.prism_endpoint.clone(),
+            windows_join_timeout: self.windows_join_timeout,
+            read_cloud_private_key: true,
+        }
+    }
+}
+
 /// Runs `doctor`: 0 with no error finding, 2 with one, 1 when the cluster cannot be read at all.
 pub async fn doctor(args: DoctorArgs) -> ExitCode {
     let client = match super::kube_config(args.kubeconfig.as_deref()).await {
@@ -76,7 +102,8 @@ pub async fn doctor(args: DoctorArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let facts = gather(&client, &args).await;
+    let actuator = Actuator::new(super::actuator_settings(&args.prism), None);
+    let facts = gather(&client, &actuator, &args.settings()).await;
     let report = examine(&facts);
     if args.output == "json" {
         match serde_json::to_string_pretty(&report) {
@@ -98,8 +125,8 @@ pub async fn doctor(args: DoctorArgs) -> ExitCode {
 
 /// Reads everything the rules look at. Nothing read is printed: Secrets only as whether they
 /// hold their key, user data only into the plan (whose errors never quote it).
-pub async fn gather(client: &Client, args: &DoctorArgs) -> Facts {
-    let namespace = args.namespace.as_str();
+pub async fn gather(client: &Client, actuator: &Actuator, settings: &GatherSettings) -> Facts {
+    let namespace = settings.namespace.as_str();
     let network_operator = get_dynamic(
         client,
         ("operator.openshift.io", "v1", "Network", "networks"),
@@ -161,13 +188,20 @@ pub async fn gather(client: &Client, args: &DoctorArgs) -> Facts {
     };
     let windows_user_data =
         secret_shape(client, namespace, WINDOWS_USER_DATA_SECRET, USER_DATA_KEY).await;
-    let cloud_private_key = secret_shape(
-        client,
-        WMCO_NAMESPACE,
-        CLOUD_PRIVATE_KEY_SECRET,
-        CLOUD_PRIVATE_KEY_KEY,
-    )
-    .await;
+    let cloud_private_key = if settings.read_cloud_private_key {
+        secret_shape(
+            client,
+            WMCO_NAMESPACE,
+            CLOUD_PRIVATE_KEY_SECRET,
+            CLOUD_PRIVATE_KEY_KEY,
+        )
+        .await
+    } else {
+        Read::Unreadable(
+            "the controller does not read WMCO's private key: run `doctor` as an administrator"
+                .to_owned(),
+        )
+    };
     let health_checks = match list_dynamic(
         client,
         (
@@ -193,7 +227,7 @@ pub async fn gather(client: &Client, args: &DoctorArgs) -> Facts {
         Err(error) => Err(unreadable("MachineSets", namespace, &error)),
     };
     let (prism, machine_sets, subnets) = match sets {
-        Ok(sets) => prism_facts(client, args, sets).await,
+        Ok(sets) => prism_facts(client, actuator, settings, sets).await,
         Err(why) => (
             PrismReach::NotTried(why.clone()),
             Read::Unreadable(why),
@@ -210,7 +244,7 @@ pub async fn gather(client: &Client, args: &DoctorArgs) -> Facts {
         machine_sets,
         subnets,
         health_checks,
-        windows_join_timeout: args.windows_join_timeout,
+        windows_join_timeout: settings.windows_join_timeout,
     }
 }
 
@@ -331,7 +365,7 @@ fn health_check(object: &Value) -> HealthCheckFacts {
 /// Prism Central's endpoint: the flag, else `Infrastructure/cluster`; with its failure domains.
 async fn endpoint(
     client: &Client,
-    args: &DoctorArgs,
+    settings: &GatherSettings,
 ) -> Result<(String, Vec<FailureDomain>), String> {
     let infrastructure = match get_dynamic(
         client,
@@ -354,8 +388,7 @@ async fn endpoint(
         .as_ref()
         .map(|info| info.failure_domains.clone())
         .unwrap_or_default();
-    let endpoint = args
-        .prism
+    let endpoint = settings
         .prism_endpoint
         .clone()
         .or_else(|| infrastructure.and_then(|info| info.prism_central))
@@ -402,8 +435,13 @@ type PrismFacts = (PrismReach, Read<Vec<MachineSetFacts>>, Vec<SubnetFacts>);
 
 /// Plans one Machine of each MachineSet against Prism (what the controller does before a
 /// create), and reads the subnets they use.
-async fn prism_facts(client: &Client, args: &DoctorArgs, sets: Vec<MachineSet>) -> PrismFacts {
-    let namespace = args.namespace.as_str();
+async fn prism_facts(
+    client: &Client,
+    actuator: &Actuator,
+    settings: &GatherSettings,
+    sets: Vec<MachineSet>,
+) -> PrismFacts {
+    let namespace = settings.namespace.as_str();
     let mut facts: Vec<MachineSetFacts> = sets
         .iter()
         .map(|set| MachineSetFacts {
@@ -426,11 +464,10 @@ async fn prism_facts(client: &Client, args: &DoctorArgs, sets: Vec<MachineSet>) 
             Vec::new(),
         );
     }
-    let (endpoint, failure_domains) = match endpoint(client, args).await {
+    let (endpoint, failure_domains) = match endpoint(client, settings).await {
         Ok(found) => found,
         Err(why) => return (PrismReach::NotTried(why), Read::Found(facts), Vec::new()),
     };
-    let actuator = Actuator::new(super::actuator_settings(&args.prism), None);
     let mut reach = None;
     // Subnet UUID → (name, the sets using it), in the order first seen.
     let mut subnets: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -457,7 +494,7 @@ async fn prism_facts(client: &Client, args: &DoctorArgs, sets: Vec<MachineSet>) 
             ]));
             continue;
         };
-        let connection = match connect(client, &actuator, &endpoint, namespace, &secret).await {
+        let connection = match connect(client, actuator, &endpoint, namespace, &secret).await {
             Ok(connection) => connection,
             Err(why) => {
                 fact.plan = Some(Err(vec![format!("providerSpec.credentialsSecret: {why}")]));
@@ -552,6 +589,64 @@ async fn user_data_of(client: &Client, namespace: &str, name: &str) -> Option<Us
     Some(UserData::new(value.0.clone()))
 }
 
+/// The controller's doctor: the same checks every `interval` (the first one interval after
+/// start), with the controller's clients
+/// (its ServiceAccount: a read it may not do skips its check), published as
+/// `nutanix_doctor_findings` and `nutanix_doctor_checks_skipped`, and each new finding logged
+/// once as a warning. A metric rather than a condition: the controller owns no object of its
+/// own to carry one (the machine-api `ClusterOperator` is the machine-api-operator's, which
+/// writes its conditions itself), and a metric reaches the alerting an administrator already
+/// watches (`NutanixWindowsPrerequisiteMissing`, manifests/monitoring/).
+pub async fn every(
+    client: Client,
+    actuator: std::sync::Arc<Actuator>,
+    metrics: std::sync::Arc<Metrics>,
+    settings: GatherSettings,
+    interval: Duration,
+) {
+    let mut previous: Vec<Finding> = Vec::new();
+    loop {
+        // The first run one interval after start: a starting controller's Prism calls are the
+        // Machines', and the checks' answers change slowly.
+        tokio::time::sleep(interval).await;
+        let report = examine(&gather(&client, &actuator, &settings).await);
+        publish(&metrics, &report);
+        for finding in report.findings.iter().filter(|f| !previous.contains(f)) {
+            tracing::warn!(
+                check = finding.check.name(),
+                severity = finding.severity.name(),
+                object = %finding.object,
+                fix = %finding.fix,
+                "doctor: {}",
+                finding.problem
+            );
+        }
+        tracing::info!(
+            findings = report.findings.len(),
+            skipped = report.skipped.len(),
+            "doctor ran"
+        );
+        previous = report.findings;
+    }
+}
+
+/// Sets the doctor's gauges from `report`: every check and severity has a series.
+pub fn publish(metrics: &Metrics, report: &Report) {
+    for ((check, severity), count) in report.counts() {
+        metrics
+            .doctor_findings
+            .with_label_values(&[check.name(), severity.name()])
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+    for check in Check::ALL {
+        let skipped = report.skipped.iter().filter(|s| s.check == check).count();
+        metrics
+            .doctor_skipped
+            .with_label_values(&[check.name()])
+            .set(i64::try_from(skipped).unwrap_or(i64::MAX));
+    }
+}
+
 /// The report as a table: one line per finding, skipped check and passed check.
 pub fn table(report: &Report) -> String {
     let mut rows: Vec<[String; 4]> = Vec::new();
@@ -611,7 +706,7 @@ pub fn table(report: &Report) -> String {
     let errors = report
         .findings
         .iter()
-        .filter(|f| f.severity == crate::plan::doctor::Severity::Error)
+        .filter(|f| f.severity == Severity::Error)
         .count();
     out.push_str(&format!(
         "\n{errors} error(s), {} warning(s), {} check(s) skipped\n",
@@ -624,7 +719,7 @@ pub fn table(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::doctor::{Check, Finding, Severity, Skipped};
+    use crate::plan::doctor::{Severity, Skipped};
 
     #[test]
     fn the_table_has_a_line_per_check_with_fixes_indented_under_their_finding() {
@@ -656,5 +751,57 @@ mod tests {
                 "1 error(s), 0 warning(s), 1 check(s) skipped",
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod metric_tests {
+    use super::*;
+    use crate::plan::doctor::Skipped;
+
+    #[test]
+    fn every_check_and_severity_has_a_series_and_a_fixed_fault_goes_back_to_zero() {
+        let metrics = Metrics::new().unwrap();
+        let finding = Finding {
+            check: Check::Wmco,
+            severity: Severity::Error,
+            object: "ClusterServiceVersion/x".to_owned(),
+            problem: "p".to_owned(),
+            fix: "f".to_owned(),
+        };
+        let report = Report {
+            findings: vec![finding],
+            skipped: vec![Skipped {
+                check: Check::SubnetPool,
+                reason: "r".to_owned(),
+            }],
+            passed: Vec::new(),
+        };
+        publish(&metrics, &report);
+        let value = |check: &str, severity: &str| {
+            metrics
+                .doctor_findings
+                .with_label_values(&[check, severity])
+                .get()
+        };
+        assert_eq!(value("wmco", "error"), 1);
+        assert_eq!(value("wmco", "warning"), 0);
+        assert_eq!(value("hybrid-overlay", "error"), 0);
+        assert_eq!(
+            metrics
+                .doctor_skipped
+                .with_label_values(&["subnet-pool"])
+                .get(),
+            1
+        );
+        let text = metrics.render();
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.starts_with("nutanix_doctor_findings{"))
+                .count(),
+            Check::ALL.len() * 2
+        );
+        publish(&metrics, &Report::default());
+        assert_eq!(value("wmco", "error"), 0);
     }
 }

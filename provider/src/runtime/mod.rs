@@ -99,6 +99,10 @@ fn install_logging(default_filter: &str, json: bool) {
     }
 }
 
+/// Where the leader's doctor looks for MachineSets when the controller watches every
+/// namespace: the machine API's namespace on OpenShift.
+const DEFAULT_DOCTOR_NAMESPACE: &str = "openshift-machine-api";
+
 /// The Kubernetes client configuration: `--kubeconfig`, else in-cluster or `$KUBECONFIG`.
 pub async fn kube_config(path: Option<&Path>) -> Result<Config, RuntimeError> {
     match path {
@@ -309,6 +313,23 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
     metrics.leader.set(1);
     secrets.wait_until_ready().await.ok();
 
+    if !args.doctor_interval.is_zero() {
+        tokio::spawn(doctor::every(
+            client.clone(),
+            actuator.clone(),
+            metrics.clone(),
+            doctor::GatherSettings {
+                namespace: args
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_DOCTOR_NAMESPACE.to_owned()),
+                prism_endpoint: args.prism.prism_endpoint.clone(),
+                windows_join_timeout: args.windows_join_timeout,
+                read_cloud_private_key: false,
+            },
+            args.doctor_interval,
+        ));
+    }
     let shared = Arc::new(Shared::new(
         client,
         eviction_client,

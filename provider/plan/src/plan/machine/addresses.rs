@@ -84,7 +84,9 @@ pub fn subnet_cidr(subnet: &Subnet) -> Option<IpNet> {
         .and_then(|spec| spec.resources.as_ref())
         .and_then(|resources| resources.ip_config.as_ref())?;
     let ip: IpAddr = config.subnet_ip.as_deref()?.parse().ok()?;
-    IpNet::new(ip, config.prefix_length?).ok().map(|net| net.trunc())
+    IpNet::new(ip, config.prefix_length?)
+        .ok()
+        .map(|net| net.trunc())
 }
 
 /// What the addresses are computed from.
