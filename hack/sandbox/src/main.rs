@@ -349,10 +349,13 @@ async fn run_scenario(args: RunArgs) -> ExitCode {
              \n  kubectl get nodes,csr\
              \n  kubectl scale machineset win-image -n {ns} --replicas=2\
              \n  kubectl get events -n {ns}\
+             \n  kubectl get machine -n {ns} <machine> -o jsonpath='{{.status.providerStatus.windowsJoin}}'\
+             \n  cargo run -p nutanix-machine-controller -- doctor --prism-ca-file {}\
              \n\nPrism Central (mock): {} (CA {}, the mock's default credentials)\
              \nController log: {}\
              \nProgress follows; Ctrl-C stops everything.",
             world.kubeconfig().display(),
+            dir.join("prism-ca.pem").display(),
             world.mock().base_url(),
             dir.join("prism-ca.pem").display(),
             world.controller_log_file().display(),
