@@ -55,6 +55,7 @@ use crate::plan::vm::scope::NameClause;
 /// Label of this controller in metrics.
 const CONTROLLER: &str = "machine";
 
+mod claims;
 mod perform;
 mod superseded;
 

@@ -146,6 +146,10 @@ impl Env {
         for document in documents(&fixture_path("tests/fixtures/infrastructure-crd.yaml")) {
             sim.create(document).unwrap();
         }
+        // Static addresses: the IPAM claim and address kinds, as OpenShift installs them.
+        for document in documents(&fixture_path("tests/fixtures/ipam-crds.yaml")) {
+            sim.create(document).unwrap();
+        }
         let port = mock.addr().port();
         sim.create(json!({
             "apiVersion": "config.openshift.io/v1", "kind": "Infrastructure",

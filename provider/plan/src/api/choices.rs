@@ -31,15 +31,20 @@ pub const SYSPREP_TIME_ZONE_ANNOTATION: &str = "nutanix.machine.openshift.io/sys
 pub const SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION: &str =
     "nutanix.machine.openshift.io/sysprep-admin-password-secret";
 
+/// The IP pools the Machine's NICs take static addresses from, one entry per NIC in `subnets`
+/// order (`plan::machine::ipam`).
+pub const IP_POOL_ANNOTATION: &str = "nutanix.machine.openshift.io/ip-pool";
+
 /// The prefix of our annotations.
 pub const ANNOTATION_PREFIX: &str = "nutanix.machine.openshift.io/";
 
 /// Every annotation under [`ANNOTATION_PREFIX`] that the provider reads.
-pub const KNOWN_ANNOTATIONS: [&str; 4] = [
+pub const KNOWN_ANNOTATIONS: [&str; 5] = [
     IMAGE_KIND_ANNOTATION,
     GUEST_CUSTOMIZATION_ANNOTATION,
     SYSPREP_TIME_ZONE_ANNOTATION,
     SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION,
+    IP_POOL_ANNOTATION,
 ];
 
 /// The keys under [`ANNOTATION_PREFIX`] that the provider does not read: a misspelt choice,

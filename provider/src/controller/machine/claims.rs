@@ -1,0 +1,131 @@
+//! The Machine's IP address claims in the API server (`plan::machine::ipam` decides): read with
+//! their bound addresses, created by their fixed names, released with the Machine.
+
+use std::collections::BTreeMap;
+
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::Error;
+use crate::api::Machine;
+use crate::api::ipam::{IPAddress, IPAddressClaim};
+use crate::plan::machine::ipam::{ClaimReading, IP_CLAIM_PROTECTION_FINALIZER};
+
+fn claims_api(client: &kube::Client, machine: &Machine) -> Api<IPAddressClaim> {
+    Api::namespaced(client.clone(), &machine.namespace().unwrap_or_default())
+}
+
+/// Each claim named (by NIC), with the `IPAddress` it names once bound.
+pub(super) async fn read_claims(
+    client: &kube::Client,
+    machine: &Machine,
+    names: &BTreeMap<usize, String>,
+) -> Result<BTreeMap<usize, ClaimReading>, Error> {
+    let claims = claims_api(client, machine);
+    let addresses: Api<IPAddress> =
+        Api::namespaced(client.clone(), &machine.namespace().unwrap_or_default());
+    let mut readings = BTreeMap::new();
+    for (nic, name) in names {
+        let claim = claims
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::kube(format!("read IPAddressClaim {name}"), e))?;
+        let bound = claim
+            .as_ref()
+            .and_then(|c| c.status.as_ref())
+            .and_then(|s| s.address_ref.as_ref())
+            .map(|r| r.name.clone())
+            .filter(|n| !n.is_empty());
+        let address = match bound {
+            Some(address) => addresses
+                .get_opt(&address)
+                .await
+                .map_err(|e| Error::kube(format!("read IPAddress {address} of claim {name}"), e))?,
+            None => None,
+        };
+        readings.insert(*nic, ClaimReading { claim, address });
+    }
+    Ok(readings)
+}
+
+/// Creates the claims; one that exists already (an earlier attempt made it) is no error: its
+/// name is fixed, so there is never a second.
+pub(super) async fn create_claims(
+    client: &kube::Client,
+    machine: &Machine,
+    claims: &[IPAddressClaim],
+) -> Result<(), Error> {
+    let api = claims_api(client, machine);
+    for claim in claims {
+        let name = claim.name_any();
+        match api.create(&PostParams::default(), claim).await {
+            Ok(_) => {
+                tracing::info!(machine = %machine.name_any(), claim = %name, "created IPAddressClaim")
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) => {
+                return Err(Error::kube(format!("create IPAddressClaim {name}"), error));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Deletes every claim the Machine controls and removes its protection finalizer (the
+/// machine-api-operator's `RemoveFinalizersForIPAddressClaims` finds them the same way: listed in
+/// the namespace, controlled by the Machine). Without the claim API (no IPAM CRDs), there is
+/// nothing to release.
+pub(super) async fn release_claims(client: &kube::Client, machine: &Machine) -> Result<(), Error> {
+    let api = claims_api(client, machine);
+    let uid = machine.uid().unwrap_or_default();
+    let listed = match api.list(&ListParams::default()).await {
+        Ok(list) => list,
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+        Err(error) => return Err(Error::kube("list IPAddressClaims", error)),
+    };
+    for claim in listed.items.iter().filter(|claim| {
+        claim
+            .owner_references()
+            .iter()
+            .any(|owner| owner.controller == Some(true) && owner.uid == uid)
+    }) {
+        let name = claim.name_any();
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(Error::kube(format!("delete IPAddressClaim {name}"), error)),
+        }
+        if claim
+            .finalizers()
+            .iter()
+            .any(|f| f == IP_CLAIM_PROTECTION_FINALIZER)
+        {
+            let rest: Vec<&String> = claim
+                .finalizers()
+                .iter()
+                .filter(|f| *f != IP_CLAIM_PROTECTION_FINALIZER)
+                .collect();
+            // With the listed resourceVersion: a list changed since is refused (409), not lost.
+            let patch = json!({"metadata": {
+                "finalizers": rest,
+                "resourceVersion": claim.resource_version(),
+            }});
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(error) => {
+                    return Err(Error::kube(
+                        format!("remove the finalizer of IPAddressClaim {name}"),
+                        error,
+                    ));
+                }
+            }
+        }
+        tracing::info!(machine = %machine.name_any(), claim = %name, "released IPAddressClaim");
+    }
+    Ok(())
+}
