@@ -147,8 +147,11 @@ impl Env {
             sim.create(document).unwrap();
         }
         // Static addresses: the IPAM claim and address kinds, as OpenShift installs them.
-        for document in documents(&fixture_path("tests/fixtures/ipam-crds.yaml")) {
-            sim.create(document).unwrap();
+        for kind in ["ipaddressclaims", "ipaddresses"] {
+            let path = format!("../hack/crds/ipam.cluster.x-k8s.io_{kind}.yaml");
+            for document in documents(&fixture_path(&path)) {
+                sim.create(document).unwrap();
+            }
         }
         let port = mock.addr().port();
         sim.create(json!({
