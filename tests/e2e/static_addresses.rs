@@ -11,10 +11,10 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams,
 use kube::core::GroupVersionKind;
 use nutanix_machine_controller::api::{IP_POOL_ANNOTATION, Machine};
 use sandbox::manifests::{LINUX_SET, WINDOWS_IMAGE_SET};
-use sandbox::world::{Snapshot, World, provider_condition};
+use sandbox::world::{ControlPlaneChoice, Snapshot, World, provider_condition};
 use serde_json::json;
 
-use crate::support::{TIMEOUT, addresses, options, start, wait_event};
+use crate::support::{TIMEOUT, addresses, options, real_control_plane, start, wait_event};
 
 const POOL: &str = "workers";
 /// 10.40.0.20 to 10.40.0.38: 19 addresses of vm-network, outside prism-mock's DHCP range.
@@ -146,7 +146,22 @@ fn assert_nodes_have_claimed_addresses(snapshot: &Snapshot, bound: &BTreeMap<Str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_windows_and_linux_machines_from_one_pool() {
-    let world = start(options("static-addresses")).await;
+    static_addresses(start(options("static-addresses")).await).await;
+}
+
+/// The same on the real control plane (the machine-api-operator's MachineSet controller,
+/// webhooks and nodelink; the IPAM CRDs as it ships them), when it is built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_windows_and_linux_machines_from_one_pool_on_the_real_control_plane() {
+    let Some(binaries) = real_control_plane() else {
+        return;
+    };
+    let mut options = options("static-addresses-real");
+    options.control_plane = ControlPlaneChoice::Real(binaries);
+    static_addresses(start(options).await).await;
+}
+
+async fn static_addresses(world: World) {
     set_pool(&world, &[FIRST_RANGE]).await;
     let sets: Api<nutanix_machine_controller::api::MachineSet> =
         Api::namespaced(world.client().clone(), world.namespace());
