@@ -181,14 +181,23 @@ async fn static_addresses(world: World) {
     // 20 Machines, 19 addresses: exactly one waits, with no VM.
     world.set_label("20 Machines from a pool of 19");
     let snapshot = world
-        .wait_for("19 joined, 1 waiting", TIMEOUT * 3, |s| {
-            let (joined, waiting) = count(s);
-            if joined == 19 && waiting.len() == 1 {
-                Ok(())
-            } else {
-                Err(format!("{joined} joined, waiting: {waiting:?}"))
-            }
-        })
+        .wait_for(
+            "19 joined, 1 waiting on an exhausted pool",
+            TIMEOUT * 3,
+            |s| {
+                let (joined, waiting) = count(s);
+                let exhausted = waiting.iter().all(|name| {
+                    s.machine(name)
+                        .and_then(|m| provider_condition(m, "IPAddressClaimed"))
+                        .is_some_and(|(_, _, message)| message.contains("is exhausted"))
+                });
+                if joined == 19 && waiting.len() == 1 && exhausted {
+                    Ok(())
+                } else {
+                    Err(format!("{joined} joined, waiting: {waiting:?}"))
+                }
+            },
+        )
         .await
         .unwrap();
     let (_, waiting_now) = count(&snapshot);

@@ -3,14 +3,19 @@
 
 use std::collections::BTreeMap;
 
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
+use kube::core::GroupVersionKind;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::Error;
 use crate::api::Machine;
-use crate::api::ipam::{IPAddress, IPAddressClaim};
-use crate::plan::machine::ipam::{ClaimReading, IP_CLAIM_PROTECTION_FINALIZER};
+use crate::api::ipam::{IPAM_GROUP, IPAddress, IPAddressClaim};
+use crate::plan::machine::ipam::{
+    ClaimReading, IP_CLAIM_PROTECTION_FINALIZER, POOLS_WITH_USAGE, PoolUsage,
+};
 
 fn claims_api(client: &kube::Client, machine: &Machine) -> Api<IPAddressClaim> {
     Api::namespaced(client.clone(), &machine.namespace().unwrap_or_default())
@@ -37,16 +42,67 @@ pub(super) async fn read_claims(
             .and_then(|s| s.address_ref.as_ref())
             .map(|r| r.name.clone())
             .filter(|n| !n.is_empty());
-        let address = match bound {
-            Some(address) => addresses
-                .get_opt(&address)
-                .await
-                .map_err(|e| Error::kube(format!("read IPAddress {address} of claim {name}"), e))?,
-            None => None,
+        let (address, pool_usage) = match bound {
+            Some(address) => (
+                addresses.get_opt(&address).await.map_err(|e| {
+                    Error::kube(format!("read IPAddress {address} of claim {name}"), e)
+                })?,
+                None,
+            ),
+            None => (None, pool_usage(client, machine, claim.as_ref()).await),
         };
-        readings.insert(*nic, ClaimReading { claim, address });
+        readings.insert(
+            *nic,
+            ClaimReading {
+                claim,
+                address,
+                pool_usage,
+            },
+        );
     }
     Ok(readings)
+}
+
+/// What the pool of an unbound claim reports of its addresses, for the kinds that report it
+/// ([`POOLS_WITH_USAGE`]); `None` for any other pool, or one that cannot be read (it only makes
+/// the waiting Machine's message more precise).
+async fn pool_usage(
+    client: &kube::Client,
+    machine: &Machine,
+    claim: Option<&IPAddressClaim>,
+) -> Option<PoolUsage> {
+    let pool = &claim?.spec.pool_ref;
+    if pool.api_group.as_deref() != Some(IPAM_GROUP) {
+        return None;
+    }
+    let (kind, plural, namespaced) = POOLS_WITH_USAGE
+        .into_iter()
+        .find(|(kind, ..)| *kind == pool.kind)?;
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(IPAM_GROUP, "v1alpha2", kind),
+        plural,
+    );
+    let api: Api<DynamicObject> = if namespaced {
+        Api::namespaced_with(
+            client.clone(),
+            &machine.namespace().unwrap_or_default(),
+            &resource,
+        )
+    } else {
+        Api::all_with(client.clone(), &resource)
+    };
+    let found = match api.get_opt(&pool.name).await {
+        Ok(found) => found?,
+        Err(error) => {
+            tracing::debug!(machine = %machine.name_any(), pool = %pool.name, %error, "cannot read the pool's usage");
+            return None;
+        }
+    };
+    let usage = &found.data["status"]["ipAddresses"];
+    Some(PoolUsage {
+        total: usage["total"].as_u64()?,
+        free: usage["free"].as_u64()?,
+    })
 }
 
 /// Creates the claims; one that exists already (an earlier attempt made it) is no error: its

@@ -204,12 +204,30 @@ pub fn claim_object(identity: &MachineIdentity, nic: usize, pool: &PoolRef) -> I
 }
 
 /// A claim as the executor read it: the claim (`None`: there is none) and, when it names one,
-/// its `IPAddress` (`None`: not found).
+/// its `IPAddress` (`None`: not found); for an unbound claim, its pool's usage when the pool
+/// reports one.
 #[derive(Clone, Debug, Default)]
 pub struct ClaimReading {
     pub claim: Option<IPAddressClaim>,
     pub address: Option<IPAddress>,
+    pub pool_usage: Option<PoolUsage>,
 }
+
+/// What a pool reports of its addresses: `status.ipAddresses` of an `InClusterIPPool` or
+/// `GlobalInClusterIPPool` (cluster-api-ipam-provider-in-cluster
+/// `api/v1alpha2/inclusterippool_types.go`, `InClusterIPPoolStatusIPAddresses`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolUsage {
+    pub total: u64,
+    pub free: u64,
+}
+
+/// The pool kinds whose usage is read: (kind, plural, namespaced), all `v1alpha2` of
+/// [`crate::api::ipam::IPAM_GROUP`].
+pub const POOLS_WITH_USAGE: [(&str, &str, bool); 2] = [
+    ("InClusterIPPool", "inclusterippools", true),
+    ("GlobalInClusterIPPool", "globalinclusterippools", false),
+];
 
 /// An address bound to a claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -323,9 +341,14 @@ pub fn claims_state(
             .map(|r| r.name.as_str())
             .filter(|n| !n.is_empty());
         match (address_name, reading.address) {
-            (None, _) => waiting.push(format!(
-                "IPAddressClaim {name} is not bound yet: pool {pool} has given it no address (is the pool's IPAM controller running, and has the pool a free address?)"
-            )),
+            (None, _) => waiting.push(match reading.pool_usage {
+                Some(PoolUsage { total, free: 0 }) => format!(
+                    "IPAddressClaim {name} is not bound: pool {pool} is exhausted (0 of its {total} addresses free); add addresses to the pool or free some"
+                ),
+                _ => format!(
+                    "IPAddressClaim {name} is not bound yet: pool {pool} has given it no address (is the pool's IPAM controller running, and has the pool a free address?)"
+                ),
+            }),
             (Some(address), None) => waiting.push(format!(
                 "IPAddressClaim {name} names IPAddress {address}, which cannot be read yet"
             )),

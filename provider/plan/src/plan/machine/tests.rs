@@ -370,6 +370,7 @@ impl World {
                             crate::plan::machine::ipam::ClaimReading {
                                 claim: self.claims.get(name).cloned(),
                                 address: self.address_of(name),
+                                pool_usage: None,
                             },
                         )
                     })
@@ -2042,4 +2043,22 @@ fn a_pool_on_an_unmanaged_subnet_or_a_bad_annotation_fails_the_machine_naming_it
         "{message}"
     );
     assert!(world.claims.is_empty());
+}
+
+#[test]
+fn a_machine_deleted_while_it_waits_for_its_address_releases_the_claim_and_makes_no_vm() {
+    let mut world = World::new("image").with_pool(&[]);
+    for _ in 0..4 {
+        world.reconcile();
+    }
+    assert_eq!(world.claims.len(), 1);
+    world.delete();
+    world.run_until(6, World::finalized);
+    assert!(world.claims.is_empty());
+    assert!(world.vms.is_empty());
+    assert!(
+        !world.log.iter().any(|s| s == "reserve" || s == "create"),
+        "{:?}",
+        world.log
+    );
 }

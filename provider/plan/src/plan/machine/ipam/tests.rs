@@ -161,7 +161,7 @@ fn claims_are_created_then_waited_for_then_used() {
         0,
         ClaimReading {
             claim: Some(claim(0, None, "uid-1")),
-            address: None,
+            ..ClaimReading::default()
         },
     )]);
     let ClaimsState::Waiting { message } = claims_state(&id, &pools, &unbound) else {
@@ -172,11 +172,26 @@ fn claims_are_created_then_waited_for_then_used() {
             && message.contains("ipam.cluster.x-k8s.io/InClusterIPPool/workers"),
         "{message}"
     );
+    let exhausted = readings(vec![(
+        0,
+        ClaimReading {
+            claim: Some(claim(0, None, "uid-1")),
+            pool_usage: Some(PoolUsage { total: 19, free: 0 }),
+            ..ClaimReading::default()
+        },
+    )]);
+    let ClaimsState::Waiting { message } = claims_state(&id, &pools, &exhausted) else {
+        panic!("an exhausted pool's claim is waited for");
+    };
+    assert!(
+        message.contains("pool ipam.cluster.x-k8s.io/InClusterIPPool/workers is exhausted (0 of its 19 addresses free)"),
+        "{message}"
+    );
     let named_not_read = readings(vec![(
         0,
         ClaimReading {
             claim: Some(claim(0, Some("win-a-claim-0-0"), "uid-1")),
-            address: None,
+            ..ClaimReading::default()
         },
     )]);
     assert!(matches!(
@@ -188,6 +203,7 @@ fn claims_are_created_then_waited_for_then_used() {
         ClaimReading {
             claim: Some(claim(0, Some("win-a-claim-0-0"), "uid-1")),
             address: Some(address("10.0.0.21", 24, Some("10.0.0.1"))),
+            pool_usage: None,
         },
     )]);
     assert_eq!(
@@ -211,6 +227,7 @@ fn a_claim_of_another_machine_or_being_released_is_waited_for_never_taken() {
         ClaimReading {
             claim: Some(claim(0, Some("x"), "uid-old")),
             address: Some(address("10.0.0.21", 24, None)),
+            pool_usage: None,
         },
     )]);
     assert!(matches!(
@@ -223,7 +240,7 @@ fn a_claim_of_another_machine_or_being_released_is_waited_for_never_taken() {
         0,
         ClaimReading {
             claim: Some(releasing),
-            address: None,
+            ..ClaimReading::default()
         },
     )]);
     assert!(matches!(
@@ -239,7 +256,7 @@ fn a_claim_of_another_pool_or_a_bad_address_is_invalid() {
         0,
         ClaimReading {
             claim: Some(claim(0, None, "uid-1")),
-            address: None,
+            ..ClaimReading::default()
         },
     )]);
     assert!(matches!(
@@ -256,6 +273,7 @@ fn a_claim_of_another_pool_or_a_bad_address_is_invalid() {
             ClaimReading {
                 claim: Some(claim(0, Some("a"), "uid-1")),
                 address: Some(address(ip, prefix, gateway)),
+                pool_usage: None,
             },
         )]);
         assert!(
