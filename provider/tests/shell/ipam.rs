@@ -109,3 +109,60 @@ async fn a_machine_with_a_pool_is_created_only_once_its_claim_is_bound_and_relea
         .await;
     wait_claim(&claims, "static-0-claim-0-0", false).await;
 }
+
+/// A claim bound by its IPAM controller reconciles its Machine at once (the claims are watched),
+/// not at the next look a poll interval later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_claim_lets_its_machine_go_on_before_the_next_poll() {
+    let env = Env::start().await;
+    let _controller =
+        InProcessController::start_polling(&env, "controller", Duration::from_secs(120)).await;
+    env.create_machine_with(
+        "static-1",
+        linux_spec(),
+        false,
+        choices(&[(
+            IP_POOL_ANNOTATION,
+            "ipam.cluster.x-k8s.io/InClusterIPPool/workers",
+        )]),
+    )
+    .await;
+    let claims: Api<IPAddressClaim> = Api::namespaced(env.client.clone(), NS);
+    wait_claim(&claims, "static-1-claim-0-0", true).await;
+    env.wait_event("static-1", "WaitingForIPAddress", "static-1-claim-0-0")
+        .await;
+    // Settled: the Machine's next look is a poll interval away.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let addresses: Api<IPAddress> = Api::namespaced(env.client.clone(), NS);
+    let address: IPAddress = serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta1", "kind": "IPAddress",
+        "metadata": {"name": "static-1-claim-0-0", "namespace": NS},
+        "spec": {
+            "claimRef": {"name": "static-1-claim-0-0"},
+            "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "workers"},
+            "address": "10.40.0.51", "prefix": 20, "gateway": "10.40.0.1"
+        }
+    }))
+    .unwrap();
+    addresses
+        .create(&PostParams::default(), &address)
+        .await
+        .unwrap();
+    claims
+        .patch_status(
+            "static-1-claim-0-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"addressRef": {"name": "static-1-claim-0-0"}}})),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while env.vms_named("static-1").is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "no VM 15 s after the claim was bound (the poll interval is 120 s)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

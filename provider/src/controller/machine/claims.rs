@@ -3,16 +3,19 @@
 
 use std::collections::BTreeMap;
 
+use futures::StreamExt;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
 };
 use kube::core::GroupVersionKind;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::Error;
-use crate::api::Machine;
 use crate::api::ipam::{IPAM_GROUP, IPAddress, IPAddressClaim};
+use crate::api::{GuardedMachine, Machine};
 use crate::plan::machine::ipam::{
     ClaimReading, IP_CLAIM_PROTECTION_FINALIZER, POOLS_WITH_USAGE, PoolUsage,
 };
@@ -184,4 +187,44 @@ pub(super) async fn release_claims(client: &kube::Client, machine: &Machine) -> 
         tracing::info!(machine = %machine.name_any(), claim = %name, "released IPAddressClaim");
     }
     Ok(())
+}
+
+/// The Machines whose IP address claims changed (a claim bound by its IPAM controller above
+/// all), so that a Machine waiting for its address is created at once rather than at its next
+/// look. Claims are watched only where the API serves them (discovery at start); without the
+/// IPAM CRDs the stream is empty and Machines waiting for an address (none can exist then) are
+/// looked at every poll interval.
+pub(super) async fn claim_changes(
+    client: kube::Client,
+    namespace: Option<String>,
+) -> futures::stream::BoxStream<'static, ObjectRef<GuardedMachine>> {
+    let served = match kube::discovery::group(&client, IPAM_GROUP).await {
+        Ok(group) => group
+            .versioned_resources(crate::api::ipam::IPAM_VERSION)
+            .iter()
+            .any(|(resource, _)| resource.plural == "ipaddressclaims"),
+        Err(error) => {
+            tracing::info!(%error, "IPAddressClaims are not served: static addresses are not watched");
+            false
+        }
+    };
+    if !served {
+        return futures::stream::empty().boxed();
+    }
+    let api: Api<IPAddressClaim> = match &namespace {
+        Some(namespace) => Api::namespaced(client, namespace),
+        None => Api::all(client),
+    };
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .filter_map(|claim| async move {
+            let claim = claim.ok()?;
+            let owner = claim
+                .owner_references()
+                .iter()
+                .find(|o| o.controller == Some(true) && o.kind == "Machine")?;
+            Some(ObjectRef::new(&owner.name).within(&claim.namespace()?))
+        })
+        .boxed()
 }
