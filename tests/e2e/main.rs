@@ -14,5 +14,6 @@ mod official_samples;
 mod real_cluster;
 mod scenario;
 mod secret_policy;
+mod static_addresses;
 mod support;
 mod writes;

@@ -34,6 +34,7 @@ pub mod autoscaler;
 pub mod bench;
 pub mod chaos;
 pub mod csr;
+pub mod ipam;
 pub mod machine_api;
 pub mod machine_autoscaler;
 pub mod machineset;

@@ -43,6 +43,14 @@ pub const SANDBOX_CRDS: [Manifest; 7] = [
     manifest!("hack/crds/clusterserviceversion.yaml"),
 ];
 
+/// The Cluster API's IPAM kinds (`IPAddressClaim`, `IPAddress`, as OpenShift installs them) and
+/// the reference IPAM controller's pool (`InClusterIPPool`), for static addresses (`hack/crds/`).
+pub const IPAM_CRDS: [Manifest; 3] = [
+    manifest!("hack/crds/ipam.cluster.x-k8s.io_ipaddressclaims.yaml"),
+    manifest!("hack/crds/ipam.cluster.x-k8s.io_ipaddresses.yaml"),
+    manifest!("hack/crds/ipam.cluster.x-k8s.io_inclusterippools.yaml"),
+];
+
 /// `MachineAutoscaler` (`hack/crds/`): the one sandbox CRD the real control plane needs too
 /// (openshift/api's manifests give it the others).
 pub const MACHINE_AUTOSCALER_CRD: Manifest = manifest!("hack/crds/machineautoscaler.yaml");
@@ -145,7 +153,7 @@ mod tests {
     fn every_example_and_machine_api_crd_is_embedded() {
         assert_eq!(embedded(&EXAMPLES), yaml_files("manifests/examples"));
         assert_eq!(embedded(&MACHINE_API_CRDS), yaml_files("manifests/crds"));
-        for crd in SANDBOX_CRDS {
+        for crd in SANDBOX_CRDS.iter().chain(&IPAM_CRDS) {
             assert!(yaml_files("hack/crds").contains(crd.path), "{}", crd.path);
         }
     }

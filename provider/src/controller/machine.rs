@@ -9,7 +9,8 @@
 //!
 //! Watched: Machines (in `--namespace`, or all) through the cache it shares with the Windows join
 //! reconciler ([`super::machine_cache`]), wrapped in `DeserializeGuard` so a malformed one is
-//! logged and skipped instead of stalling the watch; Nodes, mapped to their Machine.
+//! logged and skipped instead of stalling the watch; Nodes, mapped to their Machine; IP address
+//! claims, mapped to the Machine that controls them (where the API serves them).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,6 +56,7 @@ use crate::plan::vm::scope::NameClause;
 /// Label of this controller in metrics.
 const CONTROLLER: &str = "machine";
 
+mod claims;
 mod perform;
 mod superseded;
 
@@ -94,6 +96,8 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
         provider_ids: ProviderIdsDone::default(),
         superseded: Superseded::default(),
     });
+    let claim_changes =
+        claims::claim_changes(client.clone(), context.shared.settings.namespace.clone()).await;
     let controller = Controller::for_shared_stream(changes, store.clone());
     let secret_changes = secret_change_stream(context.shared.secret_changes.subscribe());
     let (for_secrets, shared) = (store.clone(), context.shared.clone());
@@ -106,6 +110,7 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
         .reconcile_on(secret_changes.flat_map(move |secret| {
             futures::stream::iter(machines_using_secret(&secret, &for_secrets, &shared))
         }))
+        .reconcile_on(claim_changes)
         .with_config(config)
         .run(reconcile, error_policy, context);
     KIT.run(results).await;

@@ -146,6 +146,13 @@ impl Env {
         for document in documents(&fixture_path("tests/fixtures/infrastructure-crd.yaml")) {
             sim.create(document).unwrap();
         }
+        // Static addresses: the IPAM claim and address kinds, as OpenShift installs them.
+        for kind in ["ipaddressclaims", "ipaddresses"] {
+            let path = format!("../hack/crds/ipam.cluster.x-k8s.io_{kind}.yaml");
+            for document in documents(&fixture_path(&path)) {
+                sim.create(document).unwrap();
+            }
+        }
         let port = mock.addr().port();
         sim.create(json!({
             "apiVersion": "config.openshift.io/v1", "kind": "Infrastructure",

@@ -38,6 +38,11 @@ pub struct InProcessController {
 impl InProcessController {
     /// Starts the Machine controller as `user`, once its Secret store is filled.
     pub async fn start(env: &Env, user: &str) -> Self {
+        Self::start_polling(env, user, POLL).await
+    }
+
+    /// [`InProcessController::start`] with another `--poll-interval`.
+    pub async fn start_polling(env: &Env, user: &str, poll: Duration) -> Self {
         let mut config = env.sim.kube_config();
         config.auth_info.token = Some(format!("user:{user}").into());
         let client = kube::Client::try_from(config.clone()).unwrap();
@@ -71,7 +76,7 @@ impl InProcessController {
                 ca_file: Some(env.ca_file().clone()),
                 inventory_max_age: RUNNING,
                 // As the runtime derives it: half the soonest requeue.
-                vm_read_ttl: POLL / 2,
+                vm_read_ttl: poll / 2,
                 ..ActuatorSettings::default()
             },
             None,
@@ -79,7 +84,7 @@ impl InProcessController {
         let metrics = Arc::new(Metrics::new().unwrap());
         let settings = ControllerSettings {
             namespace: Some(NS.to_owned()),
-            poll_interval: POLL,
+            poll_interval: poll,
             requeue_interval: REQUEUE,
             running_interval: RUNNING,
             excluded_cidrs: vec![

@@ -15,6 +15,7 @@ mod deploy;
     reason = "shared with the subprocess tests; these tests use the environment, not the process"
 )]
 mod harness;
+mod ipam;
 mod journal;
 #[path = "../support/rbac.rs"]
 mod rbac;

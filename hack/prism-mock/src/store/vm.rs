@@ -912,6 +912,10 @@ impl Store {
                 );
             }
             let mut requested_ip = None;
+            // A spec's address is ASSIGNED, the type's default (prism-go-client `v3/swagger.json`,
+            // `ip_address.type`: "It can only be ASSIGNED in the spec"), and an IPv4 `ip`; AHV's
+            // IPAM then gives the guest that address (nutanix/nutanix.ansible
+            // `plugins/module_utils/v3/prism/vms.py` sends a NIC's `private_ip` so).
             if let Some(list) = n.get("ip_endpoint_list").and_then(Value::as_array) {
                 for (j, endpoint) in list.iter().enumerate() {
                     let efield = format!("{field}.ip_endpoint_list[{j}]");

@@ -182,10 +182,11 @@ fn audit_policy_document() -> Value {
 /// The users the simulated actors act as on the real control plane, bound to `cluster-admin`:
 /// the stand-ins have no real roles to run under (the cluster-machine-approver's would come with
 /// it).
-pub const STAND_IN_USERS: [&str; 4] = [
+pub const STAND_IN_USERS: [&str; 5] = [
     "sandbox:approver",
     "sandbox:node-agent",
     "sandbox:autoscaler",
+    "sandbox:ipam",
     "sandbox:test",
 ];
 

@@ -436,6 +436,16 @@ impl World {
             ],
             Cluster::Real(_) => Vec::new(),
         };
+        // The pool's IPAM controller: stood in for on either control plane (nothing of it is
+        // built here).
+        let mut actors = actors;
+        actors.push(crate::ipam::start(
+            cluster.actor_client("ipam").await?,
+            crate::ipam::IpamConfig {
+                namespace: namespace.clone(),
+                ..crate::ipam::IpamConfig::default()
+            },
+        ));
         let approver = approver::start(
             cluster.actor_client("approver").await?,
             ApproverConfig {
@@ -864,6 +874,7 @@ async fn start_kube_sim(
     for crd in manifests::objects(&manifests::MACHINE_API_CRDS)?
         .into_iter()
         .chain(manifests::objects(&manifests::SANDBOX_CRDS)?)
+        .chain(manifests::objects(&manifests::IPAM_CRDS)?)
     {
         let name = crd["metadata"]["name"]
             .as_str()

@@ -40,18 +40,22 @@ pub const SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION: &str =
 /// `Enabled` gives the VM a virtual TPM (Windows 11 and Server 2025 require one); `Disabled`,
 /// the default, leaves it as the image or source has it.
 pub const VTPM_ANNOTATION: &str = "nutanix.machine.openshift.io/vtpm";
+/// The IP pools the Machine's NICs take static addresses from, one entry per NIC in `subnets`
+/// order (`plan::machine::ipam`).
+pub const IP_POOL_ANNOTATION: &str = "nutanix.machine.openshift.io/ip-pool";
 
 /// The prefix of our annotations.
 pub const ANNOTATION_PREFIX: &str = "nutanix.machine.openshift.io/";
 
 /// Every annotation under [`ANNOTATION_PREFIX`] that the provider reads.
-pub const KNOWN_ANNOTATIONS: [&str; 6] = [
+pub const KNOWN_ANNOTATIONS: [&str; 7] = [
     IMAGE_KIND_ANNOTATION,
     GUEST_CUSTOMIZATION_ANNOTATION,
     SYSPREP_TIME_ZONE_ANNOTATION,
     SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION,
     SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION,
     VTPM_ANNOTATION,
+    IP_POOL_ANNOTATION,
 ];
 
 open_enum! {

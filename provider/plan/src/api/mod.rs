@@ -3,6 +3,7 @@
 
 mod choices;
 mod conditions;
+pub mod ipam;
 mod machine;
 mod open_enum;
 mod provider;
@@ -10,8 +11,9 @@ pub mod quantity;
 
 pub use choices::{
     ANNOTATION_PREFIX, AnnotatedChoices, GUEST_CUSTOMIZATION_ANNOTATION, IMAGE_KIND_ANNOTATION,
-    KNOWN_ANNOTATIONS, SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, SYSPREP_TIME_ZONE_ANNOTATION,
-    SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION, VTPM_ANNOTATION, VtpmChoice, unknown_annotations,
+    IP_POOL_ANNOTATION, KNOWN_ANNOTATIONS, SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION,
+    SYSPREP_TIME_ZONE_ANNOTATION, SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION, VTPM_ANNOTATION,
+    VtpmChoice, unknown_annotations,
 };
 pub use conditions::{TypedCondition, merge_condition};
 pub use machine::{

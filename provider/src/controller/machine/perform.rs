@@ -157,6 +157,23 @@ impl Scope {
                 let prepared = prepare(self.shared(), &self.machine, environment).await;
                 self.snapshot.seen.prepared = Some(prepared);
             }
+            Read::Claims { names } => {
+                let readings =
+                    claims::read_claims(&self.shared().client, &self.machine, &names).await?;
+                self.snapshot.seen.claims = Some(readings);
+            }
+            Read::Subnets { uuids } => {
+                let connection = self.connection()?;
+                let mut subnets = Vec::with_capacity(uuids.len());
+                for uuid in uuids {
+                    let cidr = connection
+                        .lookups
+                        .subnet_cidr(connection.client(), &uuid)
+                        .await?;
+                    subnets.push((uuid, cidr));
+                }
+                self.snapshot.seen.subnets = Some(subnets);
+            }
         }
         Ok(())
     }
@@ -313,6 +330,14 @@ impl Scope {
                 )
                 .await?;
                 self.snapshot.seen.node_provider_id_set = true;
+            }
+            Change::CreateClaims { claims } => {
+                claims::create_claims(&self.shared().client, &self.machine, &claims).await?;
+                self.snapshot.seen.claims_created = true;
+            }
+            Change::ReleaseClaims => {
+                claims::release_claims(&self.shared().client, &self.machine).await?;
+                self.snapshot.seen.claims_released = true;
             }
         }
         Ok(())

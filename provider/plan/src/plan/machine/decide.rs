@@ -45,6 +45,7 @@ use crate::plan::vm::VmPlan;
 use crate::plan::vm::request::{VmRequest, build_request};
 use crate::plan::windows_join::JOIN_TIMED_OUT_ERROR;
 
+mod claims;
 mod environment;
 mod observe;
 
@@ -587,6 +588,7 @@ fn finish_deletion(d: &mut Draft<'_>, node: Option<String>) -> Decided {
     {
         return Err(Ask::Send(Change::DeleteNode { node }));
     }
+    claims::release(d)?;
     d.metadata = Some(MetadataChange::RemoveFinalizer);
     d.effect(Effect::ResetBackoff);
     d.effect(Effect::Finished);
@@ -600,6 +602,7 @@ fn create(d: &mut Draft<'_>) -> Decided {
     if let Some(wait) = s.settings.create_backoff {
         return Ok(Next::Requeue(wait));
     }
+    let claimed = claims::claimed(d)?;
     let plan = match readiness(&s.seen.prepared)? {
         Readiness::Ready(plan) => plan,
         Readiness::Invalid { reason, message } => {
@@ -607,9 +610,11 @@ fn create(d: &mut Draft<'_>) -> Decided {
         }
         Readiness::Unresolved(message) => return Ok(retry_create(d, message)),
     };
+    let plan = claims::assign(d, plan, &claimed)?;
+    let plan = plan.as_ref();
     plan_warnings(d, &plan.warnings);
     if let Some(outcome) = &s.seen.sent {
-        return sent(d, outcome);
+        return sent(d, outcome, plan);
     }
     if matches!(plan.source, SourcePlan::Template { .. }) {
         let request = build_request(plan, "");
@@ -724,12 +729,9 @@ fn readiness(prepared: &Option<Prepared>) -> Result<Readiness<'_>, Ask> {
 }
 
 /// What Prism's answer to the create, clone or deploy means.
-fn sent(d: &mut Draft<'_>, outcome: &SendOutcome) -> Decided {
+fn sent(d: &mut Draft<'_>, outcome: &SendOutcome, plan: &VmPlan) -> Decided {
     let s = d.s;
     let poll = d.poll();
-    let Some(Prepared::Ready(plan)) = &s.seen.prepared else {
-        return Ok(Next::Requeue(poll));
-    };
     let uuid = d.status.vm_uuid.clone();
     let request = build_request(plan, uuid.as_deref().unwrap_or_default());
     match outcome {

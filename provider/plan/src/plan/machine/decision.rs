@@ -56,6 +56,10 @@ impl Action {
             Self::Read(Read::Node(_)) => "read the Node",
             Self::Read(Read::AddressContext { .. }) => "read the address context",
             Self::Read(Read::Prepare) => "plan the VM",
+            Self::Read(Read::Claims { .. }) => "read the IP address claims",
+            Self::Read(Read::Subnets { .. }) => "read the subnets' IPAM",
+            Self::Send(Change::CreateClaims { .. }) => "create IP address claims",
+            Self::Send(Change::ReleaseClaims) => "release the IP address claims",
             Self::Send(Change::ReserveUuid) => "reserve a UUID",
             Self::Send(Change::Create { .. }) => "send the create",
             Self::Send(Change::FollowUp { .. }) => "send the follow-up",
@@ -89,6 +93,10 @@ pub enum Read {
     AddressContext { primary_subnet: Option<String> },
     /// Secrets, lookups and the VM plan → `prepared`.
     Prepare,
+    /// The claims named (by NIC index), each with the `IPAddress` it is bound to → `claims`.
+    Claims { names: BTreeMap<usize, String> },
+    /// Whether Prism manages each subnet's addresses, and its CIDR → `subnets`.
+    Subnets { uuids: Vec<String> },
 }
 
 /// Which slot a listing fills.
@@ -148,6 +156,13 @@ pub enum Change {
         node: String,
         provider_id: String,
     },
+    /// Creates these claims; one that exists already is success → `claims_created`.
+    CreateClaims {
+        claims: Vec<crate::api::ipam::IPAddressClaim>,
+    },
+    /// Deletes the claims the Machine controls and removes their protection finalizer →
+    /// `claims_released`.
+    ReleaseClaims,
 }
 
 /// An event on the Machine.

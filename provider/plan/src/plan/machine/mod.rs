@@ -12,6 +12,7 @@
 
 pub mod addresses;
 pub mod drain;
+pub mod ipam;
 pub mod lifecycle;
 pub mod networks;
 pub mod node_link;

@@ -2,6 +2,7 @@
 //! and sent so far, and the clock. Everything is a typed value the executor filled in; nothing
 //! here is a Prism or Kubernetes error.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
@@ -12,6 +13,7 @@ use prism_types::v3::Vm;
 
 use crate::api::{Machine, NutanixMachineProviderStatus};
 use crate::plan::machine::drain::drained_at;
+use crate::plan::machine::ipam::{ClaimReading, IpPoolError, PoolRef, machine_ip_pools};
 use crate::plan::machine::lifecycle::{Intervals, MachineState};
 use crate::plan::machine::provision::{DeployCandidate, secure_boot_customized};
 use crate::plan::vm::VmPlan;
@@ -76,6 +78,9 @@ pub struct MachineFacts {
     /// The `errorMessage` for a Windows join the join reconciler reported timed out
     /// ([`timed_out_join`]).
     pub join_timed_out: Option<String>,
+    /// The IP pools of its NICs ([`crate::api::IP_POOL_ANNOTATION`]); `None` without the
+    /// annotation.
+    pub ip_pools: Option<Result<Vec<Option<PoolRef>>, IpPoolError>>,
 }
 
 impl MachineFacts {
@@ -103,6 +108,7 @@ impl MachineFacts {
                 .and_then(Result::ok)
                 .is_some_and(|config| secure_boot_customized(&config)),
             join_timed_out: timed_out_join(machine, provider_status),
+            ip_pools: machine_ip_pools(machine),
         }
     }
 }
@@ -152,6 +158,14 @@ pub struct Seen {
     pub address_context: Option<AddressContext>,
     pub node_deleted: bool,
     pub node_provider_id_set: bool,
+    /// The Machine's IP address claims by NIC index, each with its bound address.
+    pub claims: Option<BTreeMap<usize, ClaimReading>>,
+    /// The missing claims were created (or found made by an earlier attempt).
+    pub claims_created: bool,
+    /// The plan's subnets in NIC order, each with the CIDR Prism manages (`None`: unmanaged).
+    pub subnets: Option<Vec<(String, Option<ipnet::IpNet>)>>,
+    /// The Machine's claims were released.
+    pub claims_released: bool,
 }
 
 /// Whether the Prism connection (credentials, endpoint) could be made.

@@ -129,6 +129,16 @@ struct World {
     drain: DrainProgress,
     counter: u32,
     log: Vec<String>,
+    /// IP address claims by name, as the API server holds them.
+    claims: BTreeMap<String, crate::api::ipam::IPAddressClaim>,
+    /// Free addresses of the pool, handed out in order by [`World::bind`].
+    pool: VecDeque<&'static str>,
+    /// The CIDR Prism manages on the subnet (`None`: unmanaged).
+    subnet_cidr: Option<ipnet::IpNet>,
+    /// The addresses the creates asked Prism to assign.
+    assigned: Vec<Value>,
+    /// The pool's IPAM controller binds a claim before it is next read.
+    auto_bind: bool,
 }
 
 impl World {
@@ -157,7 +167,52 @@ impl World {
             drain: DrainProgress::Done,
             counter: 0,
             log: Vec::new(),
+            claims: BTreeMap::new(),
+            pool: VecDeque::new(),
+            subnet_cidr: Some("10.0.0.0/24".parse().unwrap()),
+            assigned: Vec::new(),
+            auto_bind: false,
         }
+    }
+
+    /// The Machine takes its address from pool `workers`, which holds `free`.
+    fn with_pool(mut self, free: &[&'static str]) -> Self {
+        self.machine["metadata"]["annotations"] = json!({
+            crate::api::IP_POOL_ANNOTATION: "ipam.cluster.x-k8s.io/InClusterIPPool/workers"
+        });
+        self.pool = free.iter().copied().collect();
+        self
+    }
+
+    /// The pool's IPAM controller binds each unbound claim while it has addresses.
+    fn bind(&mut self) {
+        for claim in self.claims.values_mut() {
+            let status = claim.status.get_or_insert_with(Default::default);
+            if status.address_ref.is_none()
+                && let Some(_) = self.pool.front()
+            {
+                status.address_ref = Some(k8s_openapi::api::core::v1::LocalObjectReference {
+                    name: claim.metadata.name.clone().unwrap(),
+                });
+            }
+        }
+    }
+
+    fn address_of(&self, name: &str) -> Option<crate::api::ipam::IPAddress> {
+        let claim = self.claims.get(name)?;
+        claim.status.as_ref()?.address_ref.as_ref()?;
+        let ip = self.pool.front().copied()?;
+        Some(crate::api::ipam::IPAddress {
+            metadata: Default::default(),
+            spec: crate::api::ipam::IpAddressSpec {
+                claim_ref: Default::default(),
+                pool_ref: claim.spec.pool_ref.clone(),
+                address: ip.into(),
+                prefix: 24,
+                gateway: Some("10.0.0.1".into()),
+                extra: Default::default(),
+            },
+        })
     }
 
     fn stored(&self) -> Machine {
@@ -282,6 +337,8 @@ impl World {
             Read::Node(_) => "node".into(),
             Read::AddressContext { .. } => "addresses".into(),
             Read::Prepare => "prepare".into(),
+            Read::Claims { .. } => "claims".into(),
+            Read::Subnets { .. } => "subnets".into(),
         });
         self.log.retain(|step| !step.is_empty());
         match read {
@@ -301,6 +358,29 @@ impl World {
             Read::Node(_) => seen.node = Some(None),
             Read::AddressContext { .. } => seen.address_context = Some(AddressContext::default()),
             Read::Prepare => seen.prepared = Some(self.prepared.clone()),
+            Read::Claims { names } => {
+                if self.auto_bind {
+                    self.bind();
+                }
+                let readings = names
+                    .iter()
+                    .map(|(nic, name)| {
+                        (
+                            *nic,
+                            crate::plan::machine::ipam::ClaimReading {
+                                claim: self.claims.get(name).cloned(),
+                                address: self.address_of(name),
+                                pool_usage: None,
+                            },
+                        )
+                    })
+                    .collect();
+                seen.claims = Some(readings);
+            }
+            Read::Subnets { uuids } => {
+                let cidr = self.subnet_cidr;
+                seen.subnets = Some(uuids.into_iter().map(|u| (u, cidr)).collect());
+            }
         }
     }
 
@@ -344,6 +424,14 @@ impl World {
                     snapshot.seen.sent = Some(SendOutcome::Conflict("409".into()));
                     return;
                 }
+                let body = request.body_json();
+                let nics = body["spec"]["resources"]["nic_list"]
+                    .as_array()
+                    .or(body["override_spec"]["nic_list"].as_array())
+                    .cloned()
+                    .unwrap_or_default();
+                self.assigned
+                    .extend(nics.iter().map(|nic| nic["ip_endpoint_list"].clone()));
                 let requested = match &*request {
                     VmRequest::Create(body) => body.metadata.uuid.clone(),
                     VmRequest::Clone { body, .. } => {
@@ -402,6 +490,19 @@ impl World {
             Change::NodeProviderId { .. } => {
                 self.log.push("node providerID".into());
                 seen.node_provider_id_set = true;
+            }
+            Change::CreateClaims { claims } => {
+                self.log.push("create claims".into());
+                for claim in claims {
+                    let name = claim.metadata.name.clone().unwrap();
+                    self.claims.entry(name).or_insert(claim);
+                }
+                seen.claims_created = true;
+            }
+            Change::ReleaseClaims => {
+                self.log.push("release claims".into());
+                self.claims.clear();
+                seen.claims_released = true;
             }
         }
     }
@@ -1771,4 +1872,193 @@ fn a_failed_create_is_read_at_the_first_look_once_successful_creates_have_ended(
     let (steps, outcome) = failed_at_once(None);
     assert_eq!(steps, strings(&["env", "list Task"]));
     assert_eq!(outcome.next, Some(Next::Requeue(Intervals::default().poll)));
+}
+
+fn ip_claimed(world: &World) -> Option<(String, String)> {
+    world
+        .status()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "IPAddressClaimed")
+        .map(|c| (c.reason.clone(), c.message.clone()))
+}
+
+#[test]
+fn a_machine_with_a_pool_claims_first_waits_for_the_bind_then_creates_with_the_address() {
+    let mut world = World::new("image").with_pool(&["10.0.0.21"]);
+    world.link_node();
+    world.reconcile();
+    world.reconcile();
+    let (steps, outcome) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&[
+            "env",
+            "list Marker",
+            "claims",
+            "create claims",
+            "write status"
+        ]),
+        "the claim comes before anything is asked of Prism for the VM"
+    );
+    assert_eq!(outcome.events, ["WaitingForIPAddress"]);
+    assert_eq!(outcome.next, Some(Next::Requeue(Intervals::default().poll)));
+    assert_eq!(world.claims.len(), 1);
+    assert!(world.claims.contains_key("worker-0-claim-0-0"));
+    let (steps, outcome) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&["env", "list Marker", "claims", "write status"])
+    );
+    assert_eq!(outcome.events, ["WaitingForIPAddress"]);
+    let (reason, message) = ip_claimed(&world).unwrap();
+    assert_eq!(reason, "WaitingForIPAddress");
+    assert!(
+        message.contains("worker-0-claim-0-0 is not bound yet"),
+        "{message}"
+    );
+    let (steps, outcome) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&["env", "list Marker", "claims"]),
+        "no write while it waits"
+    );
+    assert!(outcome.events.is_empty(), "one event per change");
+    assert!(world.vms.is_empty());
+
+    world.bind();
+    let (steps, _) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&[
+            "env",
+            "list Marker",
+            "claims",
+            "prepare",
+            "subnets",
+            "write status",
+            "reserve",
+            "write status",
+            "create",
+            "write status"
+        ]),
+        "the condition turns true before the UUID is reserved"
+    );
+    assert_eq!(
+        world.assigned,
+        [json!([{"ip": "10.0.0.21", "type": "ASSIGNED"}])]
+    );
+    assert_eq!(ip_claimed(&world).unwrap().0, "IPAddressesClaimed");
+    world.tick();
+    world.run_until(6, |w| w.phase() == phase::RUNNING);
+
+    world.delete();
+    world.run_until(12, World::finalized);
+    assert!(world.claims.is_empty(), "the claims go with the Machine");
+    let released = world.log.iter().position(|s| s == "release claims");
+    let finalizer = world.log.iter().rposition(|s| s == "write metadata");
+    assert!(
+        released.is_some() && released < finalizer,
+        "{:?}",
+        world.log
+    );
+}
+
+#[test]
+fn an_exhausted_pool_leaves_the_machine_waiting_with_no_vm() {
+    let mut world = World::new("image").with_pool(&[]);
+    let mut events = Vec::new();
+    for _ in 0..8 {
+        world.bind();
+        events.extend(world.reconcile().events);
+        world.tick();
+    }
+    assert!(world.vms.is_empty());
+    assert_eq!(world.phase(), phase::PROVISIONING);
+    assert_eq!(world.claims.len(), 1);
+    assert_eq!(ip_claimed(&world).unwrap().0, "WaitingForIPAddress");
+    assert_eq!(events, ["WaitingForIPAddress", "WaitingForIPAddress"]);
+}
+
+#[test]
+fn a_controller_stopped_after_any_write_or_send_makes_one_claim_and_one_vm() {
+    for source in ["image", "clone"] {
+        for stop in 1..=8 {
+            for reconcile in 0..5 {
+                let mut world = World::new(source).with_pool(&["10.0.0.21"]);
+                world.auto_bind = true;
+                world.link_node();
+                for _ in 0..reconcile {
+                    world.reconcile();
+                }
+                world.reconcile_until(Some(stop));
+                world.tick();
+                world.run_until(12, |w| {
+                    w.phase() == phase::RUNNING && w.status().pending_follow_up.is_none()
+                });
+                let context = format!("{source}: stopped after {stop} of reconcile {reconcile}");
+                assert_eq!(world.vms.len(), 1, "{context}");
+                assert_eq!(world.claims.len(), 1, "{context}");
+                assert_eq!(
+                    world.assigned,
+                    [json!([{"ip": "10.0.0.21", "type": "ASSIGNED"}])],
+                    "{context}: one create, with the claimed address"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_pool_on_an_unmanaged_subnet_or_a_bad_annotation_fails_the_machine_naming_it() {
+    let mut world = World::new("image").with_pool(&["10.0.0.21"]);
+    world.subnet_cidr = None;
+    world.auto_bind = true;
+    world.run_until(6, |w| w.phase() == phase::FAILED);
+    assert!(world.vms.is_empty());
+    let message = world.machine["status"]["errorMessage"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains(SUBNET) && message.contains("Prism-managed"),
+        "{message}"
+    );
+
+    let mut world = World::new("template").with_pool(&["10.0.0.21"]);
+    world.auto_bind = true;
+    world.run_until(6, |w| w.phase() == phase::FAILED);
+    assert!(world.vms.is_empty());
+
+    let mut world = World::new("image");
+    world.machine["metadata"]["annotations"] =
+        json!({crate::api::IP_POOL_ANNOTATION: "InClusterIPPool/workers"});
+    world.run_until(4, |w| w.phase() == phase::FAILED);
+    let message = world.machine["status"]["errorMessage"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("metadata.annotations[nutanix.machine.openshift.io/ip-pool]"),
+        "{message}"
+    );
+    assert!(world.claims.is_empty());
+}
+
+#[test]
+fn a_machine_deleted_while_it_waits_for_its_address_releases_the_claim_and_makes_no_vm() {
+    let mut world = World::new("image").with_pool(&[]);
+    for _ in 0..4 {
+        world.reconcile();
+    }
+    assert_eq!(world.claims.len(), 1);
+    world.delete();
+    world.run_until(6, World::finalized);
+    assert!(world.claims.is_empty());
+    assert!(world.vms.is_empty());
+    assert!(
+        !world.log.iter().any(|s| s == "reserve" || s == "create"),
+        "{:?}",
+        world.log
+    );
 }

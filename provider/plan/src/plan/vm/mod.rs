@@ -141,6 +141,9 @@ pub struct VmPlan {
     pub source: SourcePlan,
     /// One NIC each, in order; the first is the primary NIC.
     pub subnets: Vec<EntityRef>,
+    /// The address each NIC is given as `ASSIGNED` (static, from an IP pool: see
+    /// `plan::machine::ipam`), by NIC index; a NIC past its end, or `None`, is addressed by Prism.
+    pub assigned_ips: Vec<Option<std::net::Ipv4Addr>>,
     pub num_sockets: u32,
     pub vcpus_per_socket: u32,
     pub memory_mib: u64,

@@ -16,9 +16,9 @@ use std::collections::BTreeMap;
 
 use prism_types::v3::{
     self, AdapterType, BootConfig, BootDeviceKind, DeviceProperties, DeviceType, Disk, DiskAddress,
-    EntityMetadata, Extra, MachineType, Nic, PowerState, StorageConfig, SysprepInstallType,
-    VmCloneInput, VmCloneMetadata, VmCloneOverrideSpec, VmIntentInput, VmResources, VmSpec,
-    VtpmConfig,
+    EntityMetadata, Extra, IpEndpoint, IpEndpointType, MachineType, Nic, PowerState, StorageConfig,
+    SysprepInstallType, VmCloneInput, VmCloneMetadata, VmCloneOverrideSpec, VmIntentInput,
+    VmResources, VmSpec, VtpmConfig,
 };
 use prism_types::v4::{self, GuestCustomizationConfig, TemplateDeployRequest, VmConfigOverride};
 use serde::{Deserialize, Serialize};
@@ -207,11 +207,26 @@ fn deploy_body(plan: &VmPlan, version_id: Option<String>) -> TemplateDeployReque
     }
 }
 
+/// One NIC per subnet; a static address as the NIC's `ASSIGNED` endpoint (prism-go-client
+/// `v3/swagger.json`, `ip_address.type`: "can only be ASSIGNED in the spec").
 fn nics(plan: &VmPlan) -> Vec<Nic> {
     plan.subnets
         .iter()
-        .map(|subnet| Nic {
+        .enumerate()
+        .map(|(index, subnet)| Nic {
             subnet_reference: Some(subnet.reference("subnet")),
+            ip_endpoint_list: plan
+                .assigned_ips
+                .get(index)
+                .copied()
+                .flatten()
+                .map(|ip| IpEndpoint {
+                    ip: Some(ip.to_string()),
+                    endpoint_type: Some(IpEndpointType::Assigned),
+                    extra: Extra::new(),
+                })
+                .into_iter()
+                .collect(),
             ..Nic::default()
         })
         .collect()

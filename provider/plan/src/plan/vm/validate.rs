@@ -343,6 +343,7 @@ impl Validator<'_, '_> {
             cluster: cluster?,
             source: source?,
             subnets: subnets?,
+            assigned_ips: Vec::new(),
             num_sockets: num_sockets?,
             vcpus_per_socket: vcpus_per_socket?,
             memory_mib: mib_floor(memory?),

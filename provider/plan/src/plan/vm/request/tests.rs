@@ -25,6 +25,7 @@ fn plan(source: SourcePlan, boot: BootPlan) -> VmPlan {
             EntityRef::Uuid("subnet-1".into()),
             EntityRef::Name("vlan-20".into()),
         ],
+        assigned_ips: Vec::new(),
         num_sockets: 4,
         vcpus_per_socket: 2,
         memory_mib: 16_384,
@@ -210,6 +211,39 @@ fn clone_takes_the_reserved_uuid_and_defers_the_rest() {
             power_on: true,
             reassert_power: false,
         })
+    );
+}
+
+#[test]
+fn a_static_address_is_the_nics_assigned_endpoint_in_create_and_clone() {
+    let mut create = plan(image(), BootPlan::Default);
+    create.assigned_ips = vec![Some("10.0.0.21".parse().unwrap())];
+    let body = build_request(&create, VM_UUID).body_json();
+    assert_eq!(
+        body["spec"]["resources"]["nic_list"],
+        json!([
+            {"subnet_reference": {"kind": "subnet", "uuid": "subnet-1"},
+             "ip_endpoint_list": [{"ip": "10.0.0.21", "type": "ASSIGNED"}]},
+            {"subnet_reference": {"kind": "subnet", "uuid": "", "name": "vlan-20"}}
+        ])
+    );
+    let mut clone = plan(
+        SourcePlan::Vm {
+            source_vm: EntityRef::Uuid("golden-1".into()),
+            resize_system_disk_mib: None,
+        },
+        BootPlan::FromSource,
+    );
+    clone.assigned_ips = vec![None, Some("10.0.1.5".parse().unwrap())];
+    let body = build_request(&clone, VM_UUID).body_json();
+    assert_eq!(
+        body["override_spec"]["nic_list"][1]["ip_endpoint_list"],
+        json!([{"ip": "10.0.1.5", "type": "ASSIGNED"}])
+    );
+    assert!(
+        body["override_spec"]["nic_list"][0]
+            .get("ip_endpoint_list")
+            .is_none()
     );
 }
 

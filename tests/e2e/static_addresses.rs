@@ -1,0 +1,289 @@
+//! Static addresses from one IP pool (issue 26): Windows and Linux Machines claim their address
+//! from an `InClusterIPPool` served by the sandbox's stand-in of the in-cluster IPAM controller;
+//! every Node's InternalIP is its Machine's claimed address; a pool one address too small leaves
+//! exactly one Machine waiting, with its condition and event; a controller killed between the
+//! claim and the create makes no second claim and no second VM; scaling to 0 releases every claim.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use nutanix_machine_controller::api::{IP_POOL_ANNOTATION, Machine};
+use sandbox::manifests::{LINUX_SET, WINDOWS_IMAGE_SET};
+use sandbox::world::{ControlPlaneChoice, Snapshot, World, provider_condition};
+use serde_json::json;
+
+use crate::support::{TIMEOUT, addresses, options, real_control_plane, start, wait_event};
+
+const POOL: &str = "workers";
+/// 10.40.0.20 to 10.40.0.38: 19 addresses of vm-network, outside prism-mock's DHCP range.
+const FIRST_RANGE: &str = "10.40.0.20-10.40.0.38";
+const PER_SET: i32 = 10;
+
+fn api(world: &World, version: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("ipam.cluster.x-k8s.io", version, kind),
+        plural,
+    );
+    Api::namespaced_with(world.client().clone(), world.namespace(), &resource)
+}
+
+async fn set_pool(world: &World, ranges: &[&str]) {
+    let pools = api(world, "v1alpha2", "InClusterIPPool", "inclusterippools");
+    let pool = json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+        "metadata": {"name": POOL, "namespace": world.namespace()},
+        "spec": {"addresses": ranges, "prefix": 20, "gateway": "10.40.0.1"},
+    });
+    if pools.get_opt(POOL).await.unwrap().is_none() {
+        pools
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(pool).unwrap(),
+            )
+            .await
+            .unwrap();
+    } else {
+        pools
+            .patch(
+                POOL,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"addresses": ranges}})),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// The address bound to each claim, by claim name.
+async fn bound_addresses(world: &World) -> BTreeMap<String, String> {
+    api(world, "v1beta1", "IPAddress", "ipaddresses")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|a| {
+            (
+                a.data["spec"]["claimRef"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+                a.data["spec"]["address"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+async fn claims(world: &World) -> Vec<DynamicObject> {
+    api(world, "v1beta1", "IPAddressClaim", "ipaddressclaims")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+fn waiting(machine: &Machine) -> bool {
+    provider_condition(machine, "IPAddressClaimed")
+        .is_some_and(|(status, reason, _)| status == "False" && reason == "WaitingForIPAddress")
+}
+
+fn static_machines(snapshot: &Snapshot) -> Vec<&Machine> {
+    let mut machines = snapshot.machines_of(WINDOWS_IMAGE_SET);
+    machines.extend(snapshot.machines_of(LINUX_SET));
+    machines
+}
+
+/// Joined Machines, and Machines waiting for an address.
+fn count(snapshot: &Snapshot) -> (usize, Vec<String>) {
+    let machines = static_machines(snapshot);
+    let joined = machines
+        .iter()
+        .filter(|m| snapshot.join_gap(m).is_none())
+        .count();
+    let waiting = machines
+        .iter()
+        .filter(|m| waiting(m))
+        .map(|m| m.name_any())
+        .collect();
+    (joined, waiting)
+}
+
+/// Every joined Machine's Node reports, as its InternalIP, the address bound to the Machine's
+/// claim, and that address is the Machine's first InternalIP.
+fn assert_nodes_have_claimed_addresses(snapshot: &Snapshot, bound: &BTreeMap<String, String>) {
+    let mut seen = BTreeSet::new();
+    for machine in static_machines(snapshot) {
+        if snapshot.join_gap(machine).is_some() {
+            continue;
+        }
+        let name = machine.name_any();
+        let claimed = &bound[&format!("{name}-claim-0-0")];
+        assert_eq!(&addresses(machine, "InternalIP")[0], claimed, "{name}");
+        let node_name = &machine
+            .status
+            .as_ref()
+            .unwrap()
+            .node_ref
+            .as_ref()
+            .unwrap()
+            .name;
+        let node = snapshot.node(node_name.as_deref().unwrap()).unwrap();
+        let node_ips: Vec<&str> = node
+            .status
+            .as_ref()
+            .and_then(|s| s.addresses.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|a| a.type_ == "InternalIP")
+            .map(|a| a.address.as_str())
+            .collect();
+        assert_eq!(node_ips, [claimed.as_str()], "Node of {name}");
+        assert!(seen.insert(claimed.clone()), "{claimed} given twice");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_windows_and_linux_machines_from_one_pool() {
+    static_addresses(start(options("static-addresses")).await).await;
+}
+
+/// The same on the real control plane (the machine-api-operator's MachineSet controller,
+/// webhooks and nodelink; the IPAM CRDs as it ships them), when it is built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_windows_and_linux_machines_from_one_pool_on_the_real_control_plane() {
+    let Some(binaries) = real_control_plane() else {
+        return;
+    };
+    let mut options = options("static-addresses-real");
+    options.control_plane = ControlPlaneChoice::Real(binaries);
+    static_addresses(start(options).await).await;
+}
+
+async fn static_addresses(world: World) {
+    set_pool(&world, &[FIRST_RANGE]).await;
+    let sets: Api<nutanix_machine_controller::api::MachineSet> =
+        Api::namespaced(world.client().clone(), world.namespace());
+    for set in [WINDOWS_IMAGE_SET, LINUX_SET] {
+        sets.patch(
+            set,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"metadata": {"annotations": {
+                IP_POOL_ANNOTATION: format!("ipam.cluster.x-k8s.io/InClusterIPPool/{POOL}")
+            }}}}})),
+        )
+        .await
+        .unwrap();
+        world.scale(set, PER_SET).await.unwrap();
+    }
+
+    // 20 Machines, 19 addresses: exactly one waits, with no VM.
+    world.set_label("20 Machines from a pool of 19");
+    let snapshot = world
+        .wait_for(
+            "19 joined, 1 waiting on an exhausted pool",
+            TIMEOUT * 3,
+            |s| {
+                let (joined, waiting) = count(s);
+                let exhausted = waiting.iter().all(|name| {
+                    s.machine(name)
+                        .and_then(|m| provider_condition(m, "IPAddressClaimed"))
+                        .is_some_and(|(_, _, message)| message.contains("is exhausted"))
+                });
+                if joined == 19 && waiting.len() == 1 && exhausted {
+                    Ok(())
+                } else {
+                    Err(format!("{joined} joined, waiting: {waiting:?}"))
+                }
+            },
+        )
+        .await
+        .unwrap();
+    let (_, waiting_now) = count(&snapshot);
+    let stuck = &waiting_now[0];
+    assert!(
+        snapshot.vm(stuck).is_none(),
+        "{stuck} has no VM while it waits"
+    );
+    let (_, _, message) =
+        provider_condition(snapshot.machine(stuck).unwrap(), "IPAddressClaimed").unwrap();
+    assert!(
+        message.contains(&format!("{stuck}-claim-0-0")) && message.contains(POOL),
+        "{message}"
+    );
+    wait_event(&world, stuck, "WaitingForIPAddress", "Warning").await;
+    assert_nodes_have_claimed_addresses(&snapshot, &bound_addresses(&world).await);
+
+    // One more address: the waiting Machine goes on.
+    world.set_label("the pool grows by one");
+    set_pool(&world, &[FIRST_RANGE, "10.40.0.39"]).await;
+    let snapshot = world
+        .wait_until("20 joined", TIMEOUT * 2, |s| {
+            s.set_joined(WINDOWS_IMAGE_SET, 10) && s.set_joined(LINUX_SET, 10)
+        })
+        .await
+        .unwrap();
+    assert_nodes_have_claimed_addresses(&snapshot, &bound_addresses(&world).await);
+    assert_eq!(snapshot.vms.len(), 20);
+
+    // A controller killed between the claim and the create: the pool is full, so the new
+    // Machine's claim stays unbound; the controller dies; the pool grows; a new controller
+    // finds the claim it made and makes one VM.
+    world.set_label("a crash between claim and create");
+    world.scale(LINUX_SET, PER_SET + 1).await.unwrap();
+    let snapshot = world
+        .wait_until("the 21st Machine waits", TIMEOUT, |s| count(s).1.len() == 1)
+        .await
+        .unwrap();
+    let late = count(&snapshot).1[0].clone();
+    world.kill_controller().await.unwrap();
+    set_pool(&world, &[FIRST_RANGE, "10.40.0.39-10.40.0.40"]).await;
+    world.restart_controller().await.unwrap();
+    world
+        .wait_until("21 joined", TIMEOUT * 2, |s| s.set_joined(LINUX_SET, 11))
+        .await
+        .unwrap();
+    let mine: Vec<String> = claims(&world)
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .filter(|n| n.starts_with(&format!("{late}-")))
+        .collect();
+    assert_eq!(mine, [format!("{late}-claim-0-0")], "one claim");
+    assert_eq!(
+        world
+            .admin()
+            .vms()
+            .iter()
+            .filter(|vm| vm.name == late)
+            .count(),
+        1,
+        "one VM"
+    );
+
+    // Scaled to 0: every claim and address is released.
+    world.set_label("everything → 0");
+    world.scale(WINDOWS_IMAGE_SET, 0).await.unwrap();
+    world.scale(LINUX_SET, 0).await.unwrap();
+    world
+        .wait_until("no Machine, no VM", TIMEOUT * 2, |s| {
+            static_machines(s).is_empty() && s.vms.is_empty()
+        })
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while !claims(&world).await.is_empty() || !bound_addresses(&world).await.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "claims left: {:?}",
+            claims(&world)
+                .await
+                .iter()
+                .map(ResourceExt::name_any)
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    world.shutdown().await;
+}
