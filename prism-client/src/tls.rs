@@ -13,6 +13,19 @@ use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 use crate::config::CaBundle;
 use crate::error::ConfigError;
 
+/// The file the system roots are read from when a client is built: `SSL_CERT_FILE`, else the
+/// first bundle of the usual places that exists (rustls-native-certs reads exactly this, through
+/// openssl-probe: `load_native_certs`). On OpenShift the machine-api-operator mounts the
+/// cluster's trusted CA bundle there (`/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem`,
+/// openshift/machine-api-operator `pkg/operator/sync.go`), and the kubelet replaces it when the
+/// ConfigMap changes: whoever wants new roots watches this file and builds new clients. `None`
+/// when the roots come from a directory only (`SSL_CERT_DIR`) or from nowhere.
+pub fn system_roots_file() -> Option<std::path::PathBuf> {
+    std::env::var_os("SSL_CERT_FILE")
+        .map(std::path::PathBuf::from)
+        .or_else(|| openssl_probe::probe().cert_file)
+}
+
 /// Builds the TLS configuration. With `insecure`, any server certificate is accepted (signatures are still
 /// checked, so the handshake itself stays sound) and a warning is logged.
 pub(crate) fn client_config(

@@ -334,6 +334,52 @@ async fn a_changed_ca_file_is_trusted_without_a_restart() {
     assert!(Arc::ptr_eq(&trusted, &kept));
 }
 
+/// OpenShift's trusted CA bundle reaches the controller as the system roots' file (the
+/// machine-api-operator mounts it where the image's bundle is); a change of that file gives new
+/// clients, which load the roots again, without a restart.
+#[tokio::test]
+async fn a_changed_system_bundle_gives_new_clients_and_keeps_the_caches() {
+    let mock = MockPrism::start(MockConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let system = dir.path().join("tls-ca-bundle.pem");
+    std::fs::write(&system, "# the image's public roots\n").unwrap();
+    let actuator = Actuator::new(
+        ActuatorSettings {
+            ca_file: None,
+            system_ca_file: Some(system.clone()),
+            ca_recheck: Duration::ZERO,
+            insecure: true,
+            ..ActuatorSettings::default()
+        },
+        None,
+    );
+    let credentials = PrismCredentials::new("admin", "mock-password");
+    let connect = || {
+        actuator
+            .connection(mock.base_url(), "ns/credentials", &credentials)
+            .unwrap()
+    };
+    let first = connect();
+    assert!(
+        Arc::ptr_eq(&first, &connect()),
+        "nothing changed: the same client"
+    );
+    std::fs::write(
+        &system,
+        "# the image's public roots and the cluster's proxy CA\n",
+    )
+    .unwrap();
+    let second = connect();
+    assert!(!Arc::ptr_eq(&first, &second), "a new client");
+    assert!(
+        Arc::ptr_eq(&first.lookups, &second.lookups),
+        "the caches are kept"
+    );
+    // A bundle gone after a good read keeps the last one: no new client.
+    std::fs::remove_file(&system).unwrap();
+    assert!(Arc::ptr_eq(&second, &connect()));
+}
+
 #[tokio::test]
 async fn concurrent_lookups_of_one_listing_share_one_fetch() {
     let f = fixture(ActuatorSettings::default()).await;

@@ -90,6 +90,10 @@ pub struct ActuatorSettings {
     /// which the kubelet updates in place, such as OpenShift's injected trusted CA bundle) is
     /// used without a restart.
     pub ca_recheck: Duration,
+    /// The system roots' bundle (`prism_client::system_roots_file`), read again as often as
+    /// the CA file: when it changes (OpenShift's trusted CA bundle, which the machine-api-operator
+    /// mounts there), new clients load the new roots. `None` watches nothing.
+    pub system_ca_file: Option<PathBuf>,
     /// Accept any Prism certificate (labs only).
     pub insecure: bool,
     /// Accept a plain `http://` endpoint, which sends the credentials in clear text (labs
@@ -116,6 +120,7 @@ impl Default for ActuatorSettings {
         Self {
             ca_file: None,
             ca_recheck: Duration::from_secs(10),
+            system_ca_file: None,
             insecure: false,
             allow_plain_http: false,
             rate_limit: RateLimit::default(),
@@ -144,12 +149,24 @@ pub struct Actuator {
     /// The names the inventories list (set once the controller's Machine cache exists).
     vm_scope: SharedScopeSource,
     prism_centrals: Mutex<HashMap<String, Arc<PrismCentral>>>,
-    /// The CA file as last read.
-    ca: Mutex<Option<CaRead>>,
+    /// The CA file and the system roots' bundle as last read.
+    ca: Mutex<TrustReads>,
+}
+
+/// The trust files as last read.
+#[derive(Debug, Default)]
+struct TrustReads {
+    /// `--prism-ca-file`.
+    extra: Option<CaRead>,
+    /// The system roots' bundle (only its fingerprint matters: the TLS setup reads it itself).
+    system: Option<CaRead>,
 }
 
 /// A CA bundle's fingerprint and PEM text.
 type CaPem = (u64, Arc<Vec<u8>>);
+
+/// What clients are built with: the fingerprint of every trust file, and the CA file's PEM.
+type Trust = (u64, Option<Arc<Vec<u8>>>);
 
 /// The CA file's content as read at `at`.
 #[derive(Debug)]
@@ -198,7 +215,7 @@ impl Actuator {
             inventory_orphans: None,
             vm_scope: SharedScopeSource::default(),
             prism_centrals: Mutex::new(HashMap::new()),
-            ca: Mutex::new(None),
+            ca: Mutex::new(TrustReads::default()),
         }
     }
 
@@ -285,45 +302,42 @@ impl Actuator {
         Ok(connection)
     }
 
-    /// The CA file's content (`None` without `--prism-ca-file`), read again after
-    /// `ca_recheck`. A read that fails after a good one keeps the good one (the kubelet swaps a
-    /// mounted ConfigMap's files by a symlink, never leaving a half-written file, so a failure
-    /// is the file going away, which must not cut every Machine off Prism).
-    fn current_ca(&self) -> Result<Option<CaPem>, ConfigError> {
-        let Some(path) = &self.settings.ca_file else {
-            return Ok(None);
+    /// The trust the clients are built with: a fingerprint of the CA file and the system roots'
+    /// bundle together, and the CA file's content (`None` without `--prism-ca-file`), each read
+    /// again after `ca_recheck`. A read that fails after a good one keeps the good one (the
+    /// kubelet swaps a mounted ConfigMap's files by a symlink, never leaving a half-written file,
+    /// so a failure is the file going away, which must not cut every Machine off Prism).
+    fn current_ca(&self) -> Result<Trust, ConfigError> {
+        let mut reads = self.ca.lock().unwrap_or_else(PoisonError::into_inner);
+        let recheck = self.settings.ca_recheck;
+        let extra = match &self.settings.ca_file {
+            Some(path) => Some(
+                reread(&mut reads.extra, path, recheck, "the Prism Central CA file").map_err(
+                    |source| ConfigError::CaBundleUnreadable {
+                        path: path.display().to_string(),
+                        source,
+                    },
+                )?,
+            ),
+            None => None,
         };
-        let mut ca = self.ca.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(read) = ca.as_ref()
-            && read.at.elapsed() < self.settings.ca_recheck
-        {
-            return Ok(Some((read.fingerprint, read.pem.clone())));
-        }
-        match std::fs::read(path) {
-            Ok(pem) => {
-                let mut hasher = DefaultHasher::new();
-                pem.hash(&mut hasher);
-                let read = CaRead {
-                    at: Instant::now(),
-                    fingerprint: hasher.finish(),
-                    pem: Arc::new(pem),
-                };
-                let current = (read.fingerprint, read.pem.clone());
-                *ca = Some(read);
-                Ok(Some(current))
-            }
-            Err(error) => match ca.as_mut() {
-                Some(read) => {
-                    tracing::warn!(path = %path.display(), %error, "the Prism Central CA file cannot be read: the last one read is kept");
-                    read.at = Instant::now();
-                    Ok(Some((read.fingerprint, read.pem.clone())))
-                }
-                None => Err(ConfigError::CaBundleUnreadable {
-                    path: path.display().to_string(),
-                    source: error,
-                }),
-            },
-        }
+        // The system bundle may be absent (roots from a directory, or none): nothing to watch.
+        let system = self.settings.system_ca_file.as_ref().and_then(|path| {
+            reread(&mut reads.system, path, recheck, "the system CA bundle")
+                .ok()
+                .map(|(fingerprint, _)| fingerprint)
+        });
+        let mut hasher = DefaultHasher::new();
+        extra
+            .as_ref()
+            .map(|(fingerprint, _)| *fingerprint)
+            .hash(&mut hasher);
+        system.hash(&mut hasher);
+        let fingerprint = match (&extra, system) {
+            (None, None) => 0,
+            _ => hasher.finish(),
+        };
+        Ok((fingerprint, extra.map(|(_, pem)| pem)))
     }
 
     /// A client of `endpoint` with `credentials`, trusting `ca`.
@@ -358,8 +372,7 @@ impl Actuator {
         endpoint: &str,
         credentials: &PrismCredentials,
     ) -> Result<Arc<PrismCentral>, ConfigError> {
-        let ca = self.current_ca()?;
-        let ca_fingerprint = ca.as_ref().map_or(0, |(fingerprint, _)| *fingerprint);
+        let (ca_fingerprint, ca) = self.current_ca()?;
         let mut prism_centrals = self
             .prism_centrals
             .lock()
@@ -370,8 +383,7 @@ impl Actuator {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             if base.0 != ca_fingerprint {
-                let client =
-                    self.base_client(endpoint, credentials, ca.as_ref().map(|(_, pem)| pem))?;
+                let client = self.base_client(endpoint, credentials, ca.as_ref())?;
                 *base = (ca_fingerprint, client);
                 prism_central
                     .connections
@@ -380,12 +392,12 @@ impl Actuator {
                     .clear();
                 tracing::info!(
                     endpoint,
-                    "the Prism Central CA bundle changed: connections use the new one"
+                    "the Prism Central CA bundle or the system roots changed: connections use the new ones"
                 );
             }
             return Ok(prism_central.clone());
         }
-        let client = self.base_client(endpoint, credentials, ca.as_ref().map(|(_, pem)| pem))?;
+        let client = self.base_client(endpoint, credentials, ca.as_ref())?;
         let prism_central = Arc::new(PrismCentral {
             base: Mutex::new((ca_fingerprint, client)),
             inventory: Inventory::new(
@@ -416,6 +428,43 @@ impl Actuator {
         });
         prism_centrals.insert(endpoint.to_owned(), prism_central.clone());
         Ok(prism_central)
+    }
+}
+
+/// `path`'s content and fingerprint, from `last` when read less than `recheck` ago, else read
+/// again; a failed read after a good one keeps the good one (logged as `what`).
+fn reread(
+    last: &mut Option<CaRead>,
+    path: &std::path::Path,
+    recheck: Duration,
+    what: &str,
+) -> Result<CaPem, std::io::Error> {
+    if let Some(read) = last.as_ref()
+        && read.at.elapsed() < recheck
+    {
+        return Ok((read.fingerprint, read.pem.clone()));
+    }
+    match std::fs::read(path) {
+        Ok(pem) => {
+            let mut hasher = DefaultHasher::new();
+            pem.hash(&mut hasher);
+            let read = CaRead {
+                at: Instant::now(),
+                fingerprint: hasher.finish(),
+                pem: Arc::new(pem),
+            };
+            let current = (read.fingerprint, read.pem.clone());
+            *last = Some(read);
+            Ok(current)
+        }
+        Err(error) => match last.as_mut() {
+            Some(read) => {
+                tracing::warn!(path = %path.display(), %error, "{what} cannot be read: the last one read is kept");
+                read.at = Instant::now();
+                Ok((read.fingerprint, read.pem.clone()))
+            }
+            None => Err(error),
+        },
     }
 }
 

@@ -127,6 +127,12 @@ pub async fn kube_config(path: Option<&Path>) -> Result<Config, RuntimeError> {
 pub fn actuator_settings(prism: &PrismArgs) -> ActuatorSettings {
     ActuatorSettings {
         ca_file: prism.prism_ca_file.clone(),
+        // Nothing to watch when no certificate is checked.
+        system_ca_file: if prism.insecure_skip_tls_verify {
+            None
+        } else {
+            prism_client::system_roots_file()
+        },
         insecure: prism.insecure_skip_tls_verify,
         allow_plain_http: prism.prism_allow_plain_http,
         rate_limit: RateLimit {
