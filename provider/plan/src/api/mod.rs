@@ -22,13 +22,13 @@ pub use machine::{
     ProviderSpec,
 };
 pub use provider::{
-    BootType, DeletionSent, DiskAdapterType, DiskDeviceType, DiskMode, GpuIdentifierType,
-    GuestCustomizationSpec, GuestCustomizationType, IdentifierType, ImageKind, NutanixCategory,
-    NutanixFailureDomainReference, NutanixGpu, NutanixMachineProviderConfig,
+    BootType, DeletionSent, DiskAdapterType, DiskDeviceType, DiskMode, FieldShape,
+    GpuIdentifierType, GuestCustomizationSpec, GuestCustomizationType, IdentifierType, ImageKind,
+    NutanixCategory, NutanixFailureDomainReference, NutanixGpu, NutanixMachineProviderConfig,
     NutanixMachineProviderStatus, NutanixResourceIdentifier, NutanixStorageResourceIdentifier,
     NutanixVmDisk, NutanixVmDiskDeviceProperties, NutanixVmStorageConfig, PROVIDER_API_VERSION,
-    PROVIDER_CONFIG_KIND, PROVIDER_SPEC_FIELDS, PROVIDER_STATUS_KIND, ParseError, PendingTask,
-    TaskOperation,
+    PROVIDER_CONFIG_KIND, PROVIDER_SPEC_FIELDS, PROVIDER_SPEC_NESTED, PROVIDER_STATUS_KIND,
+    ParseError, PendingTask, TaskOperation,
 };
 
 /// Label that marks a Windows Machine (read by WMCO and by us).

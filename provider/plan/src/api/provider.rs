@@ -29,6 +29,99 @@ pub const PROVIDER_CONFIG_KIND: &str = "NutanixMachineProviderConfig";
 /// kind of the provider status.
 pub const PROVIDER_STATUS_KIND: &str = "NutanixMachineProviderStatus";
 
+/// The JSON shape of an object inside `NutanixMachineProviderConfig`, as far as its field names
+/// go: what a misspelt nested field is checked against (`plan::vm::validate`).
+#[derive(Debug)]
+pub enum FieldShape {
+    /// An object with these fields (name, shape of its value).
+    Object(&'static [(&'static str, FieldShape)]),
+    /// A list of items of one shape.
+    List(&'static FieldShape),
+    /// A value whose inside is not checked (a string, a number, a quantity).
+    Value,
+}
+
+/// `NutanixResourceIdentifier` (openshift/api `machine/v1/types_nutanixprovider.go`).
+const IDENTIFIER: FieldShape = FieldShape::Object(&[
+    ("type", FieldShape::Value),
+    ("uuid", FieldShape::Value),
+    ("name", FieldShape::Value),
+]);
+/// `corev1.LocalObjectReference`.
+const LOCAL_REFERENCE: FieldShape = FieldShape::Object(&[("name", FieldShape::Value)]);
+
+/// The objects inside `spec.providerSpec.value`, field by field, by their top-level field: the
+/// upstream type's JSON names (openshift/api `machine/v1/types_nutanixprovider.go`:
+/// `NutanixResourceIdentifier`, `NutanixCategory`, `NutanixGPU`, `NutanixVMDisk` with its
+/// `NutanixVMDiskDeviceProperties` and `NutanixVMStorageConfig`, `NutanixStorageResourceIdentifier`,
+/// `NutanixFailureDomainReference`), and our `guestCustomization`. Top-level fields of plain
+/// values are not listed.
+pub const PROVIDER_SPEC_NESTED: [(&str, FieldShape); 12] = [
+    ("cluster", IDENTIFIER),
+    ("image", IDENTIFIER),
+    ("project", IDENTIFIER),
+    ("subnets", FieldShape::List(&IDENTIFIER)),
+    (
+        "categories",
+        FieldShape::List(&FieldShape::Object(&[
+            ("key", FieldShape::Value),
+            ("value", FieldShape::Value),
+        ])),
+    ),
+    (
+        "gpus",
+        FieldShape::List(&FieldShape::Object(&[
+            ("type", FieldShape::Value),
+            ("deviceID", FieldShape::Value),
+            ("name", FieldShape::Value),
+        ])),
+    ),
+    (
+        "dataDisks",
+        FieldShape::List(&FieldShape::Object(&[
+            ("diskSize", FieldShape::Value),
+            (
+                "deviceProperties",
+                FieldShape::Object(&[
+                    ("deviceType", FieldShape::Value),
+                    ("adapterType", FieldShape::Value),
+                    ("deviceIndex", FieldShape::Value),
+                ]),
+            ),
+            (
+                "storageConfig",
+                FieldShape::Object(&[
+                    ("diskMode", FieldShape::Value),
+                    (
+                        "storageContainer",
+                        FieldShape::Object(&[
+                            ("type", FieldShape::Value),
+                            ("uuid", FieldShape::Value),
+                        ]),
+                    ),
+                ]),
+            ),
+            ("dataSource", IDENTIFIER),
+        ])),
+    ),
+    ("userDataSecret", LOCAL_REFERENCE),
+    ("credentialsSecret", LOCAL_REFERENCE),
+    (
+        "failureDomain",
+        FieldShape::Object(&[("name", FieldShape::Value)]),
+    ),
+    (
+        "guestCustomization",
+        FieldShape::Object(&[
+            ("type", FieldShape::Value),
+            ("timeZone", FieldShape::Value),
+            ("adminPasswordSecret", LOCAL_REFERENCE),
+        ]),
+    ),
+    // The installers' `metadata` is an ObjectMeta: its fields are not the provider's to judge.
+    ("metadata", FieldShape::Value),
+];
+
 /// The fields of `spec.providerSpec.value` that [`NutanixMachineProviderConfig`] reads: the
 /// upstream type's JSON names (openshift/api `machine/v1/types_nutanixprovider.go`), the
 /// `metadata` installers write, and our `imageKind` and `guestCustomization`. Any other field is

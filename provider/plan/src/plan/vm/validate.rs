@@ -29,10 +29,10 @@ use super::{
 use crate::api::quantity::{GIB, mib_floor, quantity_bytes};
 use crate::api::{
     AnnotatedChoices, BootType, CLUSTER_ID_LABEL, DiskAdapterType, DiskDeviceType, DiskMode,
-    GUEST_CUSTOMIZATION_ANNOTATION, GpuIdentifierType, GuestCustomizationType,
+    FieldShape, GUEST_CUSTOMIZATION_ANNOTATION, GpuIdentifierType, GuestCustomizationType,
     IMAGE_KIND_ANNOTATION, IdentifierType, ImageKind, KNOWN_ANNOTATIONS, Machine, NutanixGpu,
     NutanixMachineProviderConfig, NutanixResourceIdentifier, NutanixVmDisk, PROVIDER_SPEC_FIELDS,
-    SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, SYSPREP_TIME_ZONE_ANNOTATION,
+    PROVIDER_SPEC_NESTED, SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, SYSPREP_TIME_ZONE_ANNOTATION,
     SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION, VTPM_ANNOTATION, VtpmChoice, unknown_annotations,
 };
 
@@ -198,6 +198,27 @@ fn unknown_key_warnings(machine: &Machine) -> Vec<String> {
                 field = quoted(field)
             )
         });
+    let mut nested = Vec::new();
+    if let Some(spec) = machine
+        .spec
+        .provider_spec
+        .value
+        .as_ref()
+        .and_then(serde_json::Value::as_object)
+    {
+        for (field, shape) in &PROVIDER_SPEC_NESTED {
+            if let Some(value) = spec.get(*field) {
+                unknown_nested(value, shape, &format!("providerSpec.{field}"), &mut nested);
+            }
+        }
+    }
+    let nested = nested.into_iter().map(|path| {
+        format!(
+            "{path} is not a field of NutanixMachineProviderConfig: it is ignored (check its spelling)",
+            path = quoted(&path)
+        )
+    });
+    let fields = fields.chain(nested);
     let known = KNOWN_ANNOTATIONS.join(", ");
     let annotations = unknown_annotations(machine.metadata.annotations.as_ref())
         .into_iter()
@@ -208,6 +229,34 @@ fn unknown_key_warnings(machine: &Machine) -> Vec<String> {
             )
         });
     fields.chain(annotations).collect()
+}
+
+/// The paths of the fields inside `value` (at `path`) that `shape` does not have.
+fn unknown_nested(
+    value: &serde_json::Value,
+    shape: &FieldShape,
+    path: &str,
+    out: &mut Vec<String>,
+) {
+    match (shape, value) {
+        (FieldShape::Object(fields), serde_json::Value::Object(object)) => {
+            for (key, inner) in object {
+                match fields.iter().find(|(name, _)| name == key) {
+                    Some((_, inner_shape)) => {
+                        unknown_nested(inner, inner_shape, &format!("{path}.{key}"), out);
+                    }
+                    None => out.push(format!("{path}.{key}")),
+                }
+            }
+        }
+        (FieldShape::List(item), serde_json::Value::Array(items)) => {
+            for (index, inner) in items.iter().enumerate() {
+                unknown_nested(inner, item, &format!("{path}[{index}]"), out);
+            }
+        }
+        // A value of another type is the parser's to refuse, with its own error.
+        _ => {}
+    }
 }
 
 /// Warnings for our choices written in `providerSpec`: the machine-api-operator's webhook drops

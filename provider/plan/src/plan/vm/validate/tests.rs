@@ -1636,6 +1636,34 @@ fn unread_user_data_is_unresolved_for_the_controller_and_not_checked_for_validat
     );
 }
 
+/// A misspelt field inside the spec's objects is warned about too, with its path; every field
+/// the upstream types have passes (the documented Windows case has some of each).
+#[test]
+fn unknown_nested_fields_are_warned_about_with_their_path() {
+    let mut case = Case::windows();
+    case.set("/cluster/nmae", json!("pe-1"))
+        .set("/subnets/0/uiid", json!("x"))
+        .set(
+            "/dataDisks",
+            json!([{"diskSize": "10Gi",
+                    "deviceProperties": {"deviceType": "Disk", "adapterType": "SCSI", "deviceIndex": 1},
+                    "storageConfig": {"diskMode": "Standard", "storageContainer": {"type": "uuid", "uuid": "0005b0f1-8f43-a0f2-02b7-3cecef193712", "name": "n"}},
+                    "dataSorce": {"type": "name", "name": "img"}}]),
+        )
+        .set("/userDataSecret/nmae", json!("w"));
+    let plan = case.plan().unwrap();
+    assert_eq!(
+        plan.warnings,
+        [
+            "providerSpec.cluster.nmae is not a field of NutanixMachineProviderConfig: it is ignored (check its spelling)",
+            "providerSpec.subnets[0].uiid is not a field of NutanixMachineProviderConfig: it is ignored (check its spelling)",
+            "providerSpec.dataDisks[0].storageConfig.storageContainer.name is not a field of NutanixMachineProviderConfig: it is ignored (check its spelling)",
+            "providerSpec.dataDisks[0].dataSorce is not a field of NutanixMachineProviderConfig: it is ignored (check its spelling)",
+            "providerSpec.userDataSecret.nmae is not a field of NutanixMachineProviderConfig: it is ignored (check its spelling)",
+        ]
+    );
+}
+
 /// A misspelt providerSpec field or annotation is ignored by the provider: it is warned about,
 /// not passed over in silence.
 #[test]
