@@ -259,6 +259,27 @@ async fn doctor_finds_each_planted_fault_and_nothing_on_a_healthy_sandbox() {
         .await
         .unwrap();
 
+    // A static-address pool annotation the controller would refuse.
+    let mut pooled = serde_json::to_value(sets.get(WINDOWS_IMAGE_SET).await.unwrap()).unwrap();
+    pooled["metadata"] = json!({"name": "doctor-pool", "namespace": namespace});
+    pooled["spec"]["replicas"] = json!(0);
+    pooled["spec"]["template"]["metadata"]["annotations"]["nutanix.machine.openshift.io/ip-pool"] =
+        json!("workers");
+    sets.create(
+        &PostParams::default(),
+        &serde_json::from_value(pooled).unwrap(),
+    )
+    .await
+    .unwrap();
+    let report = check(
+        &[finding("machineset", "error", "MachineSet/doctor-pool")],
+        2,
+    );
+    assert!(report.to_string().contains("ip-pool"), "{report:#}");
+    sets.delete("doctor-pool", &DeleteParams::default())
+        .await
+        .unwrap();
+
     // A MachineHealthCheck over the Windows Machines with the default 10 minutes.
     let checks = dynamic(
         &world,

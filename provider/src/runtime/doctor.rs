@@ -20,6 +20,7 @@ use super::validate::PrismUnusable;
 use crate::actuator::credentials::{CREDENTIALS_KEY, PrismCredentials};
 use crate::actuator::infrastructure::parse_infrastructure;
 use crate::actuator::{Actuator, Connection};
+use crate::api::IP_POOL_ANNOTATION;
 use crate::api::MachineSet;
 use crate::controller::provision::{USER_DATA_KEY, random_admin_password, resolve_and_plan};
 use crate::metrics::Metrics;
@@ -28,6 +29,7 @@ use crate::plan::doctor::{
     Finding, HealthCheckFacts, MachineSetFacts, PrismReach, Read, Report, SecretShape, Severity,
     SubnetFacts, SubnetUsage, WINDOWS_USER_DATA_SECRET, WMCO_NAMESPACE, examine,
 };
+use crate::plan::machine::ipam::{PoolRef, StaticAddressError, check_nic_count, machine_ip_pools};
 use crate::plan::vm::EntityRef;
 use crate::plan::vm::resolve::FailureDomain;
 use crate::plan::vm::secret::UserData;
@@ -469,10 +471,12 @@ async fn prism_facts(
         Err(why) => return (PrismReach::NotTried(why), Read::Found(facts), Vec::new()),
     };
     let mut reach = None;
-    // Subnet UUID → (name, the sets using it), in the order first seen.
+    // Subnet UUID → the sets using it.
     let mut subnets: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // (set index, NIC, subnet UUID, pool) of every NIC that takes a static address.
+    let mut static_nics: Vec<(usize, usize, String, PoolRef)> = Vec::new();
     let mut subnet_connection = None;
-    for (set, fact) in sets.into_iter().zip(facts.iter_mut()) {
+    for (index, (set, fact)) in sets.into_iter().zip(facts.iter_mut()).enumerate() {
         let Some(Ok(config)) = set.provider_config() else {
             // A providerSpec that does not parse: the plan says why, without Prism.
             let machine = preview_machine(set);
@@ -545,7 +549,27 @@ async fn prism_facts(
                                 .push(fact.name.clone());
                         }
                     }
-                    Ok(plan.warnings)
+                    // Static addresses: what the controller checks before it claims any.
+                    match machine_ip_pools(&machine).map(|pools| {
+                        pools.and_then(|pools| {
+                            check_nic_count(&pools, plan.subnets.len()).map(|()| pools)
+                        })
+                    }) {
+                        None => Ok(plan.warnings),
+                        Some(Err(error)) => Err(vec![format!(
+                            "metadata.annotations[{IP_POOL_ANNOTATION}]: {error}"
+                        )]),
+                        Some(Ok(pools)) => {
+                            for (nic, pool) in pools.into_iter().enumerate() {
+                                if let (Some(pool), Some(EntityRef::Uuid(uuid))) =
+                                    (pool, plan.subnets.get(nic))
+                                {
+                                    static_nics.push((index, nic, uuid.clone(), pool));
+                                }
+                            }
+                            Ok(plan.warnings)
+                        }
+                    }
                 }
                 Err(errors) => Err(errors.lines().collect()),
             },
@@ -553,9 +577,10 @@ async fn prism_facts(
         subnet_connection.get_or_insert(connection);
     }
     let mut subnet_facts = Vec::new();
+    let mut unmanaged = Vec::new();
     if let Some(connection) = subnet_connection {
         for (uuid, used_by) in subnets {
-            subnet_facts.push(match connection.client().get::<Subnet>(&uuid).await {
+            let fact = match connection.client().get::<Subnet>(&uuid).await {
                 Ok(subnet) => SubnetFacts {
                     name: subnet.name().unwrap_or(&uuid).to_owned(),
                     used_by,
@@ -572,7 +597,30 @@ async fn prism_facts(
                     used_by,
                     usage: SubnetUsage::Unreadable(format!("subnet {uuid}: {error}")),
                 },
-            });
+            };
+            if fact.usage == SubnetUsage::Unmanaged {
+                unmanaged.push((uuid, fact.name.clone()));
+            }
+            subnet_facts.push(fact);
+        }
+    }
+    // A static address needs a subnet whose addresses Prism manages: the controller refuses the
+    // Machine otherwise (`plan::machine::ipam::nic_addressing`).
+    for (index, nic, uuid, pool) in static_nics {
+        let Some((_, subnet)) = unmanaged.iter().find(|(u, _)| *u == uuid) else {
+            continue;
+        };
+        let error = StaticAddressError::UnmanagedSubnet {
+            nic,
+            subnet: subnet.clone(),
+            pool,
+        }
+        .to_string();
+        if let Some(fact) = facts.get_mut(index) {
+            match &mut fact.plan {
+                Some(Err(errors)) => errors.push(error),
+                plan => *plan = Some(Err(vec![error])),
+            }
         }
     }
     let reach = reach
