@@ -36,6 +36,7 @@ use nutanix_machine_controller::plan::vm::resolve::{
 };
 use nutanix_machine_controller::plan::vm::secret::{AdminPassword, UserData};
 use nutanix_machine_controller::plan::vm::unattend::{PasswordValue, UNATTEND_BASE64_LIMIT};
+use nutanix_machine_controller::plan::vm::spec::ParsedSpec;
 use nutanix_machine_controller::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
 use nutanix_machine_controller::plan::vm::{EntityRef, GuestPlan};
 use nutanix_machine_controller::render::render;
@@ -407,7 +408,7 @@ fn run_machine(
             _ => Some(PasswordValue::Secret(&password)),
         },
     };
-    match plan_vm(machine, &context) {
+    match plan_vm(machine, &ParsedSpec::of(machine), &context) {
         Ok(plan) => {
             check_no_password(&format!("{plan:?}"), "the plan's Debug", input_has_password);
             for warning in &plan.warnings {

@@ -17,6 +17,7 @@ use crate::plan::vm::errors::ValidationErrors;
 use crate::plan::vm::request::build_request;
 use crate::plan::vm::resolve::{ResolutionMode, ResolvedReferences};
 use crate::plan::vm::secret::UserData;
+use crate::plan::vm::spec::ParsedSpec;
 use crate::plan::vm::unattend::PasswordValue;
 use crate::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
 
@@ -101,7 +102,8 @@ pub fn render(
         unread_user_data: UnreadUserData::NotChecked,
         admin_password: Some(PasswordValue::Placeholder),
     };
-    let plan = plan_vm(&machine, &context).map_err(RenderError::Invalid)?;
+    let plan =
+        plan_vm(&machine, &ParsedSpec::of(&machine), &context).map_err(RenderError::Invalid)?;
     let request = build_request(&plan, PLACEHOLDER_UUID);
     let (method, path) = request.endpoint();
     let mut description = json!({"method": method, "path": path, "body": request.body_json()});

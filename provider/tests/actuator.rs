@@ -18,6 +18,7 @@ use nutanix_machine_controller::plan::vm::request::{VmRequest, build_request};
 use nutanix_machine_controller::plan::vm::resolve::{RequiredLookups, ResolutionMode};
 use nutanix_machine_controller::plan::vm::scope::NameClause;
 use nutanix_machine_controller::plan::vm::secret::AdminPassword;
+use nutanix_machine_controller::plan::vm::spec::ParsedSpec;
 use nutanix_machine_controller::plan::vm::unattend::PasswordValue;
 use nutanix_machine_controller::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
 use prism_client::TaskProgress;
@@ -103,6 +104,7 @@ async fn plan_for(connection: &Connection, machine: &Machine) -> VmPlan {
     let password = AdminPassword::new("Unused-in-these-tests-1").unwrap();
     plan_vm(
         machine,
+        &ParsedSpec::of(machine),
         &PlanContext {
             resolved: &resolved,
             mode: ResolutionMode::Strict,
@@ -474,6 +476,7 @@ async fn a_missing_name_is_unresolved_not_invalid() {
         .await;
     let errors = plan_vm(
         &m,
+        &ParsedSpec::of(&m),
         &PlanContext {
             resolved: &resolved,
             mode: ResolutionMode::Strict,

@@ -30,6 +30,7 @@ use nutanix_machine_controller::plan::vm::resolve::{
     ResolvedSource, ResolvedSubnet,
 };
 use nutanix_machine_controller::plan::vm::secret::{AdminPassword, UserData};
+use nutanix_machine_controller::plan::vm::spec::ParsedSpec;
 use nutanix_machine_controller::plan::vm::unattend::{
     ENCODED_SCRIPT_PATH, PasswordValue, landing_commands, powershell_body,
 };
@@ -242,7 +243,7 @@ fn plan(case: &Case) -> Result<VmPlan, ValidationErrors> {
         unread_user_data: UnreadUserData::Unresolved,
         admin_password: Some(PasswordValue::Secret(&password)),
     };
-    plan_vm(&machine, &context)
+    plan_vm(&machine, &ParsedSpec::of(&machine), &context)
 }
 
 /// Why `message` is not a clean one-line error, if it is not.

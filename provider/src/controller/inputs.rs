@@ -21,6 +21,7 @@ use crate::actuator::infrastructure::{
 use crate::api::Machine;
 use crate::plan::machine::EnvironmentProblem;
 use crate::plan::machine::networks::{ClusterNetworks, cluster_networks};
+use crate::plan::vm::spec::ParsedSpec;
 use serde_json::Value;
 
 /// Credentials Secret name when the providerSpec names none (the machine-api webhook's default).
@@ -172,36 +173,21 @@ pub fn secret_value(
         })
 }
 
-/// The name of the credentials Secret a Machine uses (its namespace's).
-pub fn credentials_secret_of(machine: &Machine) -> String {
-    machine
-        .provider_config()
-        .and_then(Result::ok)
-        .and_then(|config| config.credentials_secret)
-        .map(|secret| secret.name)
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| DEFAULT_CREDENTIALS_SECRET.to_owned())
+/// The name of the credentials Secret a Machine whose providerSpec is `spec` uses (its
+/// namespace's).
+pub fn credentials_secret_of(spec: &ParsedSpec) -> String {
+    spec.credentials_secret()
+        .unwrap_or(DEFAULT_CREDENTIALS_SECRET)
+        .to_owned()
 }
 
-/// The Secrets a Machine reads (credentials, user data, Administrator password), by name in
-/// its namespace: a change to one of them is reconciled at once.
-pub fn secrets_named_by(machine: &Machine) -> Vec<String> {
-    let mut names = vec![credentials_secret_of(machine)];
-    if let Some(config) = machine.provider_config().and_then(Result::ok) {
-        let admin = config
-            .guest_customization
-            .and_then(|guest| guest.admin_password_secret)
-            .map(|secret| secret.name);
-        names.extend(
-            config
-                .user_data_secret
-                .map(|secret| secret.name)
-                .into_iter()
-                .chain(admin)
-                .filter(|name| !name.is_empty()),
-        );
-    }
-    names
+/// The Secrets a Machine whose providerSpec is `spec` reads (credentials, user data,
+/// Administrator password), by name in its namespace: a change to one of them is reconciled at
+/// once.
+pub fn secrets_named_by(spec: &ParsedSpec) -> Vec<String> {
+    std::iter::once(credentials_secret_of(spec))
+        .chain(spec.data_secrets().into_iter().map(str::to_owned))
+        .collect()
 }
 
 /// The Prism side of a Machine: its connection and Infrastructure's settings.
@@ -211,9 +197,13 @@ pub struct Environment {
     pub infrastructure: Option<InfrastructureInfo>,
 }
 
-/// Builds the Prism connection for `machine`: endpoint from `--prism-endpoint` or
-/// Infrastructure, credentials from the Machine's credentials Secret.
-pub async fn environment(shared: &Shared, machine: &Machine) -> Result<Environment, Error> {
+/// Builds the Prism connection for `machine`, whose providerSpec is `spec`: endpoint from
+/// `--prism-endpoint` or Infrastructure, credentials from the Machine's credentials Secret.
+pub async fn environment(
+    shared: &Shared,
+    machine: &Machine,
+    spec: &ParsedSpec,
+) -> Result<Environment, Error> {
     let infrastructure = shared.infrastructure.get().await?;
     let endpoint = shared
         .settings
@@ -225,7 +215,7 @@ pub async fn environment(shared: &Shared, machine: &Machine) -> Result<Environme
                 .and_then(|i| i.prism_central.clone())
         })
         .ok_or(Error::NoPrismEndpoint)?;
-    let secret_name = credentials_secret_of(machine);
+    let secret_name = credentials_secret_of(spec);
     let namespace = machine.namespace().unwrap_or_default();
     let bytes = secret_value(&shared.secrets, &namespace, &secret_name, CREDENTIALS_KEY)
         .map_err(Error::CredentialsSecret)?;
@@ -278,11 +268,13 @@ pub fn environment_problem(error: &Error) -> Option<EnvironmentProblem> {
 }
 
 /// What the plan is told of a Prism call that failed for every call on the connection of
-/// `machine` to `endpoint`: credentials refused (401), a certificate not trusted, Prism Central
-/// not reached. `None` for any other failure (it concerns this call only).
+/// `machine` (whose providerSpec is `spec`) to `endpoint`: credentials refused (401), a
+/// certificate not trusted, Prism Central not reached. `None` for any other failure (it
+/// concerns this call only).
 pub fn connection_problem(
     error: &Error,
     machine: &Machine,
+    spec: &ParsedSpec,
     endpoint: &str,
 ) -> Option<EnvironmentProblem> {
     use prism_client::{Error as Prism, TransportKind};
@@ -294,7 +286,7 @@ pub fn connection_problem(
             secret: format!(
                 "{}/{}",
                 machine.namespace().unwrap_or_default(),
-                credentials_secret_of(machine)
+                credentials_secret_of(spec)
             ),
         },
         Prism::Transport {
@@ -420,7 +412,7 @@ mod tests {
         ];
         for (error, machine, problem) in table {
             assert_eq!(
-                connection_problem(error, &machine, endpoint),
+                connection_problem(error, &machine, &ParsedSpec::of(&machine), endpoint),
                 problem,
                 "{error}"
             );

@@ -52,6 +52,7 @@ use crate::plan::machine::{
 };
 use crate::plan::vm::identity::identity_of;
 use crate::plan::vm::scope::NameClause;
+use crate::plan::vm::spec::ParsedSpec;
 
 /// Label of this controller in metrics.
 const CONTROLLER: &str = "machine";
@@ -146,7 +147,9 @@ fn machines_using_secret(
         .filter_map(|guarded| {
             let machine = guarded.0.as_ref().ok()?;
             let same_namespace = machine.namespace() == secret.namespace;
-            (same_namespace && secrets_named_by(machine).contains(&secret.name)).then(|| {
+            // Read here, not cached: a Secret change is rare, a reconcile is not.
+            let named = secrets_named_by(&ParsedSpec::of(machine));
+            (same_namespace && named.contains(&secret.name)).then(|| {
                 shared.backoff.reset(&KIT.backoff_key(guarded.as_ref()));
                 ObjectRef::from_obj(guarded.as_ref())
             })
@@ -210,9 +213,10 @@ struct Scope {
 impl Scope {
     fn new(context: Arc<Context>, machine: Machine) -> Self {
         let key = key_of(&machine);
-        if let Err(error) = machine.provider_status() {
+        let status = machine.provider_status().unwrap_or_else(|error| {
             tracing::warn!(machine = %key, %error, "status.providerStatus cannot be read; starting a new one");
-        }
+            Default::default()
+        });
         let shared = &context.shared;
         let settings = Settings {
             intervals: intervals(shared),
@@ -221,7 +225,7 @@ impl Scope {
             new_request_id: uuid::Uuid::new_v4().to_string(),
             fail_timed_out_windows_joins: shared.settings.fail_timed_out_windows_joins,
         };
-        let snapshot = Snapshot::of(&machine, Timestamp::now(), settings);
+        let snapshot = Snapshot::of(&machine, status, Timestamp::now(), settings);
         Self {
             context,
             machine,
@@ -354,9 +358,12 @@ impl Scope {
     /// now. A deletion is left to fail as it did: it never finishes on a Prism it cannot read.
     fn connection_failed(&mut self, error: Error) -> Result<(), Error> {
         let problem = match &self.environment {
-            Some(environment) if !self.snapshot.machine.state.deleting => {
-                connection_problem(&error, &self.machine, environment.connection.endpoint())
-            }
+            Some(environment) if !self.snapshot.machine.state.deleting => connection_problem(
+                &error,
+                &self.machine,
+                &self.snapshot.machine.spec,
+                environment.connection.endpoint(),
+            ),
             _ => None,
         };
         let Some(problem) = problem else {

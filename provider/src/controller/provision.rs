@@ -13,7 +13,7 @@ use rand::RngCore;
 use super::Shared;
 use super::inputs::{Environment, secret_value};
 use crate::actuator::Connection;
-use crate::api::{CLUSTER_ID_LABEL, Machine, NutanixMachineProviderConfig};
+use crate::api::{AnnotatedChoices, CLUSTER_ID_LABEL, Machine, NutanixMachineProviderConfig};
 use crate::plan::machine::Prepared;
 use crate::plan::vm::VmPlan;
 use crate::plan::vm::errors::{ErrorClass, ValidationErrors};
@@ -24,6 +24,7 @@ use crate::plan::vm::resolve::{
 use crate::plan::vm::secret::{
     AdminPassword, PASSWORD_RANDOM_BYTES, UserData, generated_password_secret,
 };
+use crate::plan::vm::spec::ParsedSpec;
 use crate::plan::vm::unattend::PasswordValue;
 use crate::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
 
@@ -32,28 +33,52 @@ pub const USER_DATA_KEY: &str = "userData";
 /// Key of the Administrator password in `guestCustomization.adminPasswordSecret`.
 pub const ADMIN_PASSWORD_KEY: &str = "password";
 
-/// Looks up in Prism what `machine` refers to (through the connection's caches) and plans its
-/// VM: what the controller does before every create, and what `validate` runs. A Machine that is
+/// Looks up in Prism what `machine` (whose providerSpec is `spec`) refers to, through the
+/// connection's caches, and plans its VM: what `validate` and `doctor` run. A Machine that is
 /// wrong in itself gets only those errors, without any Prism call.
 pub async fn resolve_and_plan(
     connection: &Connection,
     machine: &Machine,
+    spec: &ParsedSpec,
     failure_domains: &[FailureDomain],
     user_data: Option<&UserData>,
     unread_user_data: UnreadUserData,
     password: Option<&AdminPassword>,
 ) -> Result<VmPlan, ValidationErrors> {
-    if let Some(errors) = invalid_in_itself(machine) {
+    if let Some(errors) = invalid_in_itself(machine, spec) {
         return Err(errors);
     }
+    plan_with_lookups(
+        connection,
+        machine,
+        spec,
+        failure_domains,
+        user_data,
+        unread_user_data,
+        password,
+    )
+    .await
+}
+
+/// The lookups and the plan of [`resolve_and_plan`], for a Machine already found not wrong in
+/// itself.
+async fn plan_with_lookups(
+    connection: &Connection,
+    machine: &Machine,
+    spec: &ParsedSpec,
+    failure_domains: &[FailureDomain],
+    user_data: Option<&UserData>,
+    unread_user_data: UnreadUserData,
+    password: Option<&AdminPassword>,
+) -> Result<VmPlan, ValidationErrors> {
     let infra_id = machine
         .labels()
         .get(CLUSTER_ID_LABEL)
         .cloned()
         .unwrap_or_default();
-    let resolved = match machine.provider_config().and_then(Result::ok) {
+    let resolved = match spec.config() {
         Some(config) => {
-            let lookups = RequiredLookups::of(&config, &infra_id, Some(failure_domains));
+            let lookups = RequiredLookups::of(config, &infra_id, Some(failure_domains));
             connection
                 .lookups
                 .resolve(connection.client(), &lookups, failure_domains)
@@ -63,6 +88,7 @@ pub async fn resolve_and_plan(
     };
     plan_vm(
         machine,
+        spec,
         &PlanContext {
             resolved: &resolved,
             mode: ResolutionMode::Strict,
@@ -74,10 +100,11 @@ pub async fn resolve_and_plan(
 }
 
 /// The errors of a Machine that is wrong in itself (no lookup can change them), if any.
-pub fn invalid_in_itself(machine: &Machine) -> Option<ValidationErrors> {
+pub fn invalid_in_itself(machine: &Machine, spec: &ParsedSpec) -> Option<ValidationErrors> {
     let nothing = ResolvedReferences::default();
     let errors = plan_vm(
         machine,
+        spec,
         &PlanContext {
             resolved: &nothing,
             mode: ResolutionMode::Strict,
@@ -113,8 +140,9 @@ async fn admin_password(
     shared: &Shared,
     machine: &Machine,
     config: &NutanixMachineProviderConfig,
+    choices: &AnnotatedChoices,
 ) -> Result<Option<AdminPassword>, String> {
-    match admin_password_source(machine, config) {
+    match admin_password_source(config, choices) {
         AdminPasswordSource::NotNeeded => Ok(None),
         AdminPasswordSource::Secret { name, field } => {
             let namespace = machine.namespace().unwrap_or_default();
@@ -207,13 +235,16 @@ async fn generated_admin_password(
     }
 }
 
-/// What a create needs (the plan), or why it cannot be made now.
+/// What a create needs (the plan), or why it cannot be made now. `spec` is the Machine's
+/// providerSpec as the reconcile read it: it is checked here once in itself (before any
+/// Secret is read or made, or Prism is asked), then planned with the lookups.
 pub(super) async fn prepare(
     shared: &Shared,
     machine: &Machine,
+    spec: &ParsedSpec,
     environment: &Environment,
 ) -> Prepared {
-    if let Some(errors) = invalid_in_itself(machine) {
+    if let Some(errors) = invalid_in_itself(machine, spec) {
         return Prepared::Refused(errors);
     }
     let failure_domains = environment
@@ -222,9 +253,8 @@ pub(super) async fn prepare(
         .map(|info| info.failure_domains.clone())
         .unwrap_or_default();
     let namespace = machine.namespace().unwrap_or_default();
-    let config = machine.provider_config().and_then(Result::ok);
+    let config = spec.config();
     let user_data = match config
-        .as_ref()
         .and_then(|c| c.user_data_secret.as_ref())
         .filter(|s| !s.name.is_empty())
     {
@@ -238,16 +268,17 @@ pub(super) async fn prepare(
         }
         None => None,
     };
-    let password = match config.as_ref() {
-        Some(config) => match admin_password(shared, machine, config).await {
+    let password = match config {
+        Some(config) => match admin_password(shared, machine, config, spec.choices()).await {
             Ok(password) => password,
             Err(message) => return Prepared::Unresolved(message),
         },
         None => None,
     };
-    let plan = resolve_and_plan(
+    let plan = plan_with_lookups(
         &environment.connection,
         machine,
+        spec,
         &failure_domains,
         user_data.as_ref(),
         UnreadUserData::Unresolved,

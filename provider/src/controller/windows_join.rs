@@ -52,6 +52,7 @@ use crate::plan::machine::node_link::{
     same_dns_name,
 };
 use crate::plan::vm::scope::NameClause;
+use crate::plan::vm::spec::ParsedSpec;
 pub use crate::plan::windows_join::STATUS_FIELD;
 use crate::plan::windows_join::csr::{CLIENT_SIGNER, SERVING_SIGNER};
 use crate::plan::windows_join::csr_pem::{CsrObjectError, csr_of, csr_state};
@@ -296,7 +297,7 @@ impl Context {
     /// they cannot be known now.
     async fn prism_ips(&self, machine: &Machine) -> Option<Vec<IpAddr>> {
         let uuid = machine.provider_status().ok()?.vm_uuid?;
-        let environment = match environment(&self.shared, machine).await {
+        let environment = match environment(&self.shared, machine, &ParsedSpec::of(machine)).await {
             Ok(environment) => environment,
             Err(error) => {
                 tracing::debug!(machine = %machine.name_any(), %error, "no Prism connection for the Node IP check");

@@ -33,6 +33,7 @@ use crate::plan::machine::ipam::{PoolRef, StaticAddressError, check_nic_count, m
 use crate::plan::vm::EntityRef;
 use crate::plan::vm::resolve::FailureDomain;
 use crate::plan::vm::secret::UserData;
+use crate::plan::vm::spec::ParsedSpec;
 use crate::plan::vm::validate::UnreadUserData;
 use crate::render::preview_machine;
 
@@ -480,7 +481,8 @@ async fn prism_facts(
         let Some(Ok(config)) = set.provider_config() else {
             // A providerSpec that does not parse: the plan says why, without Prism.
             let machine = preview_machine(set);
-            if let Some(errors) = crate::controller::provision::invalid_in_itself(&machine) {
+            let spec = ParsedSpec::of(&machine);
+            if let Some(errors) = crate::controller::provision::invalid_in_itself(&machine, &spec) {
                 fact.plan = Some(Err(errors.lines().collect()));
             }
             continue;
@@ -533,6 +535,7 @@ async fn prism_facts(
             match resolve_and_plan(
                 &connection,
                 &machine,
+                &ParsedSpec::of(&machine),
                 &failure_domains,
                 user_data.as_ref(),
                 unread,

@@ -16,6 +16,7 @@ use crate::actuator::credentials::{CREDENTIALS_KEY, PrismCredentials};
 use crate::actuator::infrastructure::parse_infrastructure;
 use crate::controller::provision::{random_admin_password, resolve_and_plan};
 use crate::plan::vm::secret::UserData;
+use crate::plan::vm::spec::ParsedSpec;
 use crate::plan::vm::validate::UnreadUserData;
 use crate::render::machine_from_yaml;
 
@@ -205,6 +206,7 @@ async fn validate_inner(args: &ValidateArgs) -> Result<ExitCode, String> {
     match resolve_and_plan(
         &connection,
         &machine,
+        &ParsedSpec::of(&machine),
         &failure_domains,
         user_data.as_ref(),
         UnreadUserData::NotChecked,

@@ -19,7 +19,7 @@ pub use conditions::{TypedCondition, merge_condition};
 pub use machine::{
     GuardedMachine, GuardedMachineSet, LifecycleHook, LifecycleHooks, Machine, MachineCondition,
     MachineSet, MachineSetSpec, MachineSetStatus, MachineSpec, MachineStatus, MachineTemplateSpec,
-    ProviderSpec,
+    ProviderSpec, provider_spec_reads,
 };
 pub use provider::{
     BootType, DeletionSent, DiskAdapterType, DiskDeviceType, DiskMode, FieldShape,

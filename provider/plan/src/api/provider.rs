@@ -461,6 +461,17 @@ impl NutanixMachineProviderConfig {
         from_value(value)
     }
 
+    /// What the system disk comes from: the one reading of `imageKind` (an annotation's choice
+    /// is already applied over it), used by the lookups, validation and the protocol alike.
+    /// Unset is an image, as for the Go provider, which knows no other kind; an unknown value
+    /// reads as an image too, and validation refuses it where it was written.
+    pub fn source_kind(&self) -> ImageKind {
+        match &self.image_kind {
+            Some(kind) if kind.is_known() => kind.clone(),
+            _ => ImageKind::Image,
+        }
+    }
+
     /// The value as upstream serialises it, our additions included when set.
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)

@@ -50,7 +50,9 @@ impl Scope {
         match read {
             Read::Environment => {
                 let seen =
-                    match environment(self.shared(), &self.machine).await {
+                    match environment(self.shared(), &self.machine, &self.snapshot.machine.spec)
+                        .await
+                    {
                         Ok(found) => {
                             let poll = self.shared().settings.poll_interval;
                             let first_task_read = self
@@ -154,7 +156,13 @@ impl Scope {
                         self.key
                     ))
                 })?;
-                let prepared = prepare(self.shared(), &self.machine, environment).await;
+                let prepared = prepare(
+                    self.shared(),
+                    &self.machine,
+                    &self.snapshot.machine.spec,
+                    environment,
+                )
+                .await;
                 self.snapshot.seen.prepared = Some(prepared);
             }
             Read::Claims { names } => {

@@ -192,7 +192,8 @@ pub const SECURE_BOOT_CUSTOMIZATION_REFUSED: &str = "AHV refuses Secure Boot wit
      customization";
 
 /// The explanation and fix a failure gives, if any: VMM-30102, or any refusal of a VM that
-/// asks for Secure Boot with guest customization (`secure_boot_customized`; a v3 task's
+/// asks for Secure Boot with guest customization
+/// ([`crate::plan::vm::spec::secure_boot_customized`]; a v3 task's
 /// rendering of VMM-30102 is not established from any source, only that it is a refusal).
 pub fn failure_advice(failure: &TaskFailure, secure_boot_customized: bool) -> Option<&'static str> {
     match known_of(failure) {
@@ -200,15 +201,6 @@ pub fn failure_advice(failure: &TaskFailure, secure_boot_customized: bool) -> Op
         Some(Known::Invalid) if secure_boot_customized => Some(SECURE_BOOT_CUSTOMIZATION_REFUSED),
         _ => None,
     }
-}
-
-/// Whether a providerSpec asks for Secure Boot with guest customization (user data).
-pub fn secure_boot_customized(config: &crate::api::NutanixMachineProviderConfig) -> bool {
-    config.boot_type == crate::api::BootType::SecureBoot
-        && config
-            .user_data_secret
-            .as_ref()
-            .is_some_and(|secret| !secret.name.is_empty())
 }
 
 /// What a task read is interpreted against: the Machine's recorded VM UUID, and whether its

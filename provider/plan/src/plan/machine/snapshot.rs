@@ -15,10 +15,11 @@ use crate::api::{Machine, NutanixMachineProviderStatus};
 use crate::plan::machine::drain::drained_at;
 use crate::plan::machine::ipam::{ClaimReading, IpPoolError, PoolRef, machine_ip_pools};
 use crate::plan::machine::lifecycle::{Intervals, MachineState};
-use crate::plan::machine::provision::{DeployCandidate, secure_boot_customized};
+use crate::plan::machine::provision::DeployCandidate;
 use crate::plan::vm::VmPlan;
 use crate::plan::vm::errors::ValidationErrors;
 use crate::plan::vm::identity::{MachineIdentity, MarkedVm};
+use crate::plan::vm::spec::ParsedSpec;
 use crate::plan::windows_join::timed_out_join;
 
 /// Machine condition of a paused Machine (migration to the Cluster API).
@@ -38,9 +39,14 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// A snapshot of `machine` before anything is observed.
-    pub fn of(machine: &Machine, now: Timestamp, settings: Settings) -> Self {
-        let status = machine.provider_status().unwrap_or_default();
+    /// A snapshot of `machine`, whose providerStatus reads as `status`, before anything is
+    /// observed: its providerSpec is read here, once for the whole reconcile.
+    pub fn of(
+        machine: &Machine,
+        status: NutanixMachineProviderStatus,
+        now: Timestamp,
+        settings: Settings,
+    ) -> Self {
         Self {
             machine: MachineFacts::of(machine, &status),
             status,
@@ -73,8 +79,8 @@ pub struct MachineFacts {
     pub paused: bool,
     /// `status.addresses`.
     pub addresses: Vec<NodeAddress>,
-    /// The providerSpec asks for Secure Boot with guest customization.
-    pub secure_boot_customized: bool,
+    /// The providerSpec, read once: what the executor's reads and the plan of the VM use.
+    pub spec: ParsedSpec,
     /// The `errorMessage` for a Windows join the join reconciler reported timed out
     /// ([`timed_out_join`]).
     pub join_timed_out: Option<String>,
@@ -86,6 +92,7 @@ pub struct MachineFacts {
 impl MachineFacts {
     pub fn of(machine: &Machine, provider_status: &NutanixMachineProviderStatus) -> Self {
         let status = machine.status.as_ref();
+        let spec = ParsedSpec::of(machine);
         Self {
             state: MachineState::of(machine),
             name: machine.name_any(),
@@ -103,10 +110,7 @@ impl MachineFacts {
                     .any(|c| c.type_ == PAUSED_CONDITION && c.status == "True")
             }),
             addresses: status.map(|s| s.addresses.clone()).unwrap_or_default(),
-            secure_boot_customized: machine
-                .provider_config()
-                .and_then(Result::ok)
-                .is_some_and(|config| secure_boot_customized(&config)),
+            spec,
             join_timed_out: timed_out_join(machine, provider_status),
             ip_pools: machine_ip_pools(machine),
         }

@@ -24,6 +24,7 @@ use crate::plan::vm::identity::MarkedVm;
 use crate::plan::vm::request::VmRequest;
 use crate::plan::vm::resolve::{ResolutionMode, ResolvedReferences};
 use crate::plan::vm::secret::UserData;
+use crate::plan::vm::spec::ParsedSpec;
 use crate::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
 
 const UID: &str = "11111111-2222-4333-8444-555555555555";
@@ -77,6 +78,7 @@ fn plan_of(machine: &Value) -> Prepared {
     let user_data = UserData::new(br#"{"ignition":{"version":"3.2.0"}}"#.to_vec());
     let plan = plan_vm(
         &machine,
+        &ParsedSpec::of(&machine),
         &PlanContext {
             resolved: &resolved,
             mode: ResolutionMode::Strict,
@@ -543,7 +545,9 @@ impl World {
             new_request_id: self.next_id("request"),
             fail_timed_out_windows_joins: self.fail_timed_out_joins,
         };
-        let mut snapshot = Snapshot::of(&self.stored(), self.now, settings);
+        let stored = self.stored();
+        let status = stored.provider_status().unwrap_or_default();
+        let mut snapshot = Snapshot::of(&stored, status, self.now, settings);
         let mut pending = StatusUpdate::default();
         let mut metadata = None;
         let mut outcome = Outcome::default();

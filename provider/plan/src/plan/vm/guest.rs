@@ -2,7 +2,7 @@
 //! controller, which reads (or generates) an Administrator password only for Sysprep.
 
 use crate::api::{
-    GuestCustomizationType, Machine, NutanixMachineProviderConfig,
+    AnnotatedChoices, GuestCustomizationType, NutanixMachineProviderConfig,
     SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION,
 };
 
@@ -37,11 +37,11 @@ pub enum AdminPasswordSource {
     Secret { name: String, field: String },
 }
 
-/// Where the Administrator password of `machine` comes from; `config` is its
-/// [`Machine::provider_config`].
+/// Where the Administrator password of a Machine whose providerSpec is `config` comes from
+/// (`choices`: what its annotations chose, to name the field where the Secret was named).
 pub fn admin_password_source(
-    machine: &Machine,
     config: &NutanixMachineProviderConfig,
+    choices: &AnnotatedChoices,
 ) -> AdminPasswordSource {
     if customization_of(config) != GuestCustomizationType::Sysprep {
         return AdminPasswordSource::NotNeeded;
@@ -55,7 +55,7 @@ pub fn admin_password_source(
         None => AdminPasswordSource::Generated,
         Some(secret) => AdminPasswordSource::Secret {
             name: secret.name.clone(),
-            field: if machine.annotated_choices().admin_password_secret.is_some() {
+            field: if choices.admin_password_secret.is_some() {
                 format!("metadata.annotations[{SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION}]")
             } else {
                 "providerSpec.guestCustomization.adminPasswordSecret".to_owned()
@@ -69,7 +69,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::api::{GUEST_CUSTOMIZATION_ANNOTATION, OS_ID_LABEL, OS_ID_WINDOWS};
+    use crate::api::{GUEST_CUSTOMIZATION_ANNOTATION, Machine, OS_ID_LABEL, OS_ID_WINDOWS};
 
     fn machine(windows: bool, annotations: Value, guest_customization: Option<Value>) -> Machine {
         let mut value = json!({
@@ -94,7 +94,7 @@ mod tests {
 
     fn source(machine: &Machine) -> AdminPasswordSource {
         let config = machine.provider_config().unwrap().unwrap();
-        admin_password_source(machine, &config)
+        admin_password_source(&config, &machine.annotated_choices())
     }
 
     #[test]

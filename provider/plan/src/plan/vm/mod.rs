@@ -11,6 +11,7 @@ pub mod request;
 pub mod resolve;
 pub mod scope;
 pub mod secret;
+pub mod spec;
 pub mod unattend;
 pub mod validate;
 

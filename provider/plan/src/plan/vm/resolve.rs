@@ -223,10 +223,10 @@ impl RequiredLookups {
                 }
             }
         }
-        let sources = match config.image_kind {
-            Some(ImageKind::Template) => &mut lookups.templates,
-            Some(ImageKind::Vm) => &mut lookups.source_vms,
-            None | Some(ImageKind::Image | ImageKind::Unknown(_)) => &mut lookups.images,
+        let sources = match config.source_kind() {
+            ImageKind::Template => &mut lookups.templates,
+            ImageKind::Vm => &mut lookups.source_vms,
+            ImageKind::Image | ImageKind::Unknown(_) => &mut lookups.images,
         };
         add(sources, &config.image);
         for disk in config.data_disks.iter().flatten() {

@@ -21,6 +21,7 @@ use super::resolve::{
     Lookup, Resolution, ResolutionMode, ResolvedReferences, ResolvedSource, resolve,
 };
 use super::secret::UserData;
+use super::spec::{ParsedSpec, secure_boot_customized};
 use super::unattend::{self, PasswordValue, UnattendInput};
 use super::{
     BootPlan, DiskAddressPlan, EntityRef, GuestPlan, PlannedDataDisk, PlannedGpu, SourcePlan,
@@ -87,8 +88,12 @@ pub fn owned_category_key(infra_id: &str) -> String {
 /// Value of [`owned_category_key`].
 pub const OWNED_CATEGORY_VALUE: &str = "owned";
 
-/// Validates `machine` and decides its VM.
-pub fn plan_vm(machine: &Machine, context: &PlanContext<'_>) -> Result<VmPlan, ValidationErrors> {
+/// Validates `machine`, whose providerSpec `spec` is, and decides its VM.
+pub fn plan_vm(
+    machine: &Machine,
+    spec: &ParsedSpec,
+    context: &PlanContext<'_>,
+) -> Result<VmPlan, ValidationErrors> {
     let mut errors = Collector::default();
     let name = machine.metadata.name.clone().unwrap_or_default();
     let metadata = Path::root("metadata");
@@ -112,7 +117,7 @@ pub fn plan_vm(machine: &Machine, context: &PlanContext<'_>) -> Result<VmPlan, V
     }
 
     let spec_path = Path::root("providerSpec");
-    let config = match machine.provider_config() {
+    let config = match spec.reading() {
         None => {
             errors.invalid(&spec_path.field("value"), "is required");
             None
@@ -123,7 +128,7 @@ pub fn plan_vm(machine: &Machine, context: &PlanContext<'_>) -> Result<VmPlan, V
             } else {
                 spec_path.field(&error.path)
             };
-            errors.invalid(&path, error.message);
+            errors.invalid(&path, error.message.clone());
             None
         }
         Some(Ok(config)) => Some(config),
@@ -137,16 +142,16 @@ pub fn plan_vm(machine: &Machine, context: &PlanContext<'_>) -> Result<VmPlan, V
         name: name.clone(),
         uid: machine.metadata.uid.clone().unwrap_or_default(),
     };
-    let choices = machine.annotated_choices();
-    let mut warnings = in_spec_choice_warnings(machine, &choices);
+    let choices = spec.choices();
+    let mut warnings = in_spec_choice_warnings(machine, choices);
     warnings.extend(unknown_key_warnings(machine));
     let mut validator = Validator {
         errors,
         warnings,
         context,
         spec: spec_path,
-        config: &config,
-        choices: &choices,
+        config,
+        choices,
     };
     let plan = validator.plan(identity, infra_id, machine.is_windows());
     let Validator {
@@ -319,24 +324,21 @@ impl Validator<'_, '_> {
         let config = self.config;
         let spec = self.spec.clone();
 
-        let image_kind = match (&self.choices.image_kind, &config.image_kind) {
-            (Some(ImageKind::Unknown(other)), _) => {
-                self.errors.invalid(
-                    &annotation_path(IMAGE_KIND_ANNOTATION),
-                    unknown_value("image kind", other, ImageKind::KNOWN),
-                );
-                ImageKind::Image
-            }
-            (_, None) => ImageKind::Image,
-            (_, Some(ImageKind::Unknown(other))) => {
-                self.errors.invalid(
-                    &spec.field("imageKind"),
-                    unknown_value("image kind", other, ImageKind::KNOWN),
-                );
-                ImageKind::Image
-            }
-            (_, Some(kind)) => kind.clone(),
-        };
+        // An unknown kind is refused where it was written (an unknown annotation is not applied,
+        // so the providerSpec's value is reported only without one); the rest of the plan reads
+        // the kind as the lookups did.
+        match (&self.choices.image_kind, &config.image_kind) {
+            (Some(ImageKind::Unknown(other)), _) => self.errors.invalid(
+                &annotation_path(IMAGE_KIND_ANNOTATION),
+                unknown_value("image kind", other, ImageKind::KNOWN),
+            ),
+            (_, Some(ImageKind::Unknown(other))) => self.errors.invalid(
+                &spec.field("imageKind"),
+                unknown_value("image kind", other, ImageKind::KNOWN),
+            ),
+            _ => {}
+        }
+        let image_kind = config.source_kind();
 
         // Failure domain: its cluster and subnets replace the providerSpec's.
         let (cluster_id, cluster_path, subnet_ids) = self.placement();
@@ -378,7 +380,7 @@ impl Validator<'_, '_> {
         let source = source.and_then(|(source, resolved)| {
             self.source_plan(source, resolved.as_ref(), system_disk)
         });
-        if boot == BootPlan::SecureBoot && guest.as_ref().is_some_and(|g| *g != GuestPlan::None) {
+        if secure_boot_customized(config) {
             // Field reports (nutanix/nutanix.ansible#876, nutanix/terraform-provider-nutanix#908):
             // AHV refuses it with VMM-30102, as the customization CD-ROM is IDE, which Secure Boot
             // forbids. A warning, not an error: the refusal depends on the AHV version.

@@ -179,7 +179,7 @@ fn observe_task(
     };
     let context = TaskContext {
         recorded_vm: s.status.vm_uuid.as_deref(),
-        secure_boot_customized: s.machine.secure_boot_customized,
+        secure_boot_customized: s.machine.spec.secure_boot_customized(),
     };
     match read_task(task, progress, context) {
         TaskReading::Running { .. } if task.operation.creates_vm() => {

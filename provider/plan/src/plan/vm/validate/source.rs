@@ -14,6 +14,7 @@ impl Validator<'_, '_> {
         let (table, what) = match kind {
             ImageKind::Template => (&self.context.resolved.templates, "template"),
             ImageKind::Vm => (&self.context.resolved.source_vms, "source VM"),
+            // Read as an image ([`NutanixMachineProviderConfig::source_kind`]).
             ImageKind::Image | ImageKind::Unknown(_) => (&self.context.resolved.images, "image"),
         };
         match resolve(table, &id, what, self.mode()) {
@@ -56,7 +57,7 @@ impl Validator<'_, '_> {
         resolved: Option<&ResolvedSource>,
         system_disk: Option<u64>,
     ) -> Option<SourcePlan> {
-        let kind = self.config.image_kind.clone().unwrap_or(ImageKind::Image);
+        let kind = self.config.source_kind();
         let path = self.spec.field("systemDiskSize");
         let source_size = resolved.and_then(|r| r.size_bytes);
         if let ImageKind::Image | ImageKind::Unknown(_) = kind {

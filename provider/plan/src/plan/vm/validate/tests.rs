@@ -162,7 +162,7 @@ impl Case {
             unread_user_data: UnreadUserData::Unresolved,
             admin_password: self.password.as_ref().map(PasswordValue::Secret),
         };
-        plan_vm(&machine, &context)
+        plan_vm(&machine, &ParsedSpec::of(&machine), &context)
     }
 }
 
@@ -1395,6 +1395,41 @@ fn secure_boot_sets_q35_and_warns_about_the_customization_cdrom() {
     );
 }
 
+/// Validation warns exactly where a failed create is explained as VMM-30102: one definition
+/// ([`secure_boot_customized`]) for both.
+#[test]
+fn the_secure_boot_warning_follows_the_one_definition() {
+    let secure = |mut case: Case| {
+        case.set("/bootType", json!("SecureBoot"));
+        case
+    };
+    let without_user_data = {
+        let mut case = secure(Case::linux());
+        case.set("/userDataSecret", Value::Null);
+        case.user_data = None;
+        case
+    };
+    let mut uefi = Case::sysprep();
+    uefi.set("/bootType", json!("UEFI"));
+    let table = [
+        ("Linux with user data", secure(Case::linux()), true),
+        ("Linux without user data", without_user_data, false),
+        ("Sysprep", secure(Case::sysprep()), true),
+        ("Sysprep on UEFI", uefi, false),
+    ];
+    for (name, case, expected) in table {
+        let machine: Machine = serde_json::from_value(case.machine.clone()).unwrap();
+        let spec = ParsedSpec::of(&machine);
+        assert_eq!(spec.secure_boot_customized(), expected, "{name}");
+        let plan = case.plan().unwrap();
+        let warned = plan
+            .warnings
+            .iter()
+            .any(|w| w == SECURE_BOOT_CUSTOMIZATION_WARNING);
+        assert_eq!(warned, expected, "{name}: {:?}", plan.warnings);
+    }
+}
+
 #[test]
 fn failure_domain_replaces_cluster_and_subnets() {
     let mut case = Case::linux();
@@ -1567,7 +1602,7 @@ fn a_placeholder_password_is_refused_for_real_vms() {
         unread_user_data: UnreadUserData::Unresolved,
         admin_password: Some(PasswordValue::Placeholder),
     };
-    let errors = plan_vm(&machine, &context).unwrap_err();
+    let errors = plan_vm(&machine, &ParsedSpec::of(&machine), &context).unwrap_err();
     assert_eq!(
         errors.0,
         [FieldError {
@@ -1602,7 +1637,7 @@ fn unread_user_data_is_unresolved_for_the_controller_and_not_checked_for_validat
         unread_user_data: UnreadUserData::NotChecked,
         admin_password: None,
     };
-    let plan = plan_vm(&machine, &context).unwrap();
+    let plan = plan_vm(&machine, &ParsedSpec::of(&machine), &context).unwrap();
     assert_eq!(plan.guest, GuestPlan::None);
     assert!(
         plan.warnings.contains(
@@ -1616,6 +1651,7 @@ fn unread_user_data_is_unresolved_for_the_controller_and_not_checked_for_validat
     // `doctor` found no such Secret in the cluster: an error naming it.
     let errors = plan_vm(
         &machine,
+        &ParsedSpec::of(&machine),
         &PlanContext {
             unread_user_data: UnreadUserData::Absent,
             ..context
