@@ -56,9 +56,6 @@ pub enum Error {
     /// The VM reported an error state.
     #[error("{0}")]
     VmError(String),
-    /// The Node cannot be drained yet (an eviction is blocked); the drain retries.
-    #[error("drain: {0}")]
-    Drain(String),
     /// A write to the Machine was answered 404: another writer removed its last finalizer and
     /// the API server removed it. The reconcile ends there ([`crate::controller::machine`]).
     #[error("Machine {machine} is gone: {action} was answered 404")]
@@ -147,7 +144,6 @@ impl Error {
             Self::CreateRetry(_) => "CreateRetry",
             Self::DeployUnconfirmed(_) => "DeployUnconfirmed",
             Self::VmError(_) => "VmError",
-            Self::Drain(_) => "Drain",
             Self::MachineGone { .. } => "MachineGone",
         }
     }

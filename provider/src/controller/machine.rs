@@ -36,12 +36,12 @@ use super::inputs::{
 use super::kit::{self, BackoffKey, Kit, key_of};
 use super::machine_cache::MachineFeed;
 use super::node_link::{ProviderIdsDone, ensure_node_provider_id, machine_to_requeue};
-use super::provision::prepare;
+use super::provision::{create_password_secret, prepare};
 use crate::actuator::inventory::InventorySnapshot;
 use crate::actuator::{self, FollowUpFailure};
 use crate::api::{GuardedMachine, MACHINE_FINALIZER, Machine};
 use crate::plan::machine::lifecycle::Intervals;
-use crate::plan::machine::provision::{CreateCallOutcome, DeployCandidate, classify_create_error};
+use crate::plan::machine::provision::{DeployCandidate, follow_up_outcome_of, send_outcome_of};
 use crate::plan::machine::status::{
     StatusUpdate, event_note, failure_event_reason, metadata_patch, status_patch,
 };
@@ -52,6 +52,7 @@ use crate::plan::machine::{
 };
 use crate::plan::vm::identity::identity_of;
 use crate::plan::vm::scope::NameClause;
+use crate::plan::vm::secret::AdminPassword;
 use crate::plan::vm::spec::ParsedSpec;
 
 /// Label of this controller in metrics.
@@ -208,6 +209,9 @@ struct Scope {
     effects: Vec<Effect>,
     /// Whether this reconcile wrote the Machine.
     wrote: bool,
+    /// The Administrator password this reconcile generated and stored in its Secret, which
+    /// the Secret cache may not show yet.
+    generated_password: Option<AdminPassword>,
 }
 
 impl Scope {
@@ -238,6 +242,7 @@ impl Scope {
             events: Vec::new(),
             effects: Vec::new(),
             wrote: false,
+            generated_password: None,
         }
     }
 
@@ -335,18 +340,7 @@ impl Scope {
         if let Some(provider_status) = &status.provider_status {
             self.snapshot.recorded = Some(provider_status.clone());
         }
-        let pending = &mut self.status;
-        pending.phase = status.phase.or(pending.phase);
-        if status.error.is_some() {
-            pending.error = status.error;
-        }
-        if status.addresses.is_some() {
-            pending.addresses = status.addresses;
-        }
-        if status.provider_status.is_some() {
-            pending.provider_status = status.provider_status;
-        }
-        pending.conditions.extend(status.conditions);
+        self.status.absorb(status);
         if metadata.is_some() {
             self.metadata = metadata;
         }
@@ -404,10 +398,14 @@ impl Scope {
             })
     }
 
-    /// Writes what is left (a finalizer removed last: the Machine may be gone after it), then
-    /// publishes the events and applies the effects.
+    /// Writes what is left, in the order the change asks ([`MetadataChange::written_after_status`]),
+    /// then publishes the events and applies the effects.
     async fn flush(&mut self) -> Result<(), Error> {
-        if self.metadata == Some(MetadataChange::RemoveFinalizer) {
+        if self
+            .metadata
+            .as_ref()
+            .is_some_and(MetadataChange::written_after_status)
+        {
             self.write_status().await?;
             self.write_metadata().await?;
         } else {

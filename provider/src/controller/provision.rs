@@ -1,6 +1,7 @@
 //! The I/O a create needs before [`crate::plan::machine::decide`] can plan it: the Machine's
-//! user data and Administrator password Secrets (the generated password's Secret created the
-//! first time), the lookups in Prism, and the VM plan; also what `validate` runs.
+//! user data and Administrator password Secrets, the lookups in Prism, and the VM plan; the
+//! generated password's Secret, created when the protocol asks for it
+//! ([`crate::plan::machine::Change::CreatePasswordSecret`]); also what `validate` runs.
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -11,10 +12,11 @@ use kube::{Resource, ResourceExt};
 use rand::RngCore;
 
 use super::Shared;
+use super::error::Error;
 use super::inputs::{Environment, secret_value};
 use crate::actuator::Connection;
 use crate::api::{AnnotatedChoices, CLUSTER_ID_LABEL, Machine, NutanixMachineProviderConfig};
-use crate::plan::machine::Prepared;
+use crate::plan::machine::{PasswordSecretOutcome, Prepared};
 use crate::plan::vm::VmPlan;
 use crate::plan::vm::errors::{ErrorClass, ValidationErrors};
 use crate::plan::vm::guest::{AdminPasswordSource, admin_password_source};
@@ -136,23 +138,38 @@ pub fn random_admin_password() -> AdminPassword {
     AdminPassword::from_random_bytes(&random)
 }
 
+/// The Administrator password a create needs, or why there is none yet.
+enum PasswordReading {
+    Ready(Option<AdminPassword>),
+    /// The generated password's Secret (`namespace/name`) does not exist yet.
+    Missing(String),
+    Unusable(String),
+}
+
+/// `generated`: the password this reconcile generated and stored, which the Secret cache may
+/// not show yet.
 async fn admin_password(
     shared: &Shared,
     machine: &Machine,
     config: &NutanixMachineProviderConfig,
     choices: &AnnotatedChoices,
-) -> Result<Option<AdminPassword>, String> {
+    generated: Option<&AdminPassword>,
+) -> PasswordReading {
     match admin_password_source(config, choices) {
-        AdminPasswordSource::NotNeeded => Ok(None),
+        AdminPasswordSource::NotNeeded => PasswordReading::Ready(None),
         AdminPasswordSource::Secret { name, field } => {
             let namespace = machine.namespace().unwrap_or_default();
-            let bytes = secret_value(&shared.secrets, &namespace, &name, ADMIN_PASSWORD_KEY)
-                .map_err(|problem| format!("{field}: {problem}"))?;
-            password_of(&bytes)
-                .map(Some)
+            let read = secret_value(&shared.secrets, &namespace, &name, ADMIN_PASSWORD_KEY)
                 .map_err(|problem| format!("{field}: {problem}"))
+                .and_then(|bytes| {
+                    password_of(&bytes).map_err(|problem| format!("{field}: {problem}"))
+                });
+            match read {
+                Ok(password) => PasswordReading::Ready(Some(password)),
+                Err(message) => PasswordReading::Unusable(message),
+            }
         }
-        AdminPasswordSource::Generated => generated_admin_password(shared, machine).await.map(Some),
+        AdminPasswordSource::Generated => generated_admin_password(shared, machine, generated),
     }
 }
 
@@ -187,51 +204,77 @@ pub fn generated_password_object(machine: &Machine, password: &AdminPassword) ->
 }
 
 /// The password generated once for this Machine's VM, kept in its own Secret
-/// ([`generated_password_secret`]), which is created (owned by the Machine) the first time.
-async fn generated_admin_password(
+/// ([`generated_password_secret`]): from the Secret cache, or `generated` by this reconcile.
+fn generated_admin_password(
     shared: &Shared,
     machine: &Machine,
-) -> Result<AdminPassword, String> {
+    generated: Option<&AdminPassword>,
+) -> PasswordReading {
     let namespace = machine.namespace().unwrap_or_default();
     let name = generated_password_secret(&machine.name_any());
     let uid = machine.uid().unwrap_or_default();
     let what = format!("Secret {namespace}/{name} (the generated Administrator password)");
-    if let Some(secret) = shared
+    let Some(secret) = shared
         .secrets
         .get(&ObjectRef::new(&name).within(&namespace))
-    {
-        let owned = secret
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|owner| owner.uid == uid);
-        if !owned {
-            return Err(format!(
-                "{what} exists but is not owned by this Machine; delete or rename it"
-            ));
-        }
-        let bytes = secret
-            .data
-            .as_ref()
-            .and_then(|data| data.get(ADMIN_PASSWORD_KEY))
-            .map(|bytes| bytes.0.clone())
-            .ok_or_else(|| format!("{what} has no key {ADMIN_PASSWORD_KEY}"))?;
-        return password_of(&bytes).map_err(|problem| format!("{what}: {problem}"));
+    else {
+        return match generated {
+            Some(password) => PasswordReading::Ready(Some(password.clone())),
+            None => PasswordReading::Missing(format!("{namespace}/{name}")),
+        };
+    };
+    let owned = secret
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|owner| owner.uid == uid);
+    if !owned {
+        return PasswordReading::Unusable(format!(
+            "{what} exists but is not owned by this Machine; delete or rename it"
+        ));
     }
+    let read = secret
+        .data
+        .as_ref()
+        .and_then(|data| data.get(ADMIN_PASSWORD_KEY))
+        .ok_or_else(|| format!("{what} has no key {ADMIN_PASSWORD_KEY}"))
+        .and_then(|bytes| password_of(&bytes.0).map_err(|problem| format!("{what}: {problem}")));
+    match read {
+        Ok(password) => PasswordReading::Ready(Some(password)),
+        Err(message) => PasswordReading::Unusable(message),
+    }
+}
+
+/// Generates a password for `machine`'s VM and creates the Secret that keeps it: the change
+/// [`crate::plan::machine::Change::CreatePasswordSecret`]. Returns the outcome for the plan,
+/// the password when it was stored, and the error when the API server refused.
+pub(super) async fn create_password_secret(
+    shared: &Shared,
+    machine: &Machine,
+) -> (PasswordSecretOutcome, Option<AdminPassword>, Option<Error>) {
+    let namespace = machine.namespace().unwrap_or_default();
+    let name = generated_password_secret(&machine.name_any());
     let password = random_admin_password();
     let secret = generated_password_object(machine, &password);
     let api: Api<Secret> = Api::namespaced(shared.client.clone(), &namespace);
     match api.create(&PostParams::default(), &secret).await {
         Ok(_) => {
             tracing::info!(machine = %machine.name_any(), secret = %name, "generated the VM's Administrator password and stored it in a Secret");
-            Ok(password)
+            (PasswordSecretOutcome::Created, Some(password), None)
         }
-        // Made by an earlier attempt, not yet in the watch cache: use it once it is there.
+        // Made by an earlier attempt, not yet in the watch cache: used once it is there.
         Err(kube::Error::Api(status)) if status.code == 409 => {
-            Err(format!("waiting for {what} to reach the cache"))
+            (PasswordSecretOutcome::NotYetCached, None, None)
         }
-        Err(error) => Err(format!("cannot create {what}: {error}")),
+        Err(error) => {
+            let error = Error::kube(format!("create Secret {namespace}/{name}"), error);
+            (
+                PasswordSecretOutcome::Failed(error.to_string()),
+                None,
+                Some(error),
+            )
+        }
     }
 }
 
@@ -243,6 +286,7 @@ pub(super) async fn prepare(
     machine: &Machine,
     spec: &ParsedSpec,
     environment: &Environment,
+    generated_password: Option<&AdminPassword>,
 ) -> Prepared {
     if let Some(errors) = invalid_in_itself(machine, spec) {
         return Prepared::Refused(errors);
@@ -269,10 +313,16 @@ pub(super) async fn prepare(
         None => None,
     };
     let password = match config {
-        Some(config) => match admin_password(shared, machine, config, spec.choices()).await {
-            Ok(password) => password,
-            Err(message) => return Prepared::Unresolved(message),
-        },
+        Some(config) => {
+            match admin_password(shared, machine, config, spec.choices(), generated_password).await
+            {
+                PasswordReading::Ready(password) => password,
+                PasswordReading::Missing(secret) => {
+                    return Prepared::PasswordSecretMissing { secret };
+                }
+                PasswordReading::Unusable(message) => return Prepared::Unresolved(message),
+            }
+        }
         None => None,
     };
     let plan = plan_with_lookups(

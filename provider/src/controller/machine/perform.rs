@@ -161,6 +161,7 @@ impl Scope {
                     &self.machine,
                     &self.snapshot.machine.spec,
                     environment,
+                    self.generated_password.as_ref(),
                 )
                 .await;
                 self.snapshot.seen.prepared = Some(prepared);
@@ -230,6 +231,15 @@ impl Scope {
 
     pub(super) async fn send(&mut self, change: Change) -> Result<(), Error> {
         match change {
+            Change::CreatePasswordSecret => {
+                let (outcome, password, error) =
+                    create_password_secret(self.shared(), &self.machine).await;
+                self.generated_password = password;
+                if let Some(error) = error {
+                    self.failure = Some(error);
+                }
+                self.snapshot.seen.password_secret = Some(outcome);
+            }
             Change::ReserveUuid => {
                 let connection = self.connection()?;
                 let uuid = connection.uuids.take(connection.client()).await?;
@@ -249,22 +259,7 @@ impl Scope {
                         SendOutcome::Accepted { task: sent.task }
                     }
                     Err(error) => {
-                        let outcome =
-                            match classify_create_error(&error, deploy_request_id.is_none()) {
-                                CreateCallOutcome::Conflict => {
-                                    SendOutcome::Conflict(error.to_string())
-                                }
-                                CreateCallOutcome::ReservationRejected => {
-                                    SendOutcome::ReservationRejected
-                                }
-                                CreateCallOutcome::Invalid(message) => {
-                                    SendOutcome::Invalid(message)
-                                }
-                                CreateCallOutcome::SourceMissing(message) => {
-                                    SendOutcome::SourceMissing(message)
-                                }
-                                CreateCallOutcome::Retry => SendOutcome::Retry,
-                            };
+                        let outcome = send_outcome_of(&error, deploy_request_id.is_none());
                         self.failure = Some(error.into());
                         outcome
                     }
@@ -284,16 +279,8 @@ impl Scope {
                         actuator::FollowUpOutcome::Sent { task: None }
                         | actuator::FollowUpOutcome::NothingLeft,
                     ) => FollowUpOutcome::Done,
-                    Err(FollowUpFailure::Prism(error)) if error.is_conflict() => {
-                        FollowUpOutcome::Conflict
-                    }
                     Err(FollowUpFailure::Prism(error)) => {
-                        let outcome = match classify_create_error(&error, false) {
-                            CreateCallOutcome::Invalid(message) => {
-                                FollowUpOutcome::Invalid(message)
-                            }
-                            _ => FollowUpOutcome::Retry,
-                        };
+                        let outcome = follow_up_outcome_of(&error);
                         self.failure = Some(error.into());
                         outcome
                     }

@@ -21,7 +21,7 @@ use super::decision::{
 };
 use super::snapshot::{
     DeleteOutcome, DrainProgress, EnvironmentProblem, EnvironmentSeen, FollowUpOutcome,
-    PAUSED_CONDITION, Prepared, SendOutcome, Snapshot,
+    PAUSED_CONDITION, PasswordSecretOutcome, Prepared, Seen, SendOutcome, Snapshot,
 };
 use crate::api::{
     DeletionSent, INSTANCE_STATE_ANNOTATION, NutanixMachineProviderStatus, PendingTask,
@@ -603,7 +603,7 @@ fn create(d: &mut Draft<'_>) -> Decided {
         return Ok(Next::Requeue(wait));
     }
     let claimed = claims::claimed(d)?;
-    let plan = match readiness(&s.seen.prepared)? {
+    let plan = match readiness(&s.seen, true)? {
         Readiness::Ready(plan) => plan,
         Readiness::Invalid { reason, message } => {
             return Ok(fail(d, MachineFailure::Create { reason, message }));
@@ -716,9 +716,25 @@ enum Readiness<'p> {
     Unresolved(String),
 }
 
-fn readiness(prepared: &Option<Prepared>) -> Result<Readiness<'_>, Ask> {
-    Ok(match prepared {
+/// `creating`: a create is being made, which may create the generated password's Secret (a
+/// deletion never does).
+fn readiness(seen: &Seen, creating: bool) -> Result<Readiness<'_>, Ask> {
+    Ok(match &seen.prepared {
         None => return Err(Ask::Read(Read::Prepare)),
+        Some(Prepared::PasswordSecretMissing { secret }) => match &seen.password_secret {
+            None if creating => return Err(Ask::Send(Change::CreatePasswordSecret)),
+            None => Readiness::Unresolved(format!(
+                "Secret {secret} (the generated Administrator password) does not exist"
+            )),
+            // Planned again, with the password just generated.
+            Some(PasswordSecretOutcome::Created) => return Err(Ask::Read(Read::Prepare)),
+            Some(PasswordSecretOutcome::NotYetCached) => Readiness::Unresolved(format!(
+                "waiting for Secret {secret} (the generated Administrator password) to reach the cache"
+            )),
+            Some(PasswordSecretOutcome::Failed(error)) => Readiness::Unresolved(format!(
+                "cannot create Secret {secret} (the generated Administrator password): {error}"
+            )),
+        },
         Some(Prepared::Ready(plan)) => Readiness::Ready(plan),
         Some(Prepared::Refused(errors)) => match after_validation(errors) {
             Step::Fail { reason, message } => Readiness::Invalid { reason, message },
@@ -827,7 +843,7 @@ fn confirm_deploy(d: &mut Draft<'_>) -> Decided {
     let Some(request_id) = d.status.deploy_request_id.clone() else {
         return Ok(Next::Requeue(Duration::ZERO));
     };
-    let plan = match readiness(&s.seen.prepared)? {
+    let plan = match readiness(&s.seen, false)? {
         Readiness::Ready(plan) if matches!(plan.source, SourcePlan::Template { .. }) => plan,
         Readiness::Ready(_) => {
             let why = "the providerSpec no longer deploys a template";

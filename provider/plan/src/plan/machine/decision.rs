@@ -36,6 +36,16 @@ pub enum MetadataChange {
     },
 }
 
+impl MetadataChange {
+    /// Whether this change is written after the reconcile's status change, not before: once
+    /// the finalizer is gone the API server may delete the Machine, and a status write after
+    /// that would be answered 404 and lost. Every other change goes first, so that the status
+    /// it accompanies (a phase, the addresses) is never seen without it.
+    pub fn written_after_status(&self) -> bool {
+        *self == Self::RemoveFinalizer
+    }
+}
+
 /// What the executor does, then calls [`super::decide`] again with the result.
 #[derive(Clone, Debug)]
 pub enum Action {
@@ -61,6 +71,7 @@ impl Action {
             Self::Send(Change::CreateClaims { .. }) => "create IP address claims",
             Self::Send(Change::ReleaseClaims) => "release the IP address claims",
             Self::Send(Change::ReserveUuid) => "reserve a UUID",
+            Self::Send(Change::CreatePasswordSecret) => "create the Administrator password Secret",
             Self::Send(Change::Create { .. }) => "send the create",
             Self::Send(Change::FollowUp { .. }) => "send the follow-up",
             Self::Send(Change::DeleteVm { .. }) => "delete the VM",
@@ -128,6 +139,9 @@ pub enum ListingSource {
 #[derive(Clone, Debug)]
 pub enum Change {
     ReserveUuid,
+    /// Generates the VM's Administrator password and creates the Secret that keeps it, owned
+    /// by the Machine → `password_secret`.
+    CreatePasswordSecret,
     /// The create, clone or deploy (`deploy_request_id` for a deploy) → `sent`.
     Create {
         request: Box<VmRequest>,

@@ -32,8 +32,8 @@ pub use decision::{
 };
 pub use snapshot::{
     AddressContext, DeleteOutcome, DrainProgress, EnvironmentProblem, EnvironmentSeen,
-    FollowUpOutcome, Listing, MachineFacts, PAUSED_CONDITION, Prepared, Seen, SendOutcome,
-    Settings, Snapshot,
+    FollowUpOutcome, Listing, MachineFacts, PAUSED_CONDITION, PasswordSecretOutcome, Prepared,
+    Seen, SendOutcome, Settings, Snapshot,
 };
 
 #[cfg(test)]

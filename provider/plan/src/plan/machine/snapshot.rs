@@ -151,6 +151,7 @@ pub struct Seen {
     /// `GET /vms/{uuid}` confirming what a send or a failed task left.
     pub confirm: Option<Option<Vm>>,
     pub prepared: Option<Prepared>,
+    pub password_secret: Option<PasswordSecretOutcome>,
     /// A UUID reserved for the create.
     pub reserved: Option<String>,
     pub sent: Option<SendOutcome>,
@@ -234,6 +235,23 @@ pub enum Prepared {
     Refused(ValidationErrors),
     /// A Secret the create needs is missing or unusable: retry later.
     Unresolved(String),
+    /// Sysprep generates the VM's Administrator password, and its Secret (named here) does not
+    /// exist yet: creating it is a change of its own ([`crate::plan::machine::Change::CreatePasswordSecret`]).
+    PasswordSecretMissing {
+        secret: String,
+    },
+}
+
+/// How the creation of the generated Administrator password's Secret went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PasswordSecretOutcome {
+    /// Created; the executor plans with the password it generated.
+    Created,
+    /// It exists already (made by an earlier attempt) but the Secret cache has not seen it
+    /// yet: wait for it, never generate a second password.
+    NotYetCached,
+    /// The API server refused it; its words (the executor keeps the error).
+    Failed(String),
 }
 
 /// How Prism answered a create, clone or template deploy

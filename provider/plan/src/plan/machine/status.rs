@@ -155,6 +155,19 @@ pub struct StatusUpdate {
     pub conditions: Vec<MachineCondition>,
 }
 
+impl StatusUpdate {
+    /// Folds a later decision's change into this one, not yet written: what the later one sets
+    /// wins, conditions accumulate (merged by type when written). The executor keeps a
+    /// reconcile's pending change with this, and the protocol's simulated world does the same.
+    pub fn absorb(&mut self, later: StatusUpdate) {
+        self.phase = later.phase.or(self.phase);
+        self.error = later.error.or(self.error.take());
+        self.addresses = later.addresses.or(self.addresses.take());
+        self.provider_status = later.provider_status.or(self.provider_status.take());
+        self.conditions.extend(later.conditions);
+    }
+}
+
 /// The providerStatus as it would be written back (apiVersion and kind set), for comparisons that
 /// do not depend on how another writer formatted it.
 fn normalized_status(status: &MachineStatus) -> MachineStatus {

@@ -141,6 +141,10 @@ struct World {
     assigned: Vec<Value>,
     /// The pool's IPAM controller binds a claim before it is next read.
     auto_bind: bool,
+    /// Sysprep with a generated password: whether its Secret exists (`None`: no such password).
+    password_secret: Option<bool>,
+    /// How the API server answers the next creation of that Secret (`None`: it is created).
+    password_secret_answer: Option<PasswordSecretOutcome>,
 }
 
 impl World {
@@ -174,6 +178,8 @@ impl World {
             subnet_cidr: Some("10.0.0.0/24".parse().unwrap()),
             assigned: Vec::new(),
             auto_bind: false,
+            password_secret: None,
+            password_secret_answer: None,
         }
     }
 
@@ -359,7 +365,14 @@ impl World {
             Read::Confirm { uuid } => seen.confirm = Some(self.vm(&uuid)),
             Read::Node(_) => seen.node = Some(None),
             Read::AddressContext { .. } => seen.address_context = Some(AddressContext::default()),
-            Read::Prepare => seen.prepared = Some(self.prepared.clone()),
+            Read::Prepare => {
+                seen.prepared = Some(match self.password_secret {
+                    Some(false) => Prepared::PasswordSecretMissing {
+                        secret: "openshift-machine-api/worker-0-admin-password".into(),
+                    },
+                    _ => self.prepared.clone(),
+                });
+            }
             Read::Claims { names } => {
                 if self.auto_bind {
                     self.bind();
@@ -389,6 +402,17 @@ impl World {
     fn send(&mut self, snapshot: &mut Snapshot, change: Change) {
         let seen = &mut snapshot.seen;
         match change {
+            Change::CreatePasswordSecret => {
+                self.log.push("create password Secret".into());
+                let outcome = self
+                    .password_secret_answer
+                    .take()
+                    .unwrap_or(PasswordSecretOutcome::Created);
+                if outcome == PasswordSecretOutcome::Created {
+                    self.password_secret = Some(true);
+                }
+                seen.password_secret = Some(outcome);
+            }
             Change::ReserveUuid => {
                 self.log.push("reserve".into());
                 seen.reserved = Some(self.next_id("vm"));
@@ -559,16 +583,23 @@ impl World {
             if let Some(status) = &decision.status.provider_status {
                 snapshot.recorded = Some(status.clone());
             }
-            absorb(&mut pending, decision.status);
+            pending.absorb(decision.status);
             metadata = decision.metadata.or(metadata);
             events.extend(decision.events);
             outcome.effects.extend(decision.effects);
             match decision.action {
                 None => {
-                    if let Some(change) = &metadata {
-                        self.write_metadata(change);
+                    match &metadata {
+                        Some(change) if change.written_after_status() => {
+                            self.write_status(&pending);
+                            self.write_metadata(change);
+                        }
+                        Some(change) => {
+                            self.write_metadata(change);
+                            self.write_status(&pending);
+                        }
+                        None => self.write_status(&pending),
                     }
-                    self.write_status(&pending);
                     // As the executor publishes them: some only after a write.
                     let wrote = self.writes() > writes_before;
                     outcome.events = events
@@ -677,14 +708,6 @@ fn running() -> TaskProgress {
         status: "RUNNING".into(),
         percentage_complete: None,
     }
-}
-
-fn absorb(pending: &mut StatusUpdate, update: StatusUpdate) {
-    pending.phase = update.phase.or(pending.phase);
-    pending.error = update.error.or(pending.error.take());
-    pending.addresses = update.addresses.or(pending.addresses.take());
-    pending.provider_status = update.provider_status.or(pending.provider_status.take());
-    pending.conditions.extend(update.conditions);
 }
 
 /// A JSON merge patch (RFC 7386), as the API server applies it.
@@ -1252,6 +1275,62 @@ fn a_clone_listed_complete_sends_its_follow_up_in_the_same_reconcile() {
         ])
     );
     assert!(world.status().pending_follow_up.is_none());
+}
+
+/// The generated Administrator password's Secret is a change the protocol asks for, made
+/// before the create (record before send) and once: a controller stopped right after it finds
+/// it and makes no second one.
+#[test]
+fn a_generated_password_secret_is_created_as_a_change_before_the_create_and_once() {
+    let made = |w: &World| {
+        w.log
+            .iter()
+            .filter(|step| *step == "create password Secret")
+            .count()
+    };
+    let mut world = World::new("image");
+    world.password_secret = Some(false);
+    world.run_until(6, |w| w.status().pending_task.is_some());
+    assert_eq!(made(&world), 1, "{:?}", world.log);
+    let secret_at = world
+        .log
+        .iter()
+        .position(|step| step == "create password Secret");
+    let create_at = world.log.iter().position(|step| step == "create");
+    assert!(secret_at < create_at, "{:?}", world.log);
+
+    // Stopped right after the Secret's creation (the first send of its reconcile): the next
+    // reconcile plans with it.
+    let mut world = World::new("image");
+    world.password_secret = Some(false);
+    for _ in 0..6 {
+        if world.password_secret == Some(true) {
+            break;
+        }
+        world.reconcile_until(Some(2));
+    }
+    assert_eq!(world.password_secret, Some(true), "{:?}", world.log);
+    assert!(world.vms.is_empty(), "stopped before any create");
+    world.log.clear();
+    world.run_until(6, |w| w.status().pending_task.is_some());
+    assert_eq!(made(&world), 0, "{:?}", world.log);
+}
+
+/// A Secret an earlier attempt made but the cache has not seen is waited for: no second
+/// password, no VM, a retry with the reason.
+#[test]
+fn a_password_secret_not_yet_cached_is_waited_for() {
+    let mut world = World::new("image");
+    world.password_secret = Some(false);
+    world.password_secret_answer = Some(PasswordSecretOutcome::NotYetCached);
+    let retried = (0..4).find_map(|_| match world.reconcile().next {
+        Some(Next::Retry(Failure::CreateRetry(message))) => Some(message),
+        _ => None,
+    });
+    let message = retried.expect("a retry");
+    assert!(message.contains("reach the cache"), "{message}");
+    assert!(world.vms.is_empty());
+    assert_eq!(world.password_secret, Some(false));
 }
 
 #[test]

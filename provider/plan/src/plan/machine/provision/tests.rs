@@ -840,3 +840,37 @@ fn the_usual_end_is_the_slowest_recent_task_after_the_recorded_start() {
         "no overflow"
     );
 }
+
+/// Errors of the follow-up update are classified here, as a create's are, not by the executor.
+#[test]
+fn a_follow_up_error_is_a_conflict_an_invalid_update_or_a_retry() {
+    let conflict = Error::Conflict {
+        endpoint: "PUT /vms/{uuid}",
+        messages: PrismMessages::default(),
+    };
+    let server = Error::Server {
+        endpoint: "PUT /vms/{uuid}",
+        status: 503,
+        messages: PrismMessages::default(),
+        retry_after: None,
+    };
+    let invalid = Error::Invalid {
+        endpoint: "PUT /vms/{uuid}",
+        status: 422,
+        messages: messages(
+            "INVALID_REQUEST",
+            Some(r#"{"num_sockets":["must be positive"]}"#),
+        ),
+    };
+    assert_eq!(follow_up_outcome_of(&conflict), FollowUpOutcome::Conflict);
+    assert_eq!(follow_up_outcome_of(&server), FollowUpOutcome::Retry);
+    assert!(matches!(
+        follow_up_outcome_of(&invalid),
+        FollowUpOutcome::Invalid(_)
+    ));
+    assert_eq!(
+        send_outcome_of(&conflict, true),
+        SendOutcome::Conflict(conflict.to_string())
+    );
+    assert_eq!(send_outcome_of(&server, true), SendOutcome::Retry);
+}

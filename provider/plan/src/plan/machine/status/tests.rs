@@ -300,3 +300,39 @@ fn failed_reconciles_are_named_as_the_go_provider_names_them_and_notes_fit() {
         note.len()
     );
 }
+
+/// The executor and the protocol's simulated world fold a reconcile's changes with this one
+/// rule: the later decision's values win, conditions accumulate.
+#[test]
+fn a_later_change_wins_and_conditions_accumulate() {
+    let condition = |type_: &str| MachineCondition {
+        type_: type_.to_owned(),
+        status: "True".to_owned(),
+        ..MachineCondition::default()
+    };
+    let mut pending = StatusUpdate {
+        phase: Some("Provisioning"),
+        error: Some((None, "first".to_owned())),
+        conditions: vec![condition("A")],
+        ..StatusUpdate::default()
+    };
+    pending.absorb(StatusUpdate {
+        phase: Some("Provisioned"),
+        conditions: vec![condition("B")],
+        ..StatusUpdate::default()
+    });
+    assert_eq!(pending.phase, Some("Provisioned"));
+    assert_eq!(
+        pending.error,
+        Some((None, "first".to_owned())),
+        "kept where the later change says nothing"
+    );
+    assert_eq!(
+        pending
+            .conditions
+            .iter()
+            .map(|c| c.type_.as_str())
+            .collect::<Vec<_>>(),
+        ["A", "B"]
+    );
+}
