@@ -9,7 +9,9 @@
 //!
 //! # The create protocol: one VM per Machine, whatever fails in between
 //!
-//! The controller (`crate::controller::provision`) drives it; each step records on the Machine
+//! `crate::plan::machine::decide` decides it and the Machine controller carries it out
+//! (`crate::controller::machine`, its reads and changes in `controller/machine/perform.rs`, the
+//! create's preparation in `crate::controller::provision`); each step records on the Machine
 //! (a status merge patch carrying `metadata.resourceVersion`, so a concurrent writer makes it
 //! fail instead of being overwritten) what the next step needs *before* the step that creates
 //! something in Prism:
@@ -33,7 +35,8 @@
 //! 4. **Tasks are never waited for.** The create, clone or deploy task is recorded as
 //!    `providerStatus.pendingTask`; each reconcile reads it once and requeues, or, while enough
 //!    Machines wait, looks for its VM in the shared listing instead
-//!    (`crate::controller::provision`: a listed `COMPLETE` VM is a create that ended). A failed task's
+//!    ([`Connection::listing_for_waiter`]; for `crate::plan::machine::provision` a listed
+//!    `COMPLETE` VM is a create that ended). A failed task's
 //!    error (with its subtasks' errors, where Prism puts the real cause) goes into the
 //!    condition and the event; `crate::plan::machine::provision` decides whether it fails the Machine
 //!    (invalid configuration) or is retried (a retried create first confirms the VM is gone
