@@ -8,8 +8,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{DeleteParams, EvictParams, ListParams};
 
-use super::Shared;
 use super::error::Error;
+use super::shared::Shared;
 use crate::plan::machine::DrainProgress;
 use crate::plan::machine::drain::{is_unreachable, plan_drain};
 

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use super::inputs::SecretProblem;
 use crate::actuator::credentials::{CREDENTIALS_KEY, CredentialsError};
 use crate::actuator::infrastructure::InfrastructureError;
 
@@ -60,6 +59,19 @@ pub enum Error {
     /// the API server removed it. The reconcile ends there ([`crate::controller::machine`]).
     #[error("Machine {machine} is gone: {action} was answered 404")]
     MachineGone { machine: String, action: String },
+}
+
+/// Why a Secret value could not be read; names the Secret and key, never the content.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SecretProblem {
+    #[error("Secret {namespace}/{name} not found")]
+    NotFound { namespace: String, name: String },
+    #[error("Secret {namespace}/{name} has no key {key:?}")]
+    MissingKey {
+        namespace: String,
+        name: String,
+        key: String,
+    },
 }
 
 impl Error {

@@ -1,23 +1,22 @@
 //! What every controller of this binary does around its own decisions, written once: how an
 //! object is keyed, the reconcile wrapper (an unreadable object skipped, the duration and result
-//! counted, a failure turned into a backoff), the run loop's log of what its stream reports, and
-//! event publishing.
+//! counted, a failure turned into a backoff) and the run loop's log of what its stream reports
+//! (event publishing is [`super::events`]'s).
 //!
 //! Each controller describes itself by one [`Kit`] constant; what differs between them (the
 //! metrics label, whose backoff a failure counts against) is a field of it, so that the wrapper
 //! itself has no branch per controller.
 
-use std::fmt::{Arguments, Display};
+use std::fmt::Display;
 
 use futures::{Stream, StreamExt};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{self, Action};
-use kube::runtime::events::{Event, Recorder};
 use kube::{Resource, ResourceExt};
 
-use super::Shared;
 use super::error::Error;
-use crate::api::{Machine, MachineSet};
+use super::events::Subject;
+use super::shared::Shared;
 
 /// How soon an object whose write lost a race is reconciled again, if no watch event came first.
 const CONFLICT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -144,37 +143,6 @@ impl Kit {
     }
 }
 
-/// Publishes `event` about `object`. A failure to publish is logged, not returned: the event is
-/// for whoever reads `oc describe`, and the reconcile's outcome does not depend on it.
-pub async fn publish<K: Subject>(recorder: &Recorder, object: &K, event: &Event) {
-    if let Err(error) = recorder.publish(event, &object.object_ref(&())).await {
-        K::warn(
-            &object.name_any(),
-            &error,
-            format_args!("cannot publish event {}", event.reason),
-        );
-    }
-}
-
-/// An object the controllers reconcile, named in log lines by the field its controller has
-/// always used for it (`machine`, `machineset`).
-pub trait Subject: Resource<DynamicType = ()> {
-    /// Logs a warning about the object named `name`.
-    fn warn(name: &str, error: &dyn Display, message: Arguments<'_>);
-}
-
-impl Subject for Machine {
-    fn warn(name: &str, error: &dyn Display, message: Arguments<'_>) {
-        tracing::warn!(machine = %name, %error, "{message}");
-    }
-}
-
-impl Subject for MachineSet {
-    fn warn(name: &str, error: &dyn Display, message: Arguments<'_>) {
-        tracing::warn!(machineset = %name, %error, "{message}");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -186,7 +154,8 @@ mod tests {
 
     use super::*;
     use crate::actuator::{Actuator, ActuatorSettings};
-    use crate::controller::{ControllerSettings, WatchedSecrets};
+    use crate::api::Machine;
+    use crate::controller::shared::{ControllerSettings, WatchedSecrets};
     use crate::metrics::Metrics;
 
     const MACHINES: Kit = Kit {

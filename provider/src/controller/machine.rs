@@ -27,7 +27,6 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use super::Shared;
 use super::drain::drain_round;
 use super::error::Error;
 use super::inputs::{
@@ -37,11 +36,12 @@ use super::kit::{self, BackoffKey, Kit, key_of};
 use super::machine_cache::MachineFeed;
 use super::node_link::{ProviderIdsDone, ensure_node_provider_id, machine_to_requeue};
 use super::provision::{create_password_secret, prepare};
+use super::shared::Shared;
 use crate::actuator::inventory::InventorySnapshot;
 use crate::actuator::{self, FollowUpFailure};
 use crate::api::{GuardedMachine, MACHINE_FINALIZER, Machine};
 use crate::plan::machine::lifecycle::Intervals;
-use crate::plan::machine::provision::{DeployCandidate, follow_up_outcome_of, send_outcome_of};
+use crate::plan::machine::provision::DeployCandidate;
 use crate::plan::machine::status::{
     StatusUpdate, event_note, failure_event_reason, metadata_patch, status_patch,
 };

@@ -17,9 +17,10 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
-use super::Shared;
 use super::error::Error;
+use super::events::publish;
 use super::kit::{self, BackoffKey, Kit, key_of};
+use super::shared::Shared;
 use crate::api::{GuardedMachineSet, MachineSet};
 use crate::plan::machineset::annotations::machine_set_annotations;
 use crate::plan::machineset::{FIELD_MANAGER, capacity_apply, is_nutanix};
@@ -134,7 +135,7 @@ async fn report(set: &MachineSet, context: &Context, problem: String) {
         action: "CapacityAnnotations".to_owned(),
         secondary: None,
     };
-    kit::publish(&context.shared.recorder, set, &event).await;
+    publish(&context.shared.recorder, set, &event).await;
 }
 
 fn error_policy(guarded: Arc<GuardedMachineSet>, error: &Error, context: Arc<Context>) -> Action {

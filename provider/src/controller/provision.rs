@@ -11,9 +11,9 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use rand::RngCore;
 
-use super::Shared;
 use super::error::Error;
 use super::inputs::{Environment, secret_value};
+use super::shared::Shared;
 use crate::actuator::Connection;
 use crate::api::{AnnotatedChoices, CLUSTER_ID_LABEL, Machine, NutanixMachineProviderConfig};
 use crate::plan::machine::{PasswordSecretOutcome, Prepared};

@@ -38,12 +38,12 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use super::Shared;
 use super::error::Error;
 use super::inputs::environment;
 use super::kit::{self, BackoffKey, Kit, key_of};
 use super::machine_cache::MachineFeed;
 use super::node_link::apply_provider_id_action;
+use super::shared::Shared;
 use super::stores_ready::StoresReady;
 use crate::api::{GuardedMachine, Machine, NutanixMachineProviderStatus, TypedCondition, phase};
 use crate::plan::machine::addresses::nics_of;

@@ -259,7 +259,7 @@ impl Scope {
                         SendOutcome::Accepted { task: sent.task }
                     }
                     Err(error) => {
-                        let outcome = send_outcome_of(&error, deploy_request_id.is_none());
+                        let outcome = SendOutcome::of_error(&error, deploy_request_id.is_none());
                         self.failure = Some(error.into());
                         outcome
                     }
@@ -280,7 +280,7 @@ impl Scope {
                         | actuator::FollowUpOutcome::NothingLeft,
                     ) => FollowUpOutcome::Done,
                     Err(FollowUpFailure::Prism(error)) => {
-                        let outcome = follow_up_outcome_of(&error);
+                        let outcome = FollowUpOutcome::of_error(&error);
                         self.failure = Some(error.into());
                         outcome
                     }

@@ -31,6 +31,7 @@ use crate::plan::machine::addresses::{AddressInput, machine_addresses, nics_of};
 use crate::plan::machine::drain::{
     UNREACHABLE_VOLUME_WAIT, VOLUME_RECHECK, VolumeCheck, check_volumes, volume_events,
 };
+use crate::plan::machine::join_report::JOIN_TIMED_OUT_ERROR;
 use crate::plan::machine::lifecycle::{
     DRAINED_CONDITION, INSTANCE_MISSING_MESSAGE, INVALID_CONFIGURATION, Step, VmObservation,
     after_validation, next_step, provider_id,
@@ -43,7 +44,6 @@ use crate::plan::machine::status::{
 use crate::plan::vm::SourcePlan;
 use crate::plan::vm::VmPlan;
 use crate::plan::vm::request::{VmRequest, build_request};
-use crate::plan::windows_join::JOIN_TIMED_OUT_ERROR;
 
 mod claims;
 mod environment;

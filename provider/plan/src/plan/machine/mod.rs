@@ -13,6 +13,7 @@
 pub mod addresses;
 pub mod drain;
 pub mod ipam;
+pub mod join_report;
 pub mod lifecycle;
 pub mod networks;
 pub mod node_link;

@@ -14,7 +14,6 @@ use prism_types::v3::EntityState;
 use prism_types::{Error, TaskEntity, TaskFailure, TaskProgress};
 
 use crate::api::{NutanixMachineProviderStatus, PendingTask, TaskOperation};
-use crate::plan::machine::{FollowUpOutcome, SendOutcome};
 use crate::plan::vm::identity::MachineIdentity;
 use crate::plan::vm::request::FollowUpUpdate;
 
@@ -250,31 +249,6 @@ pub fn classify_create_error(error: &Error, reserved_uuid: bool) -> CreateCallOu
         }
         Error::NotFound { .. } => CreateCallOutcome::SourceMissing(error.to_string()),
         _ => CreateCallOutcome::Retry,
-    }
-}
-
-/// What Prism's error to a create, clone or template deploy tells the protocol
-/// ([`classify_create_error`]); `reserved_uuid` as there.
-pub fn send_outcome_of(error: &Error, reserved_uuid: bool) -> SendOutcome {
-    match classify_create_error(error, reserved_uuid) {
-        CreateCallOutcome::Conflict => SendOutcome::Conflict(error.to_string()),
-        CreateCallOutcome::ReservationRejected => SendOutcome::ReservationRejected,
-        CreateCallOutcome::Invalid(message) => SendOutcome::Invalid(message),
-        CreateCallOutcome::SourceMissing(message) => SendOutcome::SourceMissing(message),
-        CreateCallOutcome::Retry => SendOutcome::Retry,
-    }
-}
-
-/// What Prism's error to the follow-up update of a clone or deploy tells the protocol: a 409
-/// is a VM that changed since it was read (read it again and redo the update); a request
-/// refused as invalid fails the Machine, as for a create; anything else is retried.
-pub fn follow_up_outcome_of(error: &Error) -> FollowUpOutcome {
-    if error.is_conflict() {
-        return FollowUpOutcome::Conflict;
-    }
-    match classify_create_error(error, false) {
-        CreateCallOutcome::Invalid(message) => FollowUpOutcome::Invalid(message),
-        _ => FollowUpOutcome::Retry,
     }
 }
 

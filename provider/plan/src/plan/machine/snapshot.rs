@@ -14,13 +14,13 @@ use prism_types::v3::Vm;
 use crate::api::{Machine, NutanixMachineProviderStatus};
 use crate::plan::machine::drain::drained_at;
 use crate::plan::machine::ipam::{ClaimReading, IpPoolError, PoolRef, machine_ip_pools};
+use crate::plan::machine::join_report::timed_out_join;
 use crate::plan::machine::lifecycle::{Intervals, MachineState};
-use crate::plan::machine::provision::DeployCandidate;
+use crate::plan::machine::provision::{CreateCallOutcome, DeployCandidate, classify_create_error};
 use crate::plan::vm::VmPlan;
 use crate::plan::vm::errors::ValidationErrors;
 use crate::plan::vm::identity::{MachineIdentity, MarkedVm};
 use crate::plan::vm::spec::ParsedSpec;
-use crate::plan::windows_join::timed_out_join;
 
 /// Machine condition of a paused Machine (migration to the Cluster API).
 pub const PAUSED_CONDITION: &str = "Paused";
@@ -270,6 +270,20 @@ pub enum SendOutcome {
     Retry,
 }
 
+impl SendOutcome {
+    /// What Prism's error to a create, clone or template deploy tells the protocol
+    /// ([`classify_create_error`]); `reserved_uuid` as there.
+    pub fn of_error(error: &prism_types::Error, reserved_uuid: bool) -> Self {
+        match classify_create_error(error, reserved_uuid) {
+            CreateCallOutcome::Conflict => Self::Conflict(error.to_string()),
+            CreateCallOutcome::ReservationRejected => Self::ReservationRejected,
+            CreateCallOutcome::Invalid(message) => Self::Invalid(message),
+            CreateCallOutcome::SourceMissing(message) => Self::SourceMissing(message),
+            CreateCallOutcome::Retry => Self::Retry,
+        }
+    }
+}
+
 /// How Prism answered the follow-up update of a clone or deploy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FollowUpOutcome {
@@ -284,6 +298,21 @@ pub enum FollowUpOutcome {
     Impossible(String),
     /// Anything else (the executor keeps the error).
     Retry,
+}
+
+impl FollowUpOutcome {
+    /// What Prism's error to the follow-up update tells the protocol: a 409 is a VM that
+    /// changed since it was read (read it again and redo the update); a request refused as
+    /// invalid fails the Machine, as for a create; anything else is retried.
+    pub fn of_error(error: &prism_types::Error) -> Self {
+        if error.is_conflict() {
+            return Self::Conflict;
+        }
+        match classify_create_error(error, false) {
+            CreateCallOutcome::Invalid(message) => Self::Invalid(message),
+            _ => Self::Retry,
+        }
+    }
 }
 
 /// How Prism answered `DELETE /vms/{uuid}`.

@@ -37,20 +37,19 @@ use self::csr::{
     MachineFacts, SERVING_SIGNER, check_csr, same_address,
 };
 use self::csr_pem::CsrState;
-use crate::api::{Machine, NutanixMachineProviderStatus, phase};
+use crate::api::{Machine, phase};
 use crate::plan::machine::addresses::address_type;
 use crate::plan::machine::node_link::{
     PROVIDED_NODE_IP_ANNOTATION, machine_ips, machine_node_names, node_ips, node_ref, same_dns_name,
 };
 use crate::plan::machine::status::{event_note, provider_condition};
+// What the Machine protocol reads of this reconciler's report lives beside the protocol, so
+// that the two capabilities depend one way only (this one on the Machine's).
+pub use crate::plan::machine::join_report::{
+    CONDITION, IGNORE_LABEL, JOIN_TIMED_OUT_ERROR, STATUS_FIELD, applies_to, recorded_condition,
+    timed_out_join,
+};
 
-/// providerStatus condition type.
-pub const CONDITION: &str = "WindowsJoin";
-/// The providerStatus key of the `WindowsJoin` condition, written by the join reconciler only
-/// (the Machine controller reads it to fail a Machine whose join timed out).
-pub const STATUS_FIELD: &str = "windowsJoin";
-/// Machine label with which WMCO (and this reconciler) leave a Machine alone.
-pub const IGNORE_LABEL: &str = "windowsmachineconfig.openshift.io/ignore";
 /// Node annotation WMCO sets once the node is configured: its version.
 pub const WMCO_VERSION_ANNOTATION: &str = "windowsmachineconfig.openshift.io/version";
 /// Taint of a Node the cloud controller manager has not initialised yet.
@@ -58,8 +57,6 @@ pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitia
 /// `--windows-join-timeout` default: reference/03 §5 suggests failing a Machine with no Node
 /// after about 90 minutes (the approver's client CSR window is 2 hours).
 pub const DEFAULT_JOIN_TIMEOUT: Duration = Duration::from_secs(90 * 60);
-/// `errorReason` of a Machine failed for a timed-out join.
-pub const JOIN_TIMED_OUT_ERROR: &str = "JoinTimedOut";
 /// The approver counts pending node CSRs created within this long.
 const RECENT_PENDING_WINDOW: SignedDuration = SignedDuration::from_hours(1);
 const NODE_USER_PREFIX: &str = "system:node:";
@@ -80,7 +77,7 @@ pub mod reasons {
     pub const SERVING_CSR_ADDRESS_MISMATCH: &str = "ServingCSRAddressMismatch";
     pub const CSR_PENDING: &str = "CSRPending";
     pub const NODE_IP_MISMATCH: &str = "NodeIPMismatch";
-    pub const JOIN_TIMED_OUT: &str = "JoinTimedOut";
+    pub const JOIN_TIMED_OUT: &str = super::JOIN_TIMED_OUT_ERROR;
 }
 
 /// The stages, in order.
@@ -112,45 +109,6 @@ impl Stage {
             Self::Configured => reasons::CONFIGURED,
         }
     }
-}
-
-/// Whether the reconciler looks after this Machine: labelled `machine.openshift.io/os-id:
-/// Windows` and not `windowsmachineconfig.openshift.io/ignore=true`.
-pub fn applies_to(machine: &Machine) -> bool {
-    machine.is_windows()
-        && machine
-            .labels()
-            .get(IGNORE_LABEL)
-            .is_none_or(|value| value != "true")
-}
-
-/// The `WindowsJoin` condition as last written: from [`STATUS_FIELD`], else where an earlier
-/// version kept it (`providerStatus.conditions`). An unreadable one counts as none.
-pub fn recorded_condition(status: &NutanixMachineProviderStatus) -> Option<Condition> {
-    match status.other.get(STATUS_FIELD) {
-        Some(value) => serde_json::from_value(value.clone()).ok(),
-        None => status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == CONDITION)
-            .cloned(),
-    }
-}
-
-/// The `errorMessage` a Machine is failed with under `--fail-timed-out-windows-joins`: set when
-/// the recorded condition of a Machine this reconciler looks after says `JoinTimedOut` and the
-/// Machine still has no Node (one linked since the condition was written ends the timeout).
-pub fn timed_out_join(machine: &Machine, status: &NutanixMachineProviderStatus) -> Option<String> {
-    if !applies_to(machine) || node_ref(machine).is_some() {
-        return None;
-    }
-    let condition = recorded_condition(status)?;
-    (condition.reason == reasons::JOIN_TIMED_OUT).then(|| {
-        format!(
-            "Windows join timed out: {}; the Machine is marked Failed (--fail-timed-out-windows-joins) so that it is replaced",
-            condition.message
-        )
-    })
 }
 
 /// A CSR with where it stands.

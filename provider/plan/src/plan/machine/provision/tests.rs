@@ -6,6 +6,7 @@ use prism_types::{
 };
 
 use super::*;
+use crate::plan::machine::{FollowUpOutcome, SendOutcome};
 
 fn failure(detail: &str, subtasks: &[&str]) -> TaskFailure {
     TaskFailure {
@@ -862,15 +863,18 @@ fn a_follow_up_error_is_a_conflict_an_invalid_update_or_a_retry() {
             Some(r#"{"num_sockets":["must be positive"]}"#),
         ),
     };
-    assert_eq!(follow_up_outcome_of(&conflict), FollowUpOutcome::Conflict);
-    assert_eq!(follow_up_outcome_of(&server), FollowUpOutcome::Retry);
+    assert_eq!(
+        FollowUpOutcome::of_error(&conflict),
+        FollowUpOutcome::Conflict
+    );
+    assert_eq!(FollowUpOutcome::of_error(&server), FollowUpOutcome::Retry);
     assert!(matches!(
-        follow_up_outcome_of(&invalid),
+        FollowUpOutcome::of_error(&invalid),
         FollowUpOutcome::Invalid(_)
     ));
     assert_eq!(
-        send_outcome_of(&conflict, true),
+        SendOutcome::of_error(&conflict, true),
         SendOutcome::Conflict(conflict.to_string())
     );
-    assert_eq!(send_outcome_of(&server, true), SendOutcome::Retry);
+    assert_eq!(SendOutcome::of_error(&server, true), SendOutcome::Retry);
 }
