@@ -26,7 +26,8 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 pub use cli_main::cli_main;
 
 pub mod actuator;
-pub use nutanix_machine_plan::{api, plan};
+pub use nutanix_machine_plan as plan;
+pub use nutanix_machine_plan::api;
 pub mod controller;
 pub mod metrics;
 pub mod render;

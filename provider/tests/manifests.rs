@@ -30,7 +30,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_sim::{KubeSim, RequestRecord};
 use nutanix_machine_controller::api::Machine;
-use nutanix_machine_controller::controller::provision::{
+use nutanix_machine_controller::controller::prepare::{
     ADMIN_PASSWORD_KEY, generated_password_object, random_admin_password,
 };
 use nutanix_machine_controller::plan::vm::secret::GENERATED_PASSWORD_SUFFIX;

@@ -17,7 +17,7 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use nutanix_machine_controller::api::Machine;
-use nutanix_machine_controller::controller::provision::{
+use nutanix_machine_controller::controller::prepare::{
     generated_password_object, random_admin_password,
 };
 use sandbox::manifests;

@@ -11,7 +11,7 @@
 //!
 //! `crate::plan::machine::decide` decides it and the Machine controller carries it out
 //! (`crate::controller::machine`, its reads and changes in `controller/machine/perform.rs`, the
-//! create's preparation in `crate::controller::provision`); each step records on the Machine
+//! create's preparation in `crate::controller::prepare`); each step records on the Machine
 //! (a status merge patch carrying `metadata.resourceVersion`, so a concurrent writer makes it
 //! fail instead of being overwritten) what the next step needs *before* the step that creates
 //! something in Prism:

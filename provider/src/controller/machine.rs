@@ -35,7 +35,7 @@ use super::inputs::{
 use super::kit::{self, BackoffKey, Kit, key_of};
 use super::machine_cache::MachineFeed;
 use super::node_link::{ProviderIdsDone, ensure_node_provider_id, machine_to_requeue};
-use super::provision::{create_password_secret, prepare};
+use super::prepare::{create_password_secret, prepare};
 use super::shared::Shared;
 use crate::actuator::inventory::InventorySnapshot;
 use crate::actuator::{self, FollowUpFailure};

@@ -21,10 +21,10 @@ pub mod shared;
 pub mod stores_ready;
 
 // What the Machine controller does besides its protocol, also used by the `validate` and
-// `doctor` commands (provision) and the Windows join reconciler (node_link).
+// `doctor` commands (prepare) and the Windows join reconciler (node_link).
 pub mod drain;
 pub mod node_link;
-pub mod provision;
+pub mod prepare;
 
 // The controllers.
 pub mod machine;

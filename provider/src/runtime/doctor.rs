@@ -22,7 +22,7 @@ use crate::actuator::infrastructure::parse_infrastructure;
 use crate::actuator::{Actuator, Connection};
 use crate::api::IP_POOL_ANNOTATION;
 use crate::api::MachineSet;
-use crate::controller::provision::{USER_DATA_KEY, random_admin_password, resolve_and_plan};
+use crate::controller::prepare::{USER_DATA_KEY, random_admin_password, resolve_and_plan};
 use crate::metrics::Metrics;
 use crate::plan::doctor::{
     CLOUD_PRIVATE_KEY_KEY, CLOUD_PRIVATE_KEY_SECRET, Check, DEFAULT_NODE_STARTUP_TIMEOUT, Facts,
@@ -482,7 +482,7 @@ async fn prism_facts(
             // A providerSpec that does not parse: the plan says why, without Prism.
             let machine = preview_machine(set);
             let spec = ParsedSpec::of(&machine);
-            if let Some(errors) = crate::controller::provision::invalid_in_itself(&machine, &spec) {
+            if let Some(errors) = crate::controller::prepare::invalid_in_itself(&machine, &spec) {
                 fact.plan = Some(Err(errors.lines().collect()));
             }
             continue;

@@ -1,6 +1,6 @@
 //! `nutanix-machine-controller validate --machine FILE.yaml`: resolves every reference of a
 //! Machine (or of a MachineSet's Machines) against Prism Central and prints exactly the errors
-//! the controller would raise before creating its VM (`crate::controller::provision::
+//! the controller would raise before creating its VM (`crate::controller::prepare::
 //! resolve_and_plan`, the same function), one per line, or what it would send.
 
 use std::path::PathBuf;
@@ -14,7 +14,7 @@ use super::cli::PrismArgs;
 use crate::actuator::Actuator;
 use crate::actuator::credentials::{CREDENTIALS_KEY, PrismCredentials};
 use crate::actuator::infrastructure::parse_infrastructure;
-use crate::controller::provision::{random_admin_password, resolve_and_plan};
+use crate::controller::prepare::{random_admin_password, resolve_and_plan};
 use crate::plan::vm::secret::UserData;
 use crate::plan::vm::spec::ParsedSpec;
 use crate::plan::vm::validate::UnreadUserData;

@@ -248,7 +248,7 @@ pub fn provider_spec_reads() -> u64 {
 impl Machine {
     /// `spec.providerSpec.value` as our type, with the choices of the Machine's annotations
     /// applied over it ([`AnnotatedChoices`]); `None` when it is absent. A reconcile reads it
-    /// once, as [`crate::plan::vm::spec::ParsedSpec`], and passes that on.
+    /// once, as [`crate::vm::spec::ParsedSpec`], and passes that on.
     pub fn provider_config(&self) -> Option<Result<NutanixMachineProviderConfig, ParseError>> {
         PROVIDER_SPEC_READS.fetch_add(1, Ordering::Relaxed);
         provider_config_of(&self.spec, Some(&self.metadata))

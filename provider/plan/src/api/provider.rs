@@ -419,7 +419,7 @@ open_enum! {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GuestCustomizationSpec {
-    /// Default: CloudInit, for Windows Machines too (`crate::plan::vm::guest`).
+    /// Default: CloudInit, for Windows Machines too (`crate::vm::guest`).
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub type_: Option<GuestCustomizationType>,
     /// Windows time zone ID for Sysprep (default `UTC`).

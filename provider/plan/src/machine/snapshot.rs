@@ -12,15 +12,15 @@ use prism_types::TaskProgress;
 use prism_types::v3::Vm;
 
 use crate::api::{Machine, NutanixMachineProviderStatus};
-use crate::plan::machine::drain::drained_at;
-use crate::plan::machine::ipam::{ClaimReading, IpPoolError, PoolRef, machine_ip_pools};
-use crate::plan::machine::join_report::timed_out_join;
-use crate::plan::machine::lifecycle::{Intervals, MachineState};
-use crate::plan::machine::provision::{CreateCallOutcome, DeployCandidate, classify_create_error};
-use crate::plan::vm::VmPlan;
-use crate::plan::vm::errors::ValidationErrors;
-use crate::plan::vm::identity::{MachineIdentity, MarkedVm};
-use crate::plan::vm::spec::ParsedSpec;
+use crate::machine::drain::drained_at;
+use crate::machine::ipam::{ClaimReading, IpPoolError, PoolRef, machine_ip_pools};
+use crate::machine::join_report::timed_out_join;
+use crate::machine::lifecycle::{Intervals, MachineState};
+use crate::machine::provision::{CreateCallOutcome, DeployCandidate, classify_create_error};
+use crate::vm::VmPlan;
+use crate::vm::errors::ValidationErrors;
+use crate::vm::identity::{MachineIdentity, MarkedVm};
+use crate::vm::spec::ParsedSpec;
 
 /// Machine condition of a paused Machine (migration to the Cluster API).
 pub const PAUSED_CONDITION: &str = "Paused";
@@ -236,7 +236,7 @@ pub enum Prepared {
     /// A Secret the create needs is missing or unusable: retry later.
     Unresolved(String),
     /// Sysprep generates the VM's Administrator password, and its Secret (named here) does not
-    /// exist yet: creating it is a change of its own ([`crate::plan::machine::Change::CreatePasswordSecret`]).
+    /// exist yet: creating it is a change of its own ([`crate::machine::Change::CreatePasswordSecret`]).
     PasswordSecretMissing {
         secret: String,
     },
@@ -255,7 +255,7 @@ pub enum PasswordSecretOutcome {
 }
 
 /// How Prism answered a create, clone or template deploy
-/// ([`crate::plan::machine::provision::classify_create_error`]).
+/// ([`crate::machine::provision::classify_create_error`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SendOutcome {
     Accepted {

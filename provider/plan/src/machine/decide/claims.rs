@@ -4,14 +4,14 @@
 use std::borrow::Cow;
 
 use super::{Ask, Draft, MachineFailure, fail};
-use crate::plan::machine::decision::{Change, Event, Next, Read};
-use crate::plan::machine::ipam::{
+use crate::machine::decision::{Change, Event, Next, Read};
+use crate::machine::ipam::{
     BoundAddress, ClaimsState, IP_ADDRESS_CLAIMED, IP_ADDRESSES_CLAIMED, NicAddressing,
     WAITING_FOR_IP_ADDRESS, check_nic_count, claim_name, claim_object, claims_state,
     nic_addressing,
 };
-use crate::plan::machine::lifecycle::INVALID_CONFIGURATION;
-use crate::plan::vm::{SourcePlan, VmPlan};
+use crate::machine::lifecycle::INVALID_CONFIGURATION;
+use crate::vm::{SourcePlan, VmPlan};
 
 /// Where a create with static addresses stands.
 pub(super) enum Claimed {

@@ -169,7 +169,7 @@ impl FailureDomain {
     }
 }
 
-/// The lookups the actuator must make before [`crate::plan::vm::validate::plan_vm`] can decide, keyed as
+/// The lookups the actuator must make before [`crate::vm::validate::plan_vm`] can decide, keyed as
 /// [`ResolvedReferences`] expects them. Identifiers that are malformed are left out: validation
 /// reports them without any lookup.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

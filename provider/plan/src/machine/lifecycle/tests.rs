@@ -4,7 +4,7 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use super::*;
-use crate::plan::vm::errors::FieldError;
+use crate::vm::errors::FieldError;
 
 /// A Machine that has its finalizer, label and providerSpec, and nothing else yet.
 fn fresh() -> MachineState {

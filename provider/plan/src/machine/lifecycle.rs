@@ -29,7 +29,7 @@ use prism_types::v3::{EntityState, Vm};
 use crate::api::{
     CLUSTER_ID_LABEL, EXCLUDE_NODE_DRAINING_ANNOTATION, MACHINE_FINALIZER, Machine, phase,
 };
-use crate::plan::vm::errors::{ErrorClass, ValidationErrors};
+use crate::vm::errors::{ErrorClass, ValidationErrors};
 
 /// How long MAO waits before looking again at a Machine that is waiting on something.
 pub const REQUEUE_AFTER: Duration = Duration::from_secs(30);

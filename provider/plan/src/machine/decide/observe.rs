@@ -8,19 +8,19 @@ use prism_types::v3::{EntityState, PowerState, Vm};
 
 use super::{Ask, Draft, MachineFailure, fail, forget_deploy, power_of, since};
 use crate::api::{PendingTask, TaskOperation, phase};
-use crate::plan::machine::decision::FailureKind;
-use crate::plan::machine::decision::{Failure, ListingSlot, ListingSource, Next, Read};
-use crate::plan::machine::deletion_sent;
-use crate::plan::machine::lifecycle::{INVALID_CONFIGURATION, VmObservation, VmState};
-use crate::plan::machine::provision::{
+use crate::machine::decision::FailureKind;
+use crate::machine::decision::{Failure, ListingSlot, ListingSource, Next, Read};
+use crate::machine::deletion_sent;
+use crate::machine::lifecycle::{INVALID_CONFIGURATION, VmObservation, VmState};
+use crate::machine::provision::{
     DEPLOYED_VM_SEARCH, DeployedByName, FailureClass, ListingSays, ListingView, TaskContext,
     TaskReading, after_transient_failure, deployed_vm_by_name, follow_up_value, listed_after,
     listing_says, past_usual_end, pending_follow_up, read_task,
 };
-use crate::plan::machine::snapshot::Listing;
-use crate::plan::machine::status::conditions;
-use crate::plan::vm::identity::adoptable_vm;
-use crate::plan::vm::request::FollowUpUpdate;
+use crate::machine::snapshot::Listing;
+use crate::machine::status::conditions;
+use crate::vm::identity::adoptable_vm;
+use crate::vm::request::FollowUpUpdate;
 
 /// How much later than its recorded time (whole seconds) something was sent.
 const RECORDED_TIME_SLACK: Duration = Duration::from_secs(1);
@@ -237,7 +237,7 @@ enum BeforeRead {
 /// its move to v4 in February 2026). Any other answer (404, `ERROR`) is the task's to explain: it
 /// is read.
 ///
-/// [`task_read_directly`]: crate::plan::machine::provision::task_read_directly
+/// [`task_read_directly`]: crate::machine::provision::task_read_directly
 fn clone_seen_by_get(
     d: &mut Draft<'_>,
     task: &PendingTask,

@@ -1,5 +1,5 @@
 //! The Windows join reconciler's report on a Machine (`providerStatus.windowsJoin`), as the
-//! Machine protocol reads it: [`crate::plan::windows_join`] decides and writes it; the protocol
+//! Machine protocol reads it: [`crate::windows_join`] decides and writes it; the protocol
 //! only reads whether it says the join timed out. Kept here, below both, so that the join's
 //! capability depends on the Machine's and never the other way round.
 
@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 
 use crate::api::{Machine, NutanixMachineProviderStatus};
-use crate::plan::machine::node_link::node_ref;
+use crate::machine::node_link::node_ref;
 
 /// providerStatus condition type.
 pub const CONDITION: &str = "WindowsJoin";

@@ -8,7 +8,7 @@
 //! only handles the send's outcome.
 //!
 //! The order is the machine-api-operator's ([`next_step`]); what each Prism answer means is
-//! [`crate::plan::machine::provision`]'s.
+//! [`crate::machine::provision`]'s.
 
 use std::time::Duration;
 
@@ -27,23 +27,23 @@ use crate::api::{
     DeletionSent, INSTANCE_STATE_ANNOTATION, NutanixMachineProviderStatus, PendingTask,
     TaskOperation, phase,
 };
-use crate::plan::machine::addresses::{AddressInput, machine_addresses, nics_of};
-use crate::plan::machine::drain::{
+use crate::machine::addresses::{AddressInput, machine_addresses, nics_of};
+use crate::machine::drain::{
     UNREACHABLE_VOLUME_WAIT, VOLUME_RECHECK, VolumeCheck, check_volumes, volume_events,
 };
-use crate::plan::machine::join_report::JOIN_TIMED_OUT_ERROR;
-use crate::plan::machine::lifecycle::{
+use crate::machine::join_report::JOIN_TIMED_OUT_ERROR;
+use crate::machine::lifecycle::{
     DRAINED_CONDITION, INSTANCE_MISSING_MESSAGE, INVALID_CONFIGURATION, Step, VmObservation,
     after_validation, next_step, provider_id,
 };
-use crate::plan::machine::provision::{follow_up_value, pending_follow_up};
-use crate::plan::machine::status::{
+use crate::machine::provision::{follow_up_value, pending_follow_up};
+use crate::machine::status::{
     StatusUpdate, UNKNOWN_INSTANCE_STATE, conditions, machine_condition, provider_condition,
     vm_annotations, vm_labels,
 };
-use crate::plan::vm::SourcePlan;
-use crate::plan::vm::VmPlan;
-use crate::plan::vm::request::{VmRequest, build_request};
+use crate::vm::SourcePlan;
+use crate::vm::VmPlan;
+use crate::vm::request::{VmRequest, build_request};
 
 mod claims;
 mod environment;
@@ -306,7 +306,7 @@ fn decide_into(d: &mut Draft<'_>) -> Decided {
             Some("the Machine API owns the Machine".into()),
         );
     }
-    perform(d, step, vm)
+    follow_step(d, step, vm)
 }
 
 /// Phase Failed with the reason and message; `instance-state: Unknown`, as MAO writes.
@@ -368,7 +368,8 @@ fn retry_create(d: &mut Draft<'_>, message: String) -> Next {
     Next::Retry(Failure::CreateRetry(message))
 }
 
-fn perform(d: &mut Draft<'_>, step: Step, vm: Option<Vm>) -> Decided {
+/// What the lifecycle's next `step` asks of this reconcile (`vm`: the VM as last observed).
+fn follow_step(d: &mut Draft<'_>, step: Step, vm: Option<Vm>) -> Decided {
     let poll = d.poll();
     let intervals = d.s.settings.intervals;
     match step {

@@ -2,7 +2,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::plan::windows_join::csr::NODE_BOOTSTRAPPER;
+use crate::windows_join::csr::NODE_BOOTSTRAPPER;
 
 const NAME: &str = "win-abcde";
 const PROVIDER_ID: &str = "nutanix://0f4c2a1e-0000-4000-8000-000000000001";

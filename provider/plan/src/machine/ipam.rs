@@ -34,7 +34,7 @@ use kube::ResourceExt;
 
 use crate::api::ipam::{IPAddress, IPAddressClaim, IpAddressClaimSpec};
 use crate::api::{IP_POOL_ANNOTATION, Machine};
-use crate::plan::vm::identity::MachineIdentity;
+use crate::vm::identity::MachineIdentity;
 
 /// The Machine's condition about its claims (openshift/api `IPAddressClaimedCondition`).
 pub const IP_ADDRESS_CLAIMED: &str = "IPAddressClaimed";

@@ -14,8 +14,8 @@ use prism_types::v3::EntityState;
 use prism_types::{Error, TaskEntity, TaskFailure, TaskProgress};
 
 use crate::api::{NutanixMachineProviderStatus, PendingTask, TaskOperation};
-use crate::plan::vm::identity::MachineIdentity;
-use crate::plan::vm::request::FollowUpUpdate;
+use crate::vm::identity::MachineIdentity;
+use crate::vm::request::FollowUpUpdate;
 
 /// Whether a failure can heal by itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,7 +193,7 @@ pub const SECURE_BOOT_CUSTOMIZATION_REFUSED: &str = "AHV refuses Secure Boot wit
 
 /// The explanation and fix a failure gives, if any: VMM-30102, or any refusal of a VM that
 /// asks for Secure Boot with guest customization
-/// ([`crate::plan::vm::spec::secure_boot_customized`]; a v3 task's
+/// ([`crate::vm::spec::secure_boot_customized`]; a v3 task's
 /// rendering of VMM-30102 is not established from any source, only that it is a refusal).
 pub fn failure_advice(failure: &TaskFailure, secure_boot_customized: bool) -> Option<&'static str> {
     match known_of(failure) {

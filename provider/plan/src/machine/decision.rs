@@ -7,8 +7,8 @@ use std::time::Duration;
 use prism_types::v3::Vm;
 
 use crate::api::TaskOperation;
-use crate::plan::machine::status::StatusUpdate;
-use crate::plan::vm::request::{FollowUpUpdate, VmRequest};
+use crate::machine::status::StatusUpdate;
+use crate::vm::request::{FollowUpUpdate, VmRequest};
 
 /// One step of a reconcile.
 #[derive(Clone, Debug, Default)]

@@ -36,7 +36,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::NodeAddress;
 use prism_types::quote::{MAX_QUOTED_CHARS, bounded, quoted};
 
-use crate::plan::machine::addresses::address_type;
+use crate::machine::addresses::address_type;
 
 pub const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";

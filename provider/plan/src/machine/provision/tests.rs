@@ -6,7 +6,7 @@ use prism_types::{
 };
 
 use super::*;
-use crate::plan::machine::{FollowUpOutcome, SendOutcome};
+use crate::machine::{FollowUpOutcome, SendOutcome};
 
 fn failure(detail: &str, subtasks: &[&str]) -> TaskFailure {
     TaskFailure {

@@ -15,17 +15,17 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::api::{Machine, NutanixMachineProviderStatus, TaskOperation, phase};
-use crate::plan::machine::lifecycle::{INSTANCE_MISSING_MESSAGE, Intervals};
-use crate::plan::machine::provision::DeployCandidate;
-use crate::plan::machine::status::{
+use crate::machine::lifecycle::{INSTANCE_MISSING_MESSAGE, Intervals};
+use crate::machine::provision::DeployCandidate;
+use crate::machine::status::{
     StatusUpdate, conditions, metadata_patch, provider_condition, status_patch,
 };
-use crate::plan::vm::identity::MarkedVm;
-use crate::plan::vm::request::VmRequest;
-use crate::plan::vm::resolve::{ResolutionMode, ResolvedReferences};
-use crate::plan::vm::secret::UserData;
-use crate::plan::vm::spec::ParsedSpec;
-use crate::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
+use crate::vm::identity::MarkedVm;
+use crate::vm::request::VmRequest;
+use crate::vm::resolve::{ResolutionMode, ResolvedReferences};
+use crate::vm::secret::UserData;
+use crate::vm::spec::ParsedSpec;
+use crate::vm::validate::{PlanContext, UnreadUserData, plan_vm};
 
 const UID: &str = "11111111-2222-4333-8444-555555555555";
 const NAME: &str = "worker-0";
@@ -382,7 +382,7 @@ impl World {
                     .map(|(nic, name)| {
                         (
                             *nic,
-                            crate::plan::machine::ipam::ClaimReading {
+                            crate::machine::ipam::ClaimReading {
                                 claim: self.claims.get(name).cloned(),
                                 address: self.address_of(name),
                                 pool_usage: None,

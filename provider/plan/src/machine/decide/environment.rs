@@ -6,9 +6,9 @@
 
 use super::{Ask, Draft};
 use crate::api::{CREDENTIALS_KEY, phase};
-use crate::plan::machine::decision::{Failure, Next};
-use crate::plan::machine::snapshot::EnvironmentProblem;
-use crate::plan::machine::status::conditions;
+use crate::machine::decision::{Failure, Next};
+use crate::machine::snapshot::EnvironmentProblem;
+use crate::machine::status::conditions;
 
 /// What a reconcile without a Prism connection does: explain it on a Machine still to be
 /// created, then fail (retried with backoff; a changed Secret is reconciled at once).

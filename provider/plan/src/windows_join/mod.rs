@@ -38,14 +38,14 @@ use self::csr::{
 };
 use self::csr_pem::CsrState;
 use crate::api::{Machine, phase};
-use crate::plan::machine::addresses::address_type;
-use crate::plan::machine::node_link::{
+use crate::machine::addresses::address_type;
+use crate::machine::node_link::{
     PROVIDED_NODE_IP_ANNOTATION, machine_ips, machine_node_names, node_ips, node_ref, same_dns_name,
 };
-use crate::plan::machine::status::{event_note, provider_condition};
+use crate::machine::status::{event_note, provider_condition};
 // What the Machine protocol reads of this reconciler's report lives beside the protocol, so
 // that the two capabilities depend one way only (this one on the Machine's).
-pub use crate::plan::machine::join_report::{
+pub use crate::machine::join_report::{
     CONDITION, IGNORE_LABEL, JOIN_TIMED_OUT_ERROR, STATUS_FIELD, applies_to, recorded_condition,
     timed_out_join,
 };

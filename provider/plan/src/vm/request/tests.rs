@@ -4,8 +4,8 @@ use prism_types::v3::{GpuMode, GpuVendor, Vm};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::plan::vm::DiskAddressPlan;
-use crate::plan::vm::identity::MachineIdentity;
+use crate::vm::DiskAddressPlan;
+use crate::vm::identity::MachineIdentity;
 
 const VM_UUID: &str = "aaaaaaaa-0000-4000-8000-000000000001";
 
@@ -161,7 +161,7 @@ fn boot_types_map_to_prism() {
 
 #[test]
 fn sysprep_goes_into_guest_customization_as_base64() {
-    let unattend = crate::plan::vm::unattend::Unattend {
+    let unattend = crate::vm::unattend::Unattend {
         xml: Sensitive::new("<unattend/>"),
         warnings: Vec::new(),
     };

@@ -3,10 +3,10 @@ use prism_types::v3::{GpuMode, GpuVendor, HostGpu};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::plan::vm::errors::{ErrorClass, FieldError};
-use crate::plan::vm::resolve::ResolvedSubnet;
-use crate::plan::vm::secret::AdminPassword;
-use crate::plan::vm::unattend::PASSWORD_PLACEHOLDER;
+use crate::vm::errors::{ErrorClass, FieldError};
+use crate::vm::resolve::ResolvedSubnet;
+use crate::vm::secret::AdminPassword;
+use crate::vm::unattend::PASSWORD_PLACEHOLDER;
 
 const CLUSTER: &str = "0005b0f1-8f43-a0f2-02b7-3cecef193712";
 const OTHER_CLUSTER: &str = "0005b0f1-8f43-a0f2-02b7-3cecef199999";
