@@ -72,6 +72,18 @@ const PACKAGES: &[Package] = &[
         layers: &[],
     },
     Package {
+        dir: "plan/src/machine/decide",
+        path: "crate::machine::decide",
+        layers: &[
+            // The one shared draft; each phase on it.
+            &["draft"],
+            &["environment", "claims", "economy"],
+            &["create", "update"],
+            &["delete"],
+            &["observe"],
+        ],
+    },
+    Package {
         dir: "plan/src/vm",
         path: "crate::vm",
         layers: &[],
@@ -371,6 +383,8 @@ const KNOWN_IMPORTS: &[(&str, &str, &str)] = &[
     ("plan/src", "windows_join", "machine"),
     ("plan/src/machine", "decide", "snapshot"),
     ("plan/src/machine", "snapshot", "provision"),
+    ("plan/src/machine/decide", "observe", "economy"),
+    ("plan/src/machine/decide", "create", "draft"),
 ];
 
 #[test]

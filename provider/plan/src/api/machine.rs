@@ -240,7 +240,7 @@ fn is_windows(labels: Option<&BTreeMap<String, String>>) -> bool {
 /// a reconcile reads it once, into its snapshot, and a test holds it to that.
 static PROVIDER_SPEC_READS: AtomicU64 = AtomicU64::new(0);
 
-/// [`PROVIDER_SPEC_READS`] so far.
+/// How many times a Machine's providerSpec was read in this process so far.
 pub fn provider_spec_reads() -> u64 {
     PROVIDER_SPEC_READS.load(Ordering::Relaxed)
 }

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use super::{Ask, Draft, MachineFailure, fail};
+use super::draft::{Ask, Draft, MachineFailure, fail};
 use crate::machine::decision::{Change, Event, Next, Read};
 use crate::machine::ipam::{
     BoundAddress, ClaimsState, IP_ADDRESS_CLAIMED, IP_ADDRESSES_CLAIMED, NicAddressing,

@@ -4,7 +4,7 @@
 //! wrong and what fixes it. The reconcile fails with the error, which the executor publishes as
 //! a Warning event.
 
-use super::{Ask, Draft};
+use super::draft::{Ask, Draft};
 use crate::api::{CREDENTIALS_KEY, phase};
 use crate::machine::decision::{Failure, Next};
 use crate::machine::snapshot::EnvironmentProblem;
@@ -68,5 +68,13 @@ fn explain(problem: &EnvironmentProblem) -> (&'static str, String) {
             conditions::PRISM_UNREACHABLE,
             format!("Prism Central {endpoint} cannot be reached: check that the address (Infrastructure/cluster or --prism-endpoint) is right and reachable from the controller's pod on port 9440"),
         ),
+    }
+}
+
+/// The Prism connection, or the reconcile fails with its problem ([`unavailable`]).
+pub(super) fn require(d: &mut Draft<'_>) -> Result<(), Ask> {
+    match d.environment()? {
+        Ok(_) => Ok(()),
+        Err(problem) => Err(unavailable(d, &problem)),
     }
 }

@@ -1,0 +1,258 @@
+//! A deletion: the Node drained, the VM deleted once the Node lists no attached volume, the
+//! Node deleted, the claims released, the finalizer removed; and a template deploy whose answer
+//! was lost confirmed (sent again with its request id) so that its VM is not left behind.
+
+use std::time::Duration;
+
+use crate::api::{DeletionSent, NutanixMachineProviderStatus, PendingTask, TaskOperation};
+use crate::machine::decision::{Change, Effect, Failure, FailureKind, MetadataChange, Next, Read};
+use crate::machine::drain::{
+    UNREACHABLE_VOLUME_WAIT, VOLUME_RECHECK, VolumeCheck, check_volumes, volume_events,
+};
+use crate::machine::lifecycle::DRAINED_CONDITION;
+use crate::machine::snapshot::{DeleteOutcome, DrainProgress, SendOutcome};
+use crate::machine::status::conditions;
+use crate::vm::SourcePlan;
+use crate::vm::request::build_request;
+
+use super::DEPLOY_CONFIRM_PATIENCE;
+use super::claims;
+use super::create::{Readiness, readiness};
+use super::draft::{Ask, Decided, Draft, since};
+use super::environment;
+
+/// Whether a Machine's deletion has sent the delete of VM `uuid`: the recorded
+/// `deletionSent`, or, as a controller before it wrote it, a `MachineDeletion` condition
+/// "in progress" naming the UUID.
+pub fn deletion_sent(status: &NutanixMachineProviderStatus, uuid: &str) -> bool {
+    if let Some(sent) = &status.deletion_sent {
+        return sent.vm_uuid.eq_ignore_ascii_case(uuid);
+    }
+    status.conditions.iter().any(|condition| {
+        condition.type_ == conditions::MACHINE_DELETION
+            && condition.reason == conditions::DELETION_IN_PROGRESS
+            && condition.message.contains(uuid)
+    })
+}
+
+pub(super) fn drain(d: &mut Draft<'_>, node: String) -> Decided {
+    let Some(progress) = &d.s.seen.drain else {
+        return Err(Ask::Send(Change::Drain { node }));
+    };
+    match progress {
+        DrainProgress::Done => {
+            let note = format!("Node {node} drained");
+            d.machine_condition(
+                DRAINED_CONDITION,
+                true,
+                Some(conditions::DRAINED),
+                Some(note.clone()),
+            );
+            d.event(false, "Drained", note);
+            Ok(Next::AwaitChange)
+        }
+        DrainProgress::InProgress { note } => {
+            d.machine_condition(
+                DRAINED_CONDITION,
+                false,
+                Some(conditions::DRAIN_IN_PROGRESS),
+                Some(note.clone()),
+            );
+            Ok(Next::Requeue(d.poll()))
+        }
+        DrainProgress::Blocked { note } => {
+            d.machine_condition(
+                DRAINED_CONDITION,
+                false,
+                Some(conditions::DRAIN_BLOCKED),
+                Some(note.clone()),
+            );
+            d.event(true, "FailedDrain", format!("Node {node}: {note}"));
+            Ok(Next::Requeue(d.poll()))
+        }
+    }
+}
+
+/// Deletes the VM once its Node lists no attached volume ([`check_volumes`]); a 404 says it is
+/// gone and the deletion finishes at once (the v3 API answers `DELETE /vms/{uuid}` of a UUID it
+/// does not have with 404, "Invalid UUID provided": prism-go-client `v3/swagger.json`), so the
+/// VM is not read before its DELETE.
+pub(super) fn delete_vm(d: &mut Draft<'_>) -> Decided {
+    let s = d.s;
+    let Some(uuid) = s.status.vm_uuid.clone() else {
+        return Ok(Next::Requeue(d.poll()));
+    };
+    match &s.seen.deleted {
+        None => {}
+        Some(DeleteOutcome::Gone) => return finish_deletion(d, s.machine.state.node.clone()),
+        Some(DeleteOutcome::Accepted) => {
+            let message = format!("deleting VM {uuid}");
+            let sent = DeletionSent {
+                vm_uuid: uuid.clone(),
+                at: d.now(),
+            };
+            d.record(|status| status.deletion_sent = Some(sent));
+            d.provider_condition(
+                conditions::MACHINE_DELETION,
+                false,
+                conditions::DELETION_IN_PROGRESS,
+                message.clone(),
+            );
+            d.event(false, "Delete", message);
+            return Ok(Next::Requeue(d.poll()));
+        }
+        Some(DeleteOutcome::Failed(message)) => {
+            d.provider_condition(
+                conditions::MACHINE_DELETION,
+                false,
+                conditions::DELETION_FAILED,
+                message.clone(),
+            );
+            d.failure_metric(FailureKind::Delete, "PrismError");
+            // The event is the reconcile wrapper's, with the fix.
+            return Ok(Next::Retry(Failure::ActionFailed));
+        }
+    }
+    if let Some(node_name) = &s.machine.state.node {
+        let Some(node) = &s.seen.node else {
+            return Err(Ask::Read(Read::Node(node_name.clone())));
+        };
+        match check_volumes(node_name, node.as_ref(), s.machine.drained_at, s.now) {
+            VolumeCheck::Clear => {}
+            VolumeCheck::NodeGone { node } => d.event(
+                false,
+                volume_events::NODE_GONE,
+                format!(
+                    "Node {node} is gone: nothing reports its attached volumes any more; deleting the VM"
+                ),
+            ),
+            VolumeCheck::Wait {
+                node,
+                volumes,
+                unreachable_until,
+            } => {
+                let volumes = volumes.join(", ");
+                let message = match unreachable_until {
+                    None => format!(
+                        "Node {node} still lists attached volumes ({volumes}): the VM is deleted once they are detached"
+                    ),
+                    Some(until) => format!(
+                        "Node {node} is unreachable and still lists attached volumes ({volumes}): the VM is deleted once they are detached, or at {until}"
+                    ),
+                };
+                d.provider_condition(
+                    conditions::MACHINE_DELETION,
+                    false,
+                    volume_events::WAITING,
+                    message.clone(),
+                );
+                d.event(false, volume_events::WAITING, message);
+                return Ok(Next::Requeue(VOLUME_RECHECK));
+            }
+            VolumeCheck::GiveUp {
+                node,
+                volumes,
+                unreachable_since,
+            } => d.event(
+                true,
+                volume_events::TIMED_OUT,
+                format!(
+                    "Node {node} has been unreachable since {unreachable_since} and still lists attached volumes ({}): deleting the VM without waiting longer (the attach/detach controller force-detaches the volumes of a Node that is not Ready after {:#})",
+                    volumes.join(", "),
+                    UNREACHABLE_VOLUME_WAIT
+                ),
+            ),
+        }
+    }
+    environment::require(d)?;
+    Err(Ask::Send(Change::DeleteVm { uuid }))
+}
+
+pub(super) fn finish_deletion(d: &mut Draft<'_>, node: Option<String>) -> Decided {
+    if let Some(node) = node
+        && !d.s.seen.node_deleted
+    {
+        return Err(Ask::Send(Change::DeleteNode { node }));
+    }
+    claims::release(d)?;
+    d.metadata = Some(MetadataChange::RemoveFinalizer);
+    d.effect(Effect::ResetBackoff);
+    d.effect(Effect::Finished);
+    Ok(Next::AwaitChange)
+}
+
+/// Deleting a Machine whose template deploy is unconfirmed (its request id recorded, its task
+/// not: the answer was lost, or the controller stopped before recording it): sends the deploy
+/// again with the same request id. Prism answers a repeat with the first deploy's task, whose
+/// VM the deletion then finds and deletes; a deploy that never got through is made now and
+/// deleted the same way. Without this, the deletion would find no VM and finish, leaving the
+/// deployed VM behind.
+///
+/// When the deploy cannot be planned any more, the request is forgotten (with a warning naming
+/// it) so that the deletion can finish: at once for a providerSpec that can never deploy, after
+/// [`DEPLOY_CONFIRM_PATIENCE`] of deletion for a lookup that keeps failing.
+pub(super) fn confirm_deploy(d: &mut Draft<'_>) -> Decided {
+    let s = d.s;
+    let Some(request_id) = d.status.deploy_request_id.clone() else {
+        return Ok(Next::Requeue(Duration::ZERO));
+    };
+    let plan = match readiness(&s.seen, false)? {
+        Readiness::Ready(plan) if matches!(plan.source, SourcePlan::Template { .. }) => plan,
+        Readiness::Ready(_) => {
+            let why = "the providerSpec no longer deploys a template";
+            return Ok(forget_deploy(d, &request_id, why));
+        }
+        Readiness::Invalid { message, .. } => {
+            return Ok(forget_deploy(d, &request_id, &message));
+        }
+        Readiness::Unresolved(message) => {
+            let deleting_for = s
+                .machine
+                .deletion_started
+                .map_or(Duration::ZERO, |started| since(s.now, started));
+            if deleting_for >= DEPLOY_CONFIRM_PATIENCE {
+                return Ok(forget_deploy(d, &request_id, &message));
+            }
+            let message = format!("cannot confirm template deploy request {request_id}: {message}");
+            d.event(true, "FailedDelete", message.clone());
+            return Ok(Next::Retry(Failure::DeployUnconfirmed(message)));
+        }
+    };
+    match &s.seen.sent {
+        None => Err(Ask::Send(Change::Create {
+            request: Box::new(build_request(plan, "")),
+            deploy_request_id: Some(request_id),
+        })),
+        Some(SendOutcome::Accepted { task }) => {
+            if let Some(task) = task {
+                let pending = PendingTask {
+                    id: task.clone(),
+                    operation: TaskOperation::Deploy,
+                    started: Some(d.now()),
+                    source_vm: None,
+                };
+                d.record(|status| status.pending_task = Some(pending));
+            }
+            Ok(Next::Requeue(d.poll()))
+        }
+        Some(SendOutcome::Invalid(message) | SendOutcome::SourceMissing(message)) => {
+            Ok(forget_deploy(d, &request_id, message))
+        }
+        Some(_) => Ok(Next::Retry(Failure::ActionFailed)),
+    }
+}
+
+/// Gives up confirming a template deploy: the deletion goes on as if nothing was deployed, and
+/// a warning names the request and the VM name to look for.
+pub(super) fn forget_deploy(d: &mut Draft<'_>, request_id: &str, why: &str) -> Next {
+    let message = format!(
+        "template deploy request {request_id} cannot be confirmed ({why}); if it made a VM named {}, delete that VM in Prism",
+        d.s.machine.name
+    );
+    d.record(|status| {
+        status.deploy_request_id = None;
+        status.pending_follow_up = None;
+    });
+    d.event(true, "DeployUnconfirmed", message);
+    Next::AwaitChange
+}
