@@ -7,7 +7,7 @@ use serde::de::{DeserializeOwned, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
-use crate::open_enum::open_enum;
+use crate::open_enum;
 use crate::quote::{MAX_QUOTED_CHARS, bounded};
 
 /// Fields we do not model, kept so that a read-modify-write sends them back unchanged.

@@ -6,7 +6,7 @@ use serde::Deserializer;
 use serde_json::Value;
 
 use super::common::{EntityReference, Extra, Message, Reference};
-use crate::open_enum::open_enum;
+use crate::open_enum;
 
 open_enum! {
     /// `status` of a v3 task.

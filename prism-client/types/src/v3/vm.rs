@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::common::{
     EntityMetadata, EntityReference, EntityState, ExecutionContext, Extra, Message, Reference,
 };
-use crate::open_enum::open_enum;
+use crate::open_enum;
 use crate::sensitive::Sensitive;
 
 /// The `metadata` of a VM (the same shape as every entity's).

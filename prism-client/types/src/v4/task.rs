@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::common::AppMessage;
-use crate::open_enum::open_enum;
+use crate::open_enum;
 use crate::v3::Extra;
 
 open_enum! {

@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::LocalObjectReference;
 
-use super::open_enum::open_enum;
 use super::provider::{GuestCustomizationType, ImageKind, NutanixMachineProviderConfig};
+use prism_types::open_enum;
 
 /// What `image` names: `Image` (default), `Template` or `VM` (`providerSpec.imageKind`).
 pub const IMAGE_KIND_ANNOTATION: &str = "nutanix.machine.openshift.io/image-kind";
@@ -61,7 +61,7 @@ pub const KNOWN_ANNOTATIONS: [&str; 7] = [
 open_enum! {
     /// The value of [`VTPM_ANNOTATION`].
     #[derive(Default)]
-    pub enum VtpmChoice {
+    pub enum VtpmChoice else Unknown {
         #[default]
         Disabled = "Disabled",
         Enabled = "Enabled",

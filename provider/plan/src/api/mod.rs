@@ -5,7 +5,6 @@ mod choices;
 mod conditions;
 pub mod ipam;
 mod machine;
-mod open_enum;
 mod provider;
 pub mod quantity;
 

@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::open_enum::open_enum;
+use prism_types::open_enum;
 
 /// apiVersion of the provider spec and status.
 pub const PROVIDER_API_VERSION: &str = "machine.openshift.io/v1";
@@ -261,7 +261,7 @@ impl NutanixResourceIdentifier {
 open_enum! {
     /// How a [`NutanixResourceIdentifier`] names its entity.
     #[derive(Default)]
-    pub enum IdentifierType {
+    pub enum IdentifierType else Unknown {
         #[default]
         Unset = "",
         Uuid = "uuid",
@@ -272,7 +272,7 @@ open_enum! {
 open_enum! {
     /// `bootType`: `""` means the AHV default (Legacy).
     #[derive(Default)]
-    pub enum BootType {
+    pub enum BootType else Unknown {
         #[default]
         Unset = "",
         Legacy = "Legacy",
@@ -305,7 +305,7 @@ pub struct NutanixGpu {
 open_enum! {
     /// How a [`NutanixGpu`] names its device.
     #[derive(Default)]
-    pub enum GpuIdentifierType {
+    pub enum GpuIdentifierType else Unknown {
         #[default]
         Unset = "",
         Name = "Name",
@@ -348,7 +348,7 @@ fn is_zero(value: &i32) -> bool {
 open_enum! {
     /// `deviceType` of a data disk.
     #[derive(Default)]
-    pub enum DiskDeviceType {
+    pub enum DiskDeviceType else Unknown {
         #[default]
         Disk = "Disk",
         CdRom = "CDRom",
@@ -357,7 +357,7 @@ open_enum! {
 
 open_enum! {
     /// `adapterType` of a data disk.
-    pub enum DiskAdapterType {
+    pub enum DiskAdapterType else Unknown {
         Scsi = "SCSI",
         Ide = "IDE",
         Pci = "PCI",
@@ -380,7 +380,7 @@ pub struct NutanixVmStorageConfig {
 open_enum! {
     /// `diskMode` of a data disk.
     #[derive(Default)]
-    pub enum DiskMode {
+    pub enum DiskMode else Unknown {
         #[default]
         Standard = "Standard",
         Flash = "Flash",
@@ -405,7 +405,7 @@ pub struct NutanixFailureDomainReference {
 
 open_enum! {
     /// Ours: what `image` names.
-    pub enum ImageKind {
+    pub enum ImageKind else Unknown {
         /// An image-service image: the v3 VM create body.
         Image = "Image",
         /// A Prism Central VM template: the v4 template deploy.
@@ -432,7 +432,7 @@ pub struct GuestCustomizationSpec {
 
 open_enum! {
     /// Ours: the kind of guest customization.
-    pub enum GuestCustomizationType {
+    pub enum GuestCustomizationType else Unknown {
         Sysprep = "Sysprep",
         CloudInit = "CloudInit",
     }
@@ -544,7 +544,7 @@ pub struct PendingTask {
 
 open_enum! {
     /// Ours: what a [`PendingTask`] does.
-    pub enum TaskOperation {
+    pub enum TaskOperation else Unknown {
         /// `POST /vms` (v3 task).
         Create = "Create",
         /// `POST /vms/{uuid}/clone` (v3 task).
