@@ -21,6 +21,16 @@ pub struct InfrastructureInfo {
     pub failure_domains: Vec<FailureDomain>,
 }
 
+/// The Prism Central a Machine's VM is made on: `--prism-endpoint` when given (`flag`), else
+/// what `Infrastructure/cluster` names. One rule for the controller, `validate` and `doctor`.
+pub fn prism_endpoint(
+    flag: Option<&str>,
+    infrastructure: Option<&InfrastructureInfo>,
+) -> Option<String> {
+    flag.map(str::to_owned)
+        .or_else(|| infrastructure.and_then(|info| info.prism_central.clone()))
+}
+
 /// Why the Prism Central endpoint in Infrastructure is unusable.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum InfrastructureError {
@@ -86,6 +96,23 @@ mod tests {
 
     use super::*;
     use crate::api::NutanixResourceIdentifier;
+
+    #[test]
+    fn the_flag_names_prism_central_before_infrastructure() {
+        let info = InfrastructureInfo {
+            prism_central: Some("pc.example.com:9440".into()),
+            failure_domains: Vec::new(),
+        };
+        assert_eq!(
+            prism_endpoint(Some("other:9440"), Some(&info)).as_deref(),
+            Some("other:9440")
+        );
+        assert_eq!(
+            prism_endpoint(None, Some(&info)).as_deref(),
+            Some("pc.example.com:9440")
+        );
+        assert_eq!(prism_endpoint(None, None), None);
+    }
 
     #[test]
     fn endpoint_and_failure_domains() {

@@ -12,7 +12,7 @@ use super::error::{Error, SecretProblem};
 use super::shared::Shared;
 use crate::actuator::Connection;
 use crate::actuator::credentials::{CREDENTIALS_KEY, PrismCredentials};
-use crate::actuator::infrastructure::InfrastructureInfo;
+use crate::actuator::infrastructure::{InfrastructureInfo, prism_endpoint};
 use crate::api::Machine;
 use crate::plan::machine::EnvironmentProblem;
 use crate::plan::vm::spec::ParsedSpec;
@@ -77,16 +77,11 @@ pub async fn environment(
     spec: &ParsedSpec,
 ) -> Result<Environment, Error> {
     let infrastructure = shared.infrastructure.get().await?;
-    let endpoint = shared
-        .settings
-        .prism_endpoint
-        .clone()
-        .or_else(|| {
-            infrastructure
-                .as_ref()
-                .and_then(|i| i.prism_central.clone())
-        })
-        .ok_or(Error::NoPrismEndpoint)?;
+    let endpoint = prism_endpoint(
+        shared.settings.prism_endpoint.as_deref(),
+        infrastructure.as_ref(),
+    )
+    .ok_or(Error::NoPrismEndpoint)?;
     let secret_name = credentials_secret_of(spec);
     let namespace = machine.namespace().unwrap_or_default();
     let bytes = secret_value(&shared.secrets, &namespace, &secret_name, CREDENTIALS_KEY)

@@ -18,7 +18,7 @@ use serde_json::Value;
 use super::cli::{PrismArgs, parse_duration};
 use super::validate::PrismUnusable;
 use crate::actuator::credentials::{CREDENTIALS_KEY, PrismCredentials};
-use crate::actuator::infrastructure::parse_infrastructure;
+use crate::actuator::infrastructure::{parse_infrastructure, prism_endpoint};
 use crate::actuator::{Actuator, Connection};
 use crate::api::IP_POOL_ANNOTATION;
 use crate::api::MachineSet;
@@ -391,10 +391,7 @@ async fn endpoint(
         .as_ref()
         .map(|info| info.failure_domains.clone())
         .unwrap_or_default();
-    let endpoint = settings
-        .prism_endpoint
-        .clone()
-        .or_else(|| infrastructure.and_then(|info| info.prism_central))
+    let endpoint = prism_endpoint(settings.prism_endpoint.as_deref(), infrastructure.as_ref())
         .ok_or(
             "no Prism Central endpoint: Infrastructure/cluster names none; give --prism-endpoint",
         )?;

@@ -13,7 +13,7 @@ use prism_client::TransportKind;
 use super::cli::PrismArgs;
 use crate::actuator::Actuator;
 use crate::actuator::credentials::{CREDENTIALS_KEY, PrismCredentials};
-use crate::actuator::infrastructure::parse_infrastructure;
+use crate::actuator::infrastructure::{parse_infrastructure, prism_endpoint};
 use crate::controller::prepare::{random_admin_password, resolve_and_plan};
 use crate::plan::vm::secret::UserData;
 use crate::plan::vm::spec::ParsedSpec;
@@ -176,16 +176,11 @@ async fn validate_inner(args: &ValidateArgs) -> Result<ExitCode, String> {
         }
         None => None,
     };
-    let endpoint = args
-        .prism
-        .prism_endpoint
-        .clone()
-        .or_else(|| {
-            infrastructure
-                .as_ref()
-                .and_then(|i| i.prism_central.clone())
-        })
-        .ok_or("no Prism Central endpoint: give --prism-endpoint or --infrastructure")?;
+    let endpoint = prism_endpoint(
+        args.prism.prism_endpoint.as_deref(),
+        infrastructure.as_ref(),
+    )
+    .ok_or("no Prism Central endpoint: give --prism-endpoint or --infrastructure")?;
     let actuator = Actuator::new(super::actuator_settings(&args.prism), None);
     let connection = actuator
         .connection(&endpoint, "--credentials", &credentials)
