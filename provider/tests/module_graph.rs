@@ -43,6 +43,7 @@ const PACKAGES: &[Package] = &[
                 "inputs",
                 "kit",
                 "machine_cache",
+                "nodes",
                 "shared",
                 "stores_ready",
             ],
@@ -379,7 +380,7 @@ fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
 const KNOWN_IMPORTS: &[(&str, &str, &str)] = &[
     ("src", "runtime", "controller"),
     ("src/controller", "machine", "shared"),
-    ("src/controller", "windows_join", "node_link"),
+    ("src/controller", "windows_join", "nodes"),
     ("plan/src", "windows_join", "machine"),
     ("plan/src/machine", "decide", "snapshot"),
     ("plan/src/machine", "snapshot", "provision"),

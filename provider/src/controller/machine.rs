@@ -22,7 +22,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -34,9 +33,11 @@ use super::inputs::{
 };
 use super::kit::{self, BackoffKey, Kit, key_of};
 use super::machine_cache::MachineFeed;
-use super::node_link::{ProviderIdsDone, ensure_node_provider_id, machine_to_requeue};
+use super::node_link::{machine_to_requeue, set_provider_id};
+use super::nodes::watch_nodes;
 use super::prepare::{create_password_secret, prepare};
 use super::shared::Shared;
+use super::stores_ready::StoresReady;
 use crate::actuator::inventory::InventorySnapshot;
 use crate::actuator::{self, FollowUpFailure};
 use crate::api::{GuardedMachine, MACHINE_FINALIZER, Machine};
@@ -68,7 +69,10 @@ use superseded::Superseded;
 #[derive(Debug)]
 pub struct Context {
     pub shared: Arc<Shared>,
-    pub(super) provider_ids: ProviderIdsDone,
+    /// Nodes as the watch last saw them ([`super::nodes`]): what a Node's providerID is decided on.
+    nodes: Store<Node>,
+    /// Whether `nodes` has its first full list (until then a Node is read from the API server).
+    nodes_ready: StoresReady,
     superseded: Superseded,
 }
 
@@ -93,9 +97,15 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
     };
     let client = shared.client.clone();
     let config = kit::config(&shared);
+    let (nodes, node_events) = watch_nodes(client.clone());
+    let nodes_ready = {
+        let nodes = nodes.clone();
+        StoresReady::spawn(async move { nodes.wait_until_ready().await.is_ok() })
+    };
     let context = Arc::new(Context {
         shared,
-        provider_ids: ProviderIdsDone::default(),
+        nodes,
+        nodes_ready,
         superseded: Superseded::default(),
     });
     let claim_changes =
@@ -104,11 +114,7 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
     let secret_changes = secret_change_stream(context.shared.secret_changes.subscribe());
     let (for_secrets, shared) = (store.clone(), context.shared.clone());
     let results = controller
-        .watches(
-            Api::<Node>::all(client),
-            watcher::Config::default(),
-            move |node| machine_to_requeue(&node, &store),
-        )
+        .watches_stream(node_events, move |node| machine_to_requeue(&node, &store))
         .reconcile_on(secret_changes.flat_map(move |secret| {
             futures::stream::iter(machines_using_secret(&secret, &for_secrets, &shared))
         }))

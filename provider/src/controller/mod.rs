@@ -17,6 +17,7 @@ pub mod events;
 pub mod inputs;
 pub mod kit;
 pub mod machine_cache;
+pub mod nodes;
 pub mod shared;
 pub mod stores_ready;
 

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::{Node, NodeStatus, NodeSystemInfo};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
@@ -42,14 +42,13 @@ use super::error::Error;
 use super::inputs::environment;
 use super::kit::{self, BackoffKey, Kit, key_of};
 use super::machine_cache::MachineFeed;
-use super::node_link::apply_provider_id_action;
+use super::nodes::watch_nodes;
 use super::shared::Shared;
 use super::stores_ready::StoresReady;
 use crate::api::{GuardedMachine, Machine, NutanixMachineProviderStatus, TypedCondition, phase};
 use crate::plan::machine::addresses::nics_of;
 use crate::plan::machine::node_link::{
-    ProviderIdAction, machine_node_names, machine_of_node, node_ref, provider_id_action,
-    same_dns_name,
+    machine_node_names, machine_of_node, node_ref, same_dns_name,
 };
 use crate::plan::vm::scope::NameClause;
 use crate::plan::vm::spec::ParsedSpec;
@@ -96,17 +95,7 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
         return;
     };
     let client = shared.client.clone();
-    // Cached as the projection the join reads (name, labels, annotations, taints, providerID,
-    // addresses, systemUUID): a real Node's image list and managed fields are most of its size,
-    // and a cluster has one per Machine.
-    let (nodes, node_writer) = reflector::store();
-    let node_events = reflector::reflector(
-        node_writer,
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-            .default_backoff()
-            .modify(project_node),
-    )
-    .touched_objects();
+    let (nodes, node_events) = watch_nodes(client.clone());
     let (csrs, csr_writer) = reflector::store();
     let csr_events = reflector::reflector(
         csr_writer,
@@ -143,33 +132,6 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
         .with_config(config)
         .run(reconcile, error_policy, context);
     KIT.run(results).await;
-}
-
-/// A Node as the join reads it: every field [`crate::plan::windows_join`] and
-/// [`crate::plan::machine::node_link`] never look at is dropped before it is cached.
-fn project_node(node: &mut Node) {
-    node.managed_fields_mut().clear();
-    node.metadata.owner_references = None;
-    if let Some(spec) = node.spec.as_mut() {
-        spec.config_source = None;
-        spec.pod_cidr = None;
-        spec.pod_cidrs = None;
-    }
-    if let Some(status) = node.status.as_mut() {
-        let system_uuid = status
-            .node_info
-            .take()
-            .map(|info| info.system_uuid)
-            .unwrap_or_default();
-        *status = NodeStatus {
-            addresses: status.addresses.take(),
-            node_info: Some(NodeSystemInfo {
-                system_uuid,
-                ..NodeSystemInfo::default()
-            }),
-            ..NodeStatus::default()
-        };
-    }
 }
 
 /// A CSR as the join reads it: the request, signer, requester, usages and conditions; not the
@@ -385,15 +347,6 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
     let Some(decision) = decide(&input, &now) else {
         return Ok(Action::await_change());
     };
-
-    // Only an empty providerID is written; a different one is the condition's to explain (the
-    // Machine controller logs it for linked Nodes).
-    if let (Some(node), Some(provider_id)) = (node, machine.spec.provider_id.as_deref()) {
-        let action = provider_id_action(machine, node, provider_id);
-        if matches!(action, ProviderIdAction::Set(_)) {
-            apply_provider_id_action(&context.shared.client, &action, &node.name_any()).await?;
-        }
-    }
 
     let api: Api<Machine> = Api::namespaced(
         context.shared.client.clone(),
@@ -693,54 +646,5 @@ mod tests {
                 "status": {"providerStatus": {"conditions": [creation], STATUS_FIELD: old}},
             })
         );
-    }
-}
-
-#[cfg(test)]
-mod projection_tests {
-    use super::*;
-
-    #[test]
-    fn a_cached_node_keeps_what_the_join_reads_and_nothing_else() {
-        let mut node: Node = serde_json::from_value(serde_json::json!({
-            "metadata": {
-                "name": "win-1",
-                "labels": {"kubernetes.io/os": "windows"},
-                "annotations": {"machine.openshift.io/machine": "openshift-machine-api/win-1"},
-                "managedFields": [{"manager": "kubelet"}],
-            },
-            "spec": {
-                "providerID": "nutanix://0d2d9c8e",
-                "taints": [{"key": "os", "value": "Windows", "effect": "NoSchedule"}],
-                "podCIDR": "10.128.2.0/24",
-            },
-            "status": {
-                "addresses": [{"type": "InternalIP", "address": "10.40.15.20"}],
-                "nodeInfo": {"systemUUID": "0D2D9C8E", "machineID": "m", "bootID": "b",
-                    "kernelVersion": "10.0.20348", "osImage": "Windows Server 2022",
-                    "containerRuntimeVersion": "containerd://1.7", "kubeletVersion": "v1.33.2",
-                    "kubeProxyVersion": "", "operatingSystem": "windows", "architecture": "amd64"},
-                "capacity": {"cpu": "4", "memory": "16Gi"},
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "images": [{"names": ["registry/pause"], "sizeBytes": 1}],
-            },
-        }))
-        .unwrap();
-        let before = node.clone();
-        project_node(&mut node);
-        assert_eq!(node.metadata.name, before.metadata.name);
-        assert_eq!(node.metadata.labels, before.metadata.labels);
-        assert_eq!(node.metadata.annotations, before.metadata.annotations);
-        assert!(node.metadata.managed_fields.is_none_or(|f| f.is_empty()));
-        let (spec, was) = (node.spec.unwrap(), before.spec.unwrap());
-        assert_eq!(spec.provider_id, was.provider_id);
-        assert_eq!(spec.taints, was.taints);
-        assert_eq!(spec.pod_cidr, None);
-        let status = node.status.unwrap();
-        assert_eq!(status.addresses, before.status.as_ref().unwrap().addresses);
-        assert_eq!(status.node_info.unwrap().system_uuid, "0D2D9C8E");
-        assert_eq!(status.capacity, None);
-        assert_eq!(status.conditions, None);
-        assert_eq!(status.images, None);
     }
 }

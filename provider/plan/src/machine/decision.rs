@@ -63,7 +63,7 @@ impl Action {
             Self::Read(Read::Task(_)) => "read the task",
             Self::Read(Read::Vm { .. }) => "read the VM",
             Self::Read(Read::Confirm { .. }) => "read the VM to confirm",
-            Self::Read(Read::Node(_)) => "read the Node",
+            Self::Read(Read::Node { .. }) => "read the Node",
             Self::Read(Read::AddressContext { .. }) => "read the address context",
             Self::Read(Read::Prepare) => "plan the VM",
             Self::Read(Read::Claims { .. }) => "read the IP address claims",
@@ -98,8 +98,9 @@ pub enum Read {
     Vm { uuid: String, fresh: bool },
     /// `GET` now → `confirm`.
     Confirm { uuid: String },
-    /// The linked Node, for its attached volumes → `node`.
-    Node(String),
+    /// A Node → `node`: as the API server has it now (`cached: false`; the attached volumes a
+    /// deletion waits for), or as the watch cache last saw it (its providerID).
+    Node { name: String, cached: bool },
     /// Subnet CIDR, networks, region → `address_context`.
     AddressContext { primary_subnet: Option<String> },
     /// Secrets, lookups and the VM plan → `prepared`.
@@ -165,10 +166,13 @@ pub enum Change {
     DeleteNode {
         node: String,
     },
-    /// The Node's `spec.providerID` → `node_provider_id_set`.
+    /// The Node's `spec.providerID`, written against the Node's version it was decided on
+    /// (`resource_version`, so that another writer in between makes it fail) →
+    /// `node_provider_id_set`.
     NodeProviderId {
         node: String,
         provider_id: String,
+        resource_version: Option<String>,
     },
     /// Creates these claims; one that exists already is success → `claims_created`.
     CreateClaims {

@@ -1,15 +1,22 @@
 //! Which Node is a Machine's, and whether this provider may set the Node's `spec.providerID`.
 //!
-//! A Windows node has no cloud controller manager to set its providerID, and nodelink and the
-//! cluster autoscaler match Nodes to Machines by providerID (nodelink falls back to the
-//! Machine's first InternalIP). So the provider sets it, only on a Node that has none and that is
-//! the Machine's: the one its `status.nodeRef` names, or, before nodelink linked them, the one
-//! named as the Machine (its `InternalDNS`) that also has one of the Machine's IP addresses. A
-//! nodelink annotation naming another Machine always wins.
+//! Nodelink and the cluster autoscaler match Nodes to Machines by providerID (nodelink falls back
+//! to the Machine's first InternalIP). On OpenShift on Nutanix the cloud controller manager sets
+//! it when it initialises a Node, Windows Nodes included: library-go's `IsCloudProviderExternal`
+//! lists Nutanix, so the workers' kubelet runs with `--cloud-provider=external`; WMCO copies that
+//! flag from the worker Ignition into the Windows kubelet's arguments (windows-machine-config-
+//! operator `pkg/services/services.go` `generateKubeletArgs`, `pkg/ignition/ignition.go`); and
+//! cloud-provider-nutanix's `getInstanceMetadata` (`pkg/provider/manager.go`) names the VM by
+//! the Node's `systemUUID`, giving `nutanix://<uuid>`, the value this provider writes. Where no
+//! cloud controller manager runs (a cluster without one, the sandbox), or before it has run, the
+//! Machine controller alone sets it (`crate::machine::decide`), only on a Node that has none
+//! and that is the Machine's: the one its `status.nodeRef` names, or, before nodelink linked
+//! them, the one named as the Machine (its `InternalDNS`) that also has one of the Machine's IP
+//! addresses. A nodelink annotation naming another Machine always wins.
 
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use kube::ResourceExt;
 
 use super::addresses::address_type;
@@ -56,31 +63,123 @@ pub fn node_ips(node: &Node) -> Vec<IpAddr> {
         .collect()
 }
 
+/// What decides whether a Node is a Machine's: its name and namespace, the Node its
+/// `status.nodeRef` names, and its `status.addresses`. Read from a Machine
+/// ([`NodeOwner::of`]), or from the facts a reconcile's snapshot holds.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeOwner<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub node_ref: Option<&'a str>,
+    pub addresses: &'a [NodeAddress],
+}
+
+impl<'a> NodeOwner<'a> {
+    pub fn of(machine: &'a Machine) -> Self {
+        Self {
+            namespace: machine.metadata.namespace.as_deref().unwrap_or_default(),
+            name: machine.metadata.name.as_deref().unwrap_or_default(),
+            node_ref: node_ref(machine),
+            addresses: machine
+                .status
+                .as_ref()
+                .map_or(&[][..], |status| status.addresses.as_slice()),
+        }
+    }
+
+    /// Its `InternalIP` and `ExternalIP` addresses.
+    pub fn ips(&self) -> Vec<IpAddr> {
+        self.addresses
+            .iter()
+            .filter(|a| {
+                a.type_ == address_type::INTERNAL_IP || a.type_ == address_type::EXTERNAL_IP
+            })
+            .filter_map(|a| a.address.trim().parse().ok())
+            .collect()
+    }
+
+    /// The names a kubelet on it registers as: its `InternalDNS` addresses, else its name.
+    pub fn node_names(&self) -> Vec<String> {
+        let dns: Vec<String> = self
+            .addresses
+            .iter()
+            .filter(|a| a.type_ == address_type::INTERNAL_DNS)
+            .map(|a| a.address.clone())
+            .collect();
+        if dns.is_empty() {
+            vec![self.name.to_owned()]
+        } else {
+            dns
+        }
+    }
+
+    /// Whether `node` is its Node.
+    pub fn ownership(&self, node: &Node) -> Ownership {
+        let node_name = node.name_any();
+        if let Some((namespace, name)) = machine_of_node(node)
+            && (namespace != self.namespace || name != self.name)
+        {
+            return Ownership::NotOurs(format!(
+                "Node {node_name} is annotated for Machine {namespace}/{name}"
+            ));
+        }
+        if self.node_ref == Some(node_name.as_str()) {
+            return Ownership::NodeRef;
+        }
+        if !self
+            .node_names()
+            .iter()
+            .any(|name| same_dns_name(name, &node_name))
+        {
+            return Ownership::NotOurs(format!(
+                "Node {node_name} is not named as Machine {}",
+                self.name
+            ));
+        }
+        let ips = self.ips();
+        if node_ips(node).iter().any(|ip| ips.contains(ip)) {
+            Ownership::NameAndAddress
+        } else {
+            Ownership::NotOurs(format!(
+                "Node {node_name} has none of Machine {}'s addresses",
+                self.name
+            ))
+        }
+    }
+
+    /// Whether to set `provider_id` (the Machine's) on `node`.
+    pub fn provider_id_action(&self, node: &Node, provider_id: &str) -> ProviderIdAction {
+        let current = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .unwrap_or_default();
+        if current == provider_id {
+            return ProviderIdAction::AlreadySet;
+        }
+        if !current.is_empty() {
+            return ProviderIdAction::Differs {
+                node: current.to_owned(),
+                machine: provider_id.to_owned(),
+            };
+        }
+        match self.ownership(node) {
+            Ownership::NodeRef | Ownership::NameAndAddress => {
+                ProviderIdAction::Set(provider_id.to_owned())
+            }
+            Ownership::NotOurs(why) => ProviderIdAction::NotOurs(why),
+        }
+    }
+}
+
 /// The Machine's `InternalIP` and `ExternalIP` addresses.
 pub fn machine_ips(machine: &Machine) -> Vec<IpAddr> {
-    machine
-        .status
-        .iter()
-        .flat_map(|s| &s.addresses)
-        .filter(|a| a.type_ == address_type::INTERNAL_IP || a.type_ == address_type::EXTERNAL_IP)
-        .filter_map(|a| a.address.trim().parse().ok())
-        .collect()
+    NodeOwner::of(machine).ips()
 }
 
 /// The names a kubelet on the Machine registers as: its `InternalDNS` addresses, else its name.
 pub fn machine_node_names(machine: &Machine) -> Vec<String> {
-    let dns: Vec<String> = machine
-        .status
-        .iter()
-        .flat_map(|s| &s.addresses)
-        .filter(|a| a.type_ == address_type::INTERNAL_DNS)
-        .map(|a| a.address.clone())
-        .collect();
-    if dns.is_empty() {
-        vec![machine.name_any()]
-    } else {
-        dns
-    }
+    NodeOwner::of(machine).node_names()
 }
 
 /// `status.nodeRef.name`.
@@ -104,36 +203,7 @@ pub enum Ownership {
 
 /// Whether `node` is `machine`'s.
 pub fn ownership(machine: &Machine, node: &Node) -> Ownership {
-    let node_name = node.name_any();
-    if let Some((namespace, name)) = machine_of_node(node)
-        && (Some(namespace.as_str()) != machine.metadata.namespace.as_deref()
-            || name != machine.name_any())
-    {
-        return Ownership::NotOurs(format!(
-            "Node {node_name} is annotated for Machine {namespace}/{name}"
-        ));
-    }
-    if node_ref(machine) == Some(node_name.as_str()) {
-        return Ownership::NodeRef;
-    }
-    if !machine_node_names(machine)
-        .iter()
-        .any(|name| same_dns_name(name, &node_name))
-    {
-        return Ownership::NotOurs(format!(
-            "Node {node_name} is not named as Machine {}",
-            machine.name_any()
-        ));
-    }
-    let machine_ips = machine_ips(machine);
-    if node_ips(node).iter().any(|ip| machine_ips.contains(ip)) {
-        Ownership::NameAndAddress
-    } else {
-        Ownership::NotOurs(format!(
-            "Node {node_name} has none of Machine {}'s addresses",
-            machine.name_any()
-        ))
-    }
+    NodeOwner::of(machine).ownership(node)
 }
 
 /// What to do about the Node's `spec.providerID`.
@@ -147,30 +217,6 @@ pub enum ProviderIdAction {
     Differs { node: String, machine: String },
     /// The Node is not (or not provably) the Machine's.
     NotOurs(String),
-}
-
-/// Whether to set `provider_id` (the Machine's) on `node`.
-pub fn provider_id_action(machine: &Machine, node: &Node, provider_id: &str) -> ProviderIdAction {
-    let current = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .unwrap_or_default();
-    if current == provider_id {
-        return ProviderIdAction::AlreadySet;
-    }
-    if !current.is_empty() {
-        return ProviderIdAction::Differs {
-            node: current.to_owned(),
-            machine: provider_id.to_owned(),
-        };
-    }
-    match ownership(machine, node) {
-        Ownership::NodeRef | Ownership::NameAndAddress => {
-            ProviderIdAction::Set(provider_id.to_owned())
-        }
-        Ownership::NotOurs(why) => ProviderIdAction::NotOurs(why),
-    }
 }
 
 #[cfg(test)]
@@ -308,7 +354,7 @@ mod tests {
         ];
         for (machine, node, expected) in cases {
             assert_eq!(
-                provider_id_action(machine, &node, "nutanix://u"),
+                NodeOwner::of(machine).provider_id_action(&node, "nutanix://u"),
                 expected,
                 "{node:?}"
             );
@@ -321,7 +367,10 @@ mod tests {
             json!({MACHINE_ANNOTATION: "openshift-machine-api/win-abcde"}),
             None,
         );
-        assert_eq!(provider_id_action(&linked, &node, "nutanix://u"), set);
+        assert_eq!(
+            NodeOwner::of(&linked).provider_id_action(&node, "nutanix://u"),
+            set
+        );
         assert_eq!(ownership(&linked, &node), Ownership::NodeRef);
     }
 }

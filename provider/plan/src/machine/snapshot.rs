@@ -14,7 +14,7 @@ use prism_types::v3::Vm;
 use crate::api::{Machine, NutanixMachineProviderStatus};
 use crate::machine::drain::drained_at;
 use crate::machine::ipam::{ClaimReading, IpPoolError, PoolRef, machine_ip_pools};
-use crate::machine::join_report::timed_out_join;
+use crate::machine::join_report::{applies_to, timed_out_join};
 use crate::machine::lifecycle::{Intervals, MachineState};
 use crate::machine::provision::{CreateCallOutcome, DeployCandidate, classify_create_error};
 use crate::vm::VmPlan;
@@ -84,6 +84,9 @@ pub struct MachineFacts {
     /// The `errorMessage` for a Windows join the join reconciler reported timed out
     /// ([`timed_out_join`]).
     pub join_timed_out: Option<String>,
+    /// The Windows join reconciler looks after it ([`crate::machine::join_report::applies_to`]):
+    /// its Node's providerID may be set before nodelink links them.
+    pub windows_join: bool,
     /// The IP pools of its NICs ([`crate::api::IP_POOL_ANNOTATION`]); `None` without the
     /// annotation.
     pub ip_pools: Option<Result<Vec<Option<PoolRef>>, IpPoolError>>,
@@ -112,6 +115,7 @@ impl MachineFacts {
             addresses: status.map(|s| s.addresses.clone()).unwrap_or_default(),
             spec,
             join_timed_out: timed_out_join(machine, provider_status),
+            windows_join: applies_to(machine),
             ip_pools: machine_ip_pools(machine),
         }
     }
@@ -157,7 +161,7 @@ pub struct Seen {
     pub sent: Option<SendOutcome>,
     pub follow_up: Option<FollowUpOutcome>,
     pub deleted: Option<DeleteOutcome>,
-    /// The linked Node, read for its attached volumes (`Some(None)`: it is gone).
+    /// The Node asked for (`Some(None)`: there is none of that name).
     pub node: Option<Option<Node>>,
     pub drain: Option<DrainProgress>,
     pub address_context: Option<AddressContext>,

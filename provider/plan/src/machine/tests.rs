@@ -145,6 +145,8 @@ struct World {
     password_secret: Option<bool>,
     /// How the API server answers the next creation of that Secret (`None`: it is created).
     password_secret_answer: Option<PasswordSecretOutcome>,
+    /// Nodes by name, as the API server (and the watch cache) hold them.
+    nodes: BTreeMap<String, Value>,
 }
 
 impl World {
@@ -180,6 +182,7 @@ impl World {
             auto_bind: false,
             password_secret: None,
             password_secret_answer: None,
+            nodes: BTreeMap::new(),
         }
     }
 
@@ -342,7 +345,7 @@ impl World {
             Read::Task(_) => "task".into(),
             Read::Vm { .. } => "GET".into(),
             Read::Confirm { .. } => "GET confirm".into(),
-            Read::Node(_) => "node".into(),
+            Read::Node { .. } => "node".into(),
             Read::AddressContext { .. } => "addresses".into(),
             Read::Prepare => "prepare".into(),
             Read::Claims { .. } => "claims".into(),
@@ -363,7 +366,13 @@ impl World {
             Read::Task(task) => seen.task = Some(self.tasks[&task.id].0.clone()),
             Read::Vm { uuid, .. } => seen.vm = Some(self.vm(&uuid)),
             Read::Confirm { uuid } => seen.confirm = Some(self.vm(&uuid)),
-            Read::Node(_) => seen.node = Some(None),
+            Read::Node { name, .. } => {
+                seen.node = Some(
+                    self.nodes
+                        .get(&name)
+                        .map(|node| serde_json::from_value(node.clone()).unwrap()),
+                );
+            }
             Read::AddressContext { .. } => seen.address_context = Some(AddressContext::default()),
             Read::Prepare => {
                 seen.prepared = Some(match self.password_secret {
@@ -513,8 +522,13 @@ impl World {
                 self.log.push("delete node".into());
                 seen.node_deleted = true;
             }
-            Change::NodeProviderId { .. } => {
+            Change::NodeProviderId {
+                node, provider_id, ..
+            } => {
                 self.log.push("node providerID".into());
+                if let Some(node) = self.nodes.get_mut(&node) {
+                    node["spec"]["providerID"] = json!(provider_id);
+                }
                 seen.node_provider_id_set = true;
             }
             Change::CreateClaims { claims } => {
@@ -665,8 +679,12 @@ impl World {
         );
     }
 
+    /// nodelink links the Machine to Node `node-0`, registered without a providerID.
     fn link_node(&mut self) {
         self.machine["status"]["nodeRef"] = json!({"kind": "Node", "name": "node-0"});
+        self.nodes
+            .entry("node-0".into())
+            .or_insert_with(|| json!({"metadata": {"name": "node-0"}, "spec": {}}));
     }
 
     fn delete(&mut self) {
@@ -796,7 +814,14 @@ fn a_whole_create_from_an_image_and_a_whole_delete_in_order() {
     let (steps, _) = world.steps();
     assert_eq!(
         steps,
-        strings(&["env", "GET", "addresses", "write status", "node providerID"])
+        strings(&[
+            "env",
+            "GET",
+            "addresses",
+            "node",
+            "write status",
+            "node providerID"
+        ])
     );
     assert_eq!(world.phase(), phase::RUNNING);
     assert_eq!(world.vms.len(), 1);
@@ -828,6 +853,54 @@ fn a_whole_create_from_an_image_and_a_whole_delete_in_order() {
     );
     assert!(World::prism_calls(&deletion) <= 3);
     assert!(world.vms.is_empty());
+}
+
+/// The Node's providerID has one writer here, the protocol, on the Node the watch cache shows:
+/// a Windows Machine's Node before nodelink links it (named as the Machine, with one of its
+/// addresses), never a Node annotated for another Machine, never one set by another writer.
+#[test]
+fn the_nodes_provider_id_is_set_before_the_link_only_on_the_machines_node() {
+    let registered = |world: &mut World, annotations: Value, provider_id: Option<&str>| {
+        world.machine["metadata"]["labels"]["machine.openshift.io/os-id"] = json!("Windows");
+        world.run_until(12, |w| w.phase() == phase::PROVISIONED);
+        // The VM reports its address, and the Machine takes it.
+        let uuid = world.status().vm_uuid.unwrap();
+        let address = "10.0.0.5";
+        world.vms.get_mut(&uuid).unwrap()["status"]["resources"]["nic_list"] =
+            json!([{"ip_endpoint_list": [{"ip": address}]}]);
+        world.tick();
+        world.steps();
+        // Then the kubelet registers its Node, named as the Machine.
+        world.nodes.insert(
+            NAME.into(),
+            json!({"metadata": {"name": NAME, "annotations": annotations},
+                   "spec": {"providerID": provider_id},
+                   "status": {"addresses": [{"type": "InternalIP", "address": address}]}}),
+        );
+        world.tick();
+        world.steps().0
+    };
+    let mut world = World::new("image");
+    let steps = registered(&mut world, json!({}), None);
+    assert!(steps.contains(&"node providerID".to_owned()), "{steps:?}");
+    let uuid = world.status().vm_uuid.unwrap();
+    assert_eq!(
+        world.nodes[NAME]["spec"]["providerID"],
+        format!("nutanix://{uuid}")
+    );
+
+    let mut world = World::new("image");
+    let other = json!({"machine.openshift.io/machine": "openshift-machine-api/someone-else"});
+    let steps = registered(&mut world, other, None);
+    assert!(!steps.contains(&"node providerID".to_owned()), "{steps:?}");
+
+    let mut world = World::new("image");
+    let steps = registered(&mut world, json!({}), Some("nutanix://set-by-the-ccm"));
+    assert!(!steps.contains(&"node providerID".to_owned()), "{steps:?}");
+    assert_eq!(
+        world.nodes[NAME]["spec"]["providerID"],
+        "nutanix://set-by-the-ccm"
+    );
 }
 
 #[test]
@@ -867,7 +940,8 @@ fn a_running_machine_in_steady_state_writes_nothing_and_calls_prism_for_nothing_
     let (steps, outcome) = world.steps();
     assert_eq!(
         steps,
-        strings(&["env", "list Vm", "addresses", "node providerID"])
+        strings(&["env", "list Vm", "addresses", "node"]),
+        "the Node read from the watch cache already has its providerID"
     );
     assert_eq!(
         outcome.next,

@@ -138,11 +138,19 @@ impl Scope {
                 let vm = self.connection()?.get_vm(&uuid).await?;
                 self.snapshot.seen.confirm = Some(vm);
             }
-            Read::Node(name) => {
-                let nodes: Api<Node> = Api::all(self.shared().client.clone());
-                let node = nodes.get_opt(&name).await.map_err(|e| {
-                    Error::kube(format!("read Node {name} for its attached volumes"), e)
-                })?;
+            Read::Node { name, cached } => {
+                let node = if cached && self.context.nodes_ready.is_ready() {
+                    self.context
+                        .nodes
+                        .get(&ObjectRef::new(&name))
+                        .map(|node| node.as_ref().clone())
+                } else {
+                    let nodes: Api<Node> = Api::all(self.shared().client.clone());
+                    nodes
+                        .get_opt(&name)
+                        .await
+                        .map_err(|e| Error::kube(format!("read Node {name}"), e))?
+                };
                 self.snapshot.seen.node = Some(node);
             }
             Read::AddressContext { primary_subnet } => {
@@ -315,13 +323,16 @@ impl Scope {
                 }
                 self.snapshot.seen.node_deleted = true;
             }
-            Change::NodeProviderId { node, provider_id } => {
-                ensure_node_provider_id(
+            Change::NodeProviderId {
+                node,
+                provider_id,
+                resource_version,
+            } => {
+                set_provider_id(
                     &self.shared().client,
-                    &self.context.provider_ids,
-                    &self.machine,
                     &node,
                     &provider_id,
+                    resource_version.as_deref(),
                 )
                 .await?;
                 self.snapshot.seen.node_provider_id_set = true;

@@ -115,7 +115,10 @@ pub(super) fn delete_vm(d: &mut Draft<'_>) -> Decided {
     }
     if let Some(node_name) = &s.machine.state.node {
         let Some(node) = &s.seen.node else {
-            return Err(Ask::Read(Read::Node(node_name.clone())));
+            return Err(Ask::Read(Read::Node {
+                name: node_name.clone(),
+                cached: false,
+            }));
         };
         match check_volumes(node_name, node.as_ref(), s.machine.drained_at, s.now) {
             VolumeCheck::Clear => {}

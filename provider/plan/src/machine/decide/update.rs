@@ -8,6 +8,7 @@ use crate::api::{PendingTask, TaskOperation, phase};
 use crate::machine::addresses::{AddressInput, machine_addresses, nics_of};
 use crate::machine::decision::{Change, Effect, Event, Failure, MetadataChange, Next, Read};
 use crate::machine::lifecycle::{INVALID_CONFIGURATION, Step, provider_id};
+use crate::machine::node_link::{NodeOwner, ProviderIdAction};
 use crate::machine::provision::pending_follow_up;
 use crate::machine::snapshot::FollowUpOutcome;
 use crate::machine::status::{conditions, vm_annotations, vm_labels};
@@ -161,13 +162,47 @@ pub(super) fn update_from_vm(d: &mut Draft<'_>, phase: &'static str, vm: &Vm) ->
         only_if_written: true,
     });
     d.effect(Effect::ResetBackoff);
-    if phase == phase::RUNNING
-        && let Some(node) = &s.machine.state.node
-    {
-        return Err(Ask::Send(Change::NodeProviderId {
-            node: node.clone(),
-            provider_id,
-        }));
-    }
+    node_provider_id(d, phase, provider_id)?;
     Ok(Next::Requeue(wait))
+}
+
+/// The Node's providerID, set where it has none and is the Machine's ([`NodeOwner`]): the
+/// linked Node of a Running Machine, or, for a Windows Machine nodelink has not linked yet, the
+/// Node named as it (so that nodelink can match them by providerID). The Node is read from the
+/// watch cache: a Running Machine looks at it on every periodic reconcile.
+fn node_provider_id(d: &Draft<'_>, phase: &'static str, provider_id: String) -> Result<(), Ask> {
+    let s = d.s;
+    let facts = &s.machine;
+    let owner = NodeOwner {
+        namespace: &facts.identity.namespace,
+        name: &facts.name,
+        node_ref: facts.state.node.as_deref(),
+        addresses: &facts.addresses,
+    };
+    let name = match &facts.state.node {
+        Some(node) if phase == phase::RUNNING => node.clone(),
+        None if facts.windows_join => match owner.node_names().into_iter().next() {
+            Some(name) => name,
+            None => return Ok(()),
+        },
+        _ => return Ok(()),
+    };
+    let Some(node) = &s.seen.node else {
+        return Err(Ask::Read(Read::Node { name, cached: true }));
+    };
+    match node
+        .as_ref()
+        .map(|node| owner.provider_id_action(node, &provider_id))
+    {
+        Some(ProviderIdAction::Set(provider_id)) => Err(Ask::Send(Change::NodeProviderId {
+            node: name,
+            provider_id,
+            resource_version: node
+                .as_ref()
+                .and_then(|node| node.metadata.resource_version.clone()),
+        })),
+        // Already set, set to another value by another writer (left alone), or not provably
+        // the Machine's Node.
+        _ => Ok(()),
+    }
 }
