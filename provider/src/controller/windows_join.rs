@@ -29,14 +29,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::error::Error;
 use super::inputs::environment;
@@ -45,7 +45,7 @@ use super::machine_cache::MachineFeed;
 use super::nodes::watch_nodes;
 use super::shared::Shared;
 use super::stores_ready::StoresReady;
-use crate::api::{GuardedMachine, Machine, NutanixMachineProviderStatus, TypedCondition, phase};
+use crate::api::{GuardedMachine, Machine, phase};
 use crate::plan::machine::addresses::nics_of;
 use crate::plan::machine::node_link::{
     machine_node_names, machine_of_node, node_ref, same_dns_name,
@@ -56,7 +56,7 @@ pub use crate::plan::windows_join::STATUS_FIELD;
 use crate::plan::windows_join::csr::{CLIENT_SIGNER, SERVING_SIGNER};
 use crate::plan::windows_join::csr_pem::{CsrObjectError, csr_of, csr_state};
 use crate::plan::windows_join::{
-    CONDITION, JoinInput, ObservedCsr, applies_to, decide, machine_facts, node_of, reasons,
+    JoinInput, ObservedCsr, applies_to, condition_patch, decide, machine_facts, node_of, reasons,
     recorded_condition,
 };
 
@@ -357,8 +357,8 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
         &machine.name_any(),
         decision.state.reason == reasons::JOIN_TIMED_OUT,
     );
-    let condition = next_condition(previous.as_ref(), decision.condition.clone());
-    if let Some(patch) = condition_patch(machine, &status, &condition) {
+    let resource_version = machine.metadata.resource_version.as_deref();
+    if let Some(patch) = condition_patch(&status, &decision.condition, resource_version) {
         let updated = match write_status(&api, &machine.name_any(), &key, &patch).await? {
             Written::Updated(updated) => updated,
             Written::Conflict => return Ok(Action::requeue(CONFLICT_RETRY)),
@@ -372,54 +372,10 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
                 .await;
         }
     }
-    let wait = if decision.state.complete() {
-        settings.running_interval
-    } else {
-        settings.requeue_interval
-    };
-    Ok(Action::requeue(wait))
-}
-
-/// `condition` as it is to be written: `lastTransitionTime` moves only when the status changes.
-fn next_condition(previous: Option<&Condition>, mut condition: Condition) -> Condition {
-    if let Some(previous) = previous
-        && previous.condition_status() == condition.condition_status()
-    {
-        condition.keep_transition_of(previous);
-    }
-    condition
-}
-
-/// The status merge patch that writes `condition` into [`STATUS_FIELD`]; `None` when it is
-/// there already. It touches no other key, so it carries no resourceVersion, except when it also
-/// takes an earlier version's copy out of `providerStatus.conditions` (the Machine controller's
-/// list): then it names the version it was computed from, and a write in between makes it fail.
-fn condition_patch(
-    machine: &Machine,
-    status: &NutanixMachineProviderStatus,
-    condition: &Condition,
-) -> Option<Value> {
-    let legacy = status.conditions.iter().any(|c| c.type_ == CONDITION);
-    let written = status
-        .other
-        .get(STATUS_FIELD)
-        .and_then(|value| serde_json::from_value::<Condition>(value.clone()).ok());
-    if !legacy && written.as_ref() == Some(condition) {
-        return None;
-    }
-    let mut provider_status = json!({ STATUS_FIELD: condition });
-    let mut patch = json!({});
-    if legacy {
-        let kept: Vec<&Condition> = status
-            .conditions
-            .iter()
-            .filter(|c| c.type_ != CONDITION)
-            .collect();
-        provider_status["conditions"] = json!(kept);
-        patch["metadata"] = json!({"resourceVersion": machine.metadata.resource_version});
-    }
-    patch["status"] = json!({"providerStatus": provider_status});
-    Some(patch)
+    Ok(Action::requeue(decision.next_look(
+        settings.running_interval,
+        settings.requeue_interval,
+    )))
 }
 
 /// How a status write ended.
@@ -450,10 +406,13 @@ async fn write_status(
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use kube::api::PostParams;
+    use serde_json::json;
 
     use super::*;
     use crate::plan::machine::status::{StatusUpdate, provider_condition, status_patch};
+    use crate::plan::windows_join::CONDITION;
 
     const NS: &str = "openshift-machine-api";
 
@@ -551,7 +510,12 @@ mod tests {
                 .unwrap(),
             Written::Conflict
         ));
-        let patch = condition_patch(&seen, &status, &condition).unwrap();
+        let patch = condition_patch(
+            &status,
+            &condition,
+            seen.metadata.resource_version.as_deref(),
+        )
+        .unwrap();
         let written = match write_status(&api, "win-1", "ns/win-1", &patch)
             .await
             .unwrap()
@@ -584,67 +548,5 @@ mod tests {
             Some(condition)
         );
         sim.shutdown().await;
-    }
-
-    #[test]
-    fn an_unchanged_condition_is_not_written_again_and_keeps_its_transition_time() {
-        let first = join("VMCreated", false, "2026-12-01T10:00:00Z");
-        let later = join("AddressReported", false, "2026-12-01T10:09:00Z");
-        let next = next_condition(Some(&first), later);
-        assert_eq!(next.last_transition_time, first.last_transition_time);
-        assert_eq!(next.reason, "AddressReported");
-        let done = next_condition(
-            Some(&next),
-            join("Configured", true, "2026-12-01T10:20:00Z"),
-        );
-        assert_eq!(done.last_transition_time, at("2026-12-01T10:20:00Z"));
-
-        let mut status = NutanixMachineProviderStatus::default();
-        status
-            .other
-            .insert(STATUS_FIELD.to_owned(), json!(next.clone()));
-        let machine: Machine = serde_json::from_value(json!({
-            "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
-            "metadata": {"name": "win-1", "namespace": NS, "resourceVersion": "7"},
-            "spec": {},
-        }))
-        .unwrap();
-        assert_eq!(condition_patch(&machine, &status, &next), None);
-        let patch = condition_patch(&machine, &status, &done).unwrap();
-        assert_eq!(
-            patch,
-            json!({"status": {"providerStatus": {STATUS_FIELD: done}}})
-        );
-    }
-
-    #[test]
-    fn a_condition_an_earlier_version_kept_in_the_list_is_moved_once_against_its_version() {
-        let old = join("NodeLinked", false, "2026-12-01T10:00:00Z");
-        let creation = provider_condition(
-            "MachineCreation",
-            true,
-            "MachineCreationSucceeded",
-            "created",
-            &at("2026-12-01T09:00:00Z"),
-        );
-        let status = NutanixMachineProviderStatus {
-            conditions: vec![creation.clone(), old.clone()],
-            ..NutanixMachineProviderStatus::default()
-        };
-        assert_eq!(recorded_condition(&status), Some(old.clone()));
-        let machine: Machine = serde_json::from_value(json!({
-            "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
-            "metadata": {"name": "win-1", "namespace": NS, "resourceVersion": "7"},
-            "spec": {},
-        }))
-        .unwrap();
-        let patch = condition_patch(&machine, &status, &old).unwrap();
-        assert_eq!(
-            patch,
-            json!({
-                "metadata": {"resourceVersion": "7"},
-                "status": {"providerStatus": {"conditions": [creation], STATUS_FIELD: old}},
-            })
-        );
     }
 }

@@ -31,13 +31,14 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
+use serde_json::{Value, json};
 
 use self::csr::{
     CLIENT_SIGNER, Csr, CsrContext, CsrVerdict, MAX_MACHINE_CLOCK_SKEW, MAX_MACHINE_DELTA,
     MachineFacts, SERVING_SIGNER, check_csr, same_address,
 };
 use self::csr_pem::CsrState;
-use crate::api::{Machine, phase};
+use crate::api::{Machine, NutanixMachineProviderStatus, TypedCondition, phase};
 use crate::machine::addresses::address_type;
 use crate::machine::node_link::{
     PROVIDED_NODE_IP_ANNOTATION, machine_ips, machine_node_names, node_ips, node_ref, same_dns_name,
@@ -673,7 +674,8 @@ pub struct JoinEvent {
 #[derive(Clone, Debug, PartialEq)]
 pub struct JoinDecision {
     pub state: JoinState,
-    /// The condition to merge into the providerStatus.
+    /// The condition as it is to be written into the providerStatus ([`condition_patch`]): its
+    /// `lastTransitionTime` moves only when its status changes.
     pub condition: Condition,
     /// Published when the reason changed since the condition was written last.
     pub event: Option<JoinEvent>,
@@ -684,12 +686,15 @@ pub struct JoinDecision {
 /// ([`timed_out_join`]), as phase is its field.
 pub fn decide(input: &JoinInput<'_>, now: &Time) -> Option<JoinDecision> {
     let state = join_state(input)?;
-    let condition = provider_condition(
-        CONDITION,
-        state.complete(),
-        state.reason,
-        state.message.clone(),
-        now,
+    let condition = next_condition(
+        input.previous,
+        provider_condition(
+            CONDITION,
+            state.complete(),
+            state.reason,
+            state.message.clone(),
+            now,
+        ),
     );
     let transition = input
         .previous
@@ -704,6 +709,61 @@ pub fn decide(input: &JoinInput<'_>, now: &Time) -> Option<JoinDecision> {
         condition,
         event,
     })
+}
+
+/// `condition` as it is to be written: `lastTransitionTime` moves only when the status changes.
+fn next_condition(previous: Option<&Condition>, mut condition: Condition) -> Condition {
+    if let Some(previous) = previous
+        && previous.condition_status() == condition.condition_status()
+    {
+        condition.keep_transition_of(previous);
+    }
+    condition
+}
+
+/// The status merge patch that writes `condition` into [`STATUS_FIELD`]; `None` when it is
+/// there already. It touches no other key, so it carries no resourceVersion, except when it also
+/// takes an earlier version's copy out of `providerStatus.conditions` (the Machine controller's
+/// list): then it names the version it was computed from (`resource_version`, the Machine's),
+/// and a write in between makes it fail. The join reconciler writes nothing else.
+pub fn condition_patch(
+    status: &NutanixMachineProviderStatus,
+    condition: &Condition,
+    resource_version: Option<&str>,
+) -> Option<Value> {
+    let legacy = status.conditions.iter().any(|c| c.type_ == CONDITION);
+    let written = status
+        .other
+        .get(STATUS_FIELD)
+        .and_then(|value| serde_json::from_value::<Condition>(value.clone()).ok());
+    if !legacy && written.as_ref() == Some(condition) {
+        return None;
+    }
+    let mut provider_status = json!({ STATUS_FIELD: condition });
+    let mut patch = json!({});
+    if legacy {
+        let kept: Vec<&Condition> = status
+            .conditions
+            .iter()
+            .filter(|c| c.type_ != CONDITION)
+            .collect();
+        provider_status["conditions"] = json!(kept);
+        patch["metadata"] = json!({"resourceVersion": resource_version});
+    }
+    patch["status"] = json!({"providerStatus": provider_status});
+    Some(patch)
+}
+
+impl JoinDecision {
+    /// How soon the Machine is looked at again: at the steady pace (`running`) once the join is
+    /// complete, else at the pace of a Machine waiting for something (`requeue`).
+    pub fn next_look(&self, running: Duration, requeue: Duration) -> Duration {
+        if self.state.complete() {
+            running
+        } else {
+            requeue
+        }
+    }
 }
 
 #[cfg(test)]

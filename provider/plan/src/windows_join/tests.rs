@@ -919,3 +919,64 @@ fn times_at_the_ends_of_the_range_do_not_panic() {
         assert!(!state.complete());
     }
 }
+
+/// A `WindowsJoin` condition at `reason`, written at `when`.
+fn join_condition(reason: &str, ok: bool, when: &str) -> Condition {
+    provider_condition(
+        CONDITION,
+        ok,
+        reason,
+        format!("stage {reason}"),
+        &Time(at(when)),
+    )
+}
+
+#[test]
+fn an_unchanged_condition_is_not_written_again_and_keeps_its_transition_time() {
+    let first = join_condition("VMCreated", false, "2026-12-01T10:00:00Z");
+    let later = join_condition("AddressReported", false, "2026-12-01T10:09:00Z");
+    let next = next_condition(Some(&first), later);
+    assert_eq!(next.last_transition_time, first.last_transition_time);
+    assert_eq!(next.reason, "AddressReported");
+    let done = next_condition(
+        Some(&next),
+        join_condition("Configured", true, "2026-12-01T10:20:00Z"),
+    );
+    assert_eq!(done.last_transition_time, Time(at("2026-12-01T10:20:00Z")));
+
+    let mut status = NutanixMachineProviderStatus::default();
+    status
+        .other
+        .insert(STATUS_FIELD.to_owned(), json!(next.clone()));
+    assert_eq!(condition_patch(&status, &next, Some("7")), None);
+    let patch = condition_patch(&status, &done, Some("7")).unwrap();
+    assert_eq!(
+        patch,
+        json!({"status": {"providerStatus": {STATUS_FIELD: done}}})
+    );
+}
+
+#[test]
+fn a_condition_an_earlier_version_kept_in_the_list_is_moved_once_against_its_version() {
+    let old = join_condition("NodeLinked", false, "2026-12-01T10:00:00Z");
+    let creation = provider_condition(
+        "MachineCreation",
+        true,
+        "MachineCreationSucceeded",
+        "created",
+        &Time(at("2026-12-01T09:00:00Z")),
+    );
+    let status = NutanixMachineProviderStatus {
+        conditions: vec![creation.clone(), old.clone()],
+        ..NutanixMachineProviderStatus::default()
+    };
+    assert_eq!(recorded_condition(&status), Some(old.clone()));
+    let patch = condition_patch(&status, &old, Some("7")).unwrap();
+    assert_eq!(
+        patch,
+        json!({
+            "metadata": {"resourceVersion": "7"},
+            "status": {"providerStatus": {"conditions": [creation], STATUS_FIELD: old}},
+        })
+    );
+}
