@@ -2,7 +2,8 @@
 //! provider, which module imports which (its `use` declarations and the paths it names, tests
 //! and comments left out, names re-exported by the package resolved to the module that defines
 //! them). A module never imports one of a layer above its own, and no two modules import each
-//! other, directly or round a longer loop.
+//! other, directly or round a longer loop. And each field the controllers write has one writer:
+//! the functions that build or send its write are called from one module only.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -457,4 +458,81 @@ fn the_checker_sees_loops_and_reexported_names() {
         assert!(!code.contains(hidden), "{hidden} in {code}");
     }
     assert!(!code.contains("crate::w"));
+}
+
+/// Each field and the one module (below `src/`) whose code may call what writes it.
+const WRITERS: &[(&str, &str, &str)] = &[
+    // The Node's spec.providerID.
+    (
+        "set_provider_id(",
+        "controller/machine",
+        "the Node's providerID",
+    ),
+    // Every Machine field the Machine controller owns (phase, providerStatus but windowsJoin,
+    // addresses, conditions, labels, annotations, providerID, finalizer).
+    (
+        "status_patch(",
+        "controller/machine",
+        "the Machine's status",
+    ),
+    (
+        "metadata_patch(",
+        "controller/machine",
+        "the Machine's metadata",
+    ),
+    // providerStatus.windowsJoin.
+    (
+        "condition_patch(",
+        "controller/windows_join",
+        "providerStatus.windowsJoin",
+    ),
+];
+
+#[test]
+fn each_field_has_one_writer() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    let mut folders = vec![src.clone()];
+    while let Some(folder) = folders.pop() {
+        for entry in fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    let mut callers: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let code = code_of(&fs::read_to_string(file).unwrap());
+        let module = file
+            .strip_prefix(&src)
+            .unwrap()
+            .with_extension("")
+            .to_string_lossy()
+            .replace('\\', "/");
+        // A module's own folder belongs to it (`machine/perform.rs` is the Machine controller).
+        let module = ["controller/machine", "controller/windows_join"]
+            .into_iter()
+            .find(|owner| module == *owner || module.starts_with(&format!("{owner}/")))
+            .map_or(module.clone(), str::to_owned);
+        for (call, _, _) in WRITERS {
+            let called = code.match_indices(call).any(|(at, _)| {
+                !code[..at].ends_with("fn ")
+                    && !code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_')
+            });
+            if called {
+                callers.entry(call).or_default().insert(module.clone());
+            }
+        }
+    }
+    for (call, owner, field) in WRITERS {
+        let found = callers.get(call).cloned().unwrap_or_default();
+        assert_eq!(
+            found,
+            BTreeSet::from([(*owner).to_owned()]),
+            "{field} ({call}) is written from {found:?}, not from {owner} alone"
+        );
+    }
 }
