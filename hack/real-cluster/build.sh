@@ -10,7 +10,7 @@
 #          nodelink-controller, machine-healthcheck) at a commit whose k8s.io modules are 0.34
 #
 # The openshift/api CRD manifests the tests apply are copied, unedited, from the module cache at
-# the openshift/api version mao/go.sum pins.
+# the openshift/api version mao/go.sum pins, and the IPAM CRDs from the machine-api-operator's.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 key="$(cat "$here"/build.sh "$here"/kube/go.mod "$here"/kube/go.sum "$here"/mao/go.mod "$here"/mao/go.sum \
@@ -48,6 +48,12 @@ cp "$api"/machine/v1beta1/zz_generated.crd-manifests/0000_10_machine-api_01_mach
     "$api"/config/v1/zz_generated.crd-manifests/0000_10_config-operator_01_networks.crd.yaml \
     "$api"/config/v1/zz_generated.crd-manifests/0000_10_config-operator_01_dnses.crd.yaml \
     "$api"/operator/v1/zz_generated.crd-manifests/0000_70_network_01_networks.crd.yaml \
+    "$cache/crds/"
+# The Cluster API's IPAM kinds (IPAddressClaim, IPAddress) as the machine-api-operator ships them
+# (its third_party/cluster-api/crd/), at the commit mao/go.sum pins.
+mao="$(cd "$here/mao" && go list -m -f '{{.Dir}}' github.com/openshift/machine-api-operator)"
+cp "$mao"/third_party/cluster-api/crd/ipam.cluster.x-k8s.io_ipaddressclaims.yaml \
+    "$mao"/third_party/cluster-api/crd/ipam.cluster.x-k8s.io_ipaddresses.yaml \
     "$cache/crds/"
 chmod u+w "$cache"/crds/*
 (cd "$here/mao" && go list -m github.com/openshift/api github.com/openshift/machine-api-operator) > "$cache/versions"

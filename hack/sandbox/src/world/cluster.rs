@@ -79,10 +79,11 @@ impl Cluster {
         let autoscaler_crds =
             crate::manifests::objects(&[crate::manifests::MACHINE_AUTOSCALER_CRD])?;
         plane.add_crds(&client, autoscaler_crds).await?;
-        // The IPAM kinds as the machine-api-operator ships them, and the in-cluster pool, whose
-        // controller is stood in for (`crate::ipam`).
-        let ipam_crds = crate::manifests::objects(&crate::manifests::IPAM_CRDS)?;
-        plane.add_crds(&client, ipam_crds).await?;
+        // The in-cluster pool, whose controller is stood in for (`crate::ipam`); the IPAM kinds
+        // themselves come with the control plane's CRDs, from the machine-api-operator's module
+        // (hack/real-cluster/build.sh).
+        let pool_crd = crate::manifests::objects(&[crate::manifests::IN_CLUSTER_POOL_CRD])?;
+        plane.add_crds(&client, pool_crd).await?;
         plane.apply_kustomization(&rbac_dir()).await?;
         plane
             .write_service_account_kubeconfig(CONTROLLER_SERVICE_ACCOUNT, controller_kubeconfig)
