@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::app::{App, Shared};
-use crate::config::{CloneBehaviour, DeployTaskShape, GuestBehaviour, Timings};
+use crate::behaviour::{CloneBehaviour, DeployTaskShape, GuestBehaviour, Timings};
 use crate::faults::{Counter, FaultRule, InstalledRule, RateLimit, RequestRecord, TimedRequest};
 use crate::seed::GuestOs;
 use crate::store::Vm;

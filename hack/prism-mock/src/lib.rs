@@ -15,6 +15,7 @@
 
 mod admin;
 mod app;
+mod behaviour;
 mod config;
 mod errors;
 mod faults;
@@ -34,9 +35,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use admin::{Admin, VmSummary};
-pub use config::{
-    CloneBehaviour, Credentials, DeployTaskShape, GuestBehaviour, MockConfig, Timings,
-};
+pub use behaviour::{CloneBehaviour, DeployTaskShape, GuestBehaviour, Timings};
+pub use config::{Credentials, MockConfig};
 pub use faults::{
     Counter, FaultKind, FaultRule, InstalledRule, RateLimit, RequestRecord, TimedRequest,
 };
@@ -103,7 +103,7 @@ impl MockPrism {
             config.credentials.clone(),
             config.tls,
         ));
-        let router = app::router(shared.clone());
+        let router = server::router(shared.clone());
         let (shutdown, receiver) = watch::channel(false);
         let task = tokio::spawn(server::serve(listener, router, acceptor, receiver));
         let scheme = if config.tls { "https" } else { "http" };

@@ -8,9 +8,9 @@ use serde_json::{Value, json};
 
 use super::list::ListQuery;
 use super::net::{Ipv4Net, Pool};
+use super::refusal::Refusal;
 use super::vm::{SPEC_HASH, derived_uuid};
 use super::{Reservation, Store, Template};
-use crate::errors::ApiError;
 use crate::seed::{GuestOs, Seed, SeedError};
 
 /// The built-in `admin` user as recorded entities name their owner (get_subnet.json).
@@ -106,7 +106,7 @@ impl Table {
         &self,
         body: &[u8],
         render: impl Fn(&Value) -> Value,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, Refusal> {
         let mut query = ListQuery::parse(body, self.kind, &self.known_filters())?;
         if !self.paginated {
             query.unpaged();
@@ -488,7 +488,7 @@ impl Store {
 
     /// `POST /idempotence_identifiers`. A repeated request for a client identifier whose reservation has not
     /// expired returns the same UUIDs (mock choice, so a retried reservation is itself idempotent).
-    pub(crate) fn reserve_uuids(&mut self, body: &Value, now: Instant) -> Result<Value, ApiError> {
+    pub(crate) fn reserve_uuids(&mut self, body: &Value, now: Instant) -> Result<Value, Refusal> {
         const KIND: &str = "idempotence_identifier";
         let mut details = Vec::new();
         let client_identifier = body
@@ -514,7 +514,7 @@ impl Store {
             ));
         }
         if !details.is_empty() {
-            return Err(ApiError::invalid(KIND, details));
+            return Err(Refusal::invalid(KIND, details));
         }
         if let Some(existing) = self.reservations.get(&client_identifier)
             && existing.expires > now

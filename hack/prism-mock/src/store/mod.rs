@@ -8,9 +8,11 @@ pub(crate) mod entities;
 pub(crate) mod foreign;
 pub(crate) mod list;
 pub(crate) mod net;
+pub(crate) mod refusal;
 pub(crate) mod schema;
 pub(crate) mod tasks;
 pub(crate) mod templates;
+pub(crate) mod v4_shape;
 pub(crate) mod vm;
 
 use std::cmp::{Ordering, Reverse};
@@ -20,13 +22,16 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::config::{CloneBehaviour, DeployTaskShape, GuestBehaviour, MockConfig, Timings};
+use crate::behaviour::{CloneBehaviour, DeployTaskShape, GuestBehaviour, Timings};
+use crate::config::MockConfig;
 use crate::faults::FaultState;
 use crate::seed::SeedError;
 
 pub(crate) use entities::{CategoryKey, Table};
-pub(crate) use tasks::{FailCause, FailOutcome, FailPlan, Task};
+pub(crate) use refusal::Refusal;
+pub(crate) use tasks::{FailPlan, Task};
 pub(crate) use templates::Template;
+pub(crate) use v4_shape::V4Version;
 pub(crate) use vm::Vm;
 
 /// Something that happens at a simulated time.

@@ -16,11 +16,11 @@ use super::entities::reference;
 use super::foreign::Listed;
 use super::list::ListQuery;
 use super::net::Ipv4Net;
+use super::refusal::Refusal;
 use super::schema;
 use super::tasks::{Effect, FailOutcome, FailPlan};
 use super::templates::secure_boot_cdrom_refusal;
-use crate::config::DeployTaskShape;
-use crate::errors::ApiError;
+use crate::behaviour::DeployTaskShape;
 use crate::seed::{GuestOs, SeedError, VmSeed};
 
 const KIND: &str = "vm";
@@ -1451,18 +1451,18 @@ impl Store {
     }
 
     /// Checks `metadata.uuid` of a create or clone: reserved and unused → Ok(uuid); none given → a new UUID.
-    fn uuid_for_new_vm(&mut self, metadata: &Value, now: Instant) -> Result<String, ApiError> {
+    fn uuid_for_new_vm(&mut self, metadata: &Value, now: Instant) -> Result<String, Refusal> {
         match metadata.get("uuid").and_then(Value::as_str) {
             None => Ok(self.new_uuid()),
             Some(uuid) => {
                 if self.vm_or_foreign(uuid).is_some() {
-                    Err(ApiError::conflict(
+                    Err(Refusal::conflict(
                         KIND,
                         "ENTITY_ALREADY_EXISTS",
                         format!("A VM with UUID {uuid} already exists"),
                     ))
                 } else if !self.uuid_is_reserved(uuid, now) {
-                    Err(ApiError::invalid_one(
+                    Err(Refusal::invalid_one(
                         KIND,
                         "metadata.uuid",
                         format!(
@@ -1496,14 +1496,14 @@ impl Store {
         now: Instant,
         body: &Value,
         fail: Option<FailPlan>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, Refusal> {
         refuse_by_schema(schema::check_vm_intent(body))?;
         let metadata = body.get("metadata").cloned().unwrap_or_else(|| json!({}));
         let spec_in = body.get("spec").cloned().unwrap_or(Value::Null);
         let uuid = self.uuid_for_new_vm(&metadata, now)?;
         let prepared = self
             .prepare_vm(&spec_in, &metadata, None)
-            .map_err(|d| ApiError::invalid(KIND, d))?;
+            .map_err(|d| Refusal::invalid(KIND, d))?;
         let fail = fail.or_else(|| secure_boot_cdrom_refusal(&prepared.spec));
         let task_uuid = self.start_create(now, &uuid, prepared, None, "kVmCreate", fail);
         Ok(self.pending_response(&uuid, &metadata, &spec_in, &task_uuid, 0))
@@ -1589,16 +1589,16 @@ impl Store {
         uuid: &str,
         body: &Value,
         fail: Option<FailPlan>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, Refusal> {
         refuse_by_schema(schema::check_vm_intent(body))?;
         self.make_ordinary(uuid);
         let existing = self
             .vms
             .get(uuid)
             .cloned()
-            .ok_or_else(|| ApiError::not_found(KIND, format!("VM {uuid} was not found")))?;
+            .ok_or_else(|| Refusal::not_found(KIND, format!("VM {uuid} was not found")))?;
         if existing.deleting.is_some() {
-            return Err(ApiError::conflict(
+            return Err(Refusal::conflict(
                 KIND,
                 "CONCURRENT_REQUESTS_NOT_ALLOWED",
                 format!("VM {uuid} is being deleted"),
@@ -1609,7 +1609,7 @@ impl Store {
         let spec_in = body.get("spec").cloned().unwrap_or(Value::Null);
         let prepared = self
             .prepare_vm(&spec_in, &metadata, Some(&existing))
-            .map_err(|d| ApiError::invalid(KIND, d))?;
+            .map_err(|d| Refusal::invalid(KIND, d))?;
         let mut exhausted = None;
         let nics = self.allocate_nics(&prepared.nics, &mut exhausted);
         let fail = fail.or(exhausted.map(|subnet| {
@@ -1654,12 +1654,12 @@ impl Store {
         now: Instant,
         uuid: &str,
         fail: Option<FailPlan>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, Refusal> {
         self.make_ordinary(uuid);
         let vm = self
             .vms
             .get(uuid)
-            .ok_or_else(|| ApiError::not_found(KIND, format!("VM {uuid} was not found")))?;
+            .ok_or_else(|| Refusal::not_found(KIND, format!("VM {uuid} was not found")))?;
         let task = match &vm.deleting {
             Some(task) => task.clone(),
             None => {
@@ -1697,12 +1697,12 @@ impl Store {
         source_uuid: &str,
         body: &Value,
         fail: Option<FailPlan>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, Refusal> {
         refuse_by_schema(schema::check_clone_input(body))?;
         let source = self
             .vm_or_foreign(source_uuid)
             .map(Cow::into_owned)
-            .ok_or_else(|| ApiError::not_found(KIND, format!("VM {source_uuid} was not found")))?;
+            .ok_or_else(|| Refusal::not_found(KIND, format!("VM {source_uuid} was not found")))?;
         let metadata = body.get("metadata").cloned().unwrap_or_else(|| json!({}));
         let overrides = body
             .get("override_spec")
@@ -1713,7 +1713,7 @@ impl Store {
                 from == source_uuid && self.tasks.get(task).is_some_and(|t| !t.status.ended())
             })
         {
-            return Err(ApiError::conflict(
+            return Err(Refusal::conflict(
                 KIND,
                 "CONCURRENT_REQUESTS_NOT_ALLOWED",
                 format!("VM {source_uuid} is the source of a clone in progress"),
@@ -1787,10 +1787,10 @@ impl Store {
         });
         let prepared = match self.prepare_vm(&spec, &clone_meta, None) {
             Ok(p) if details.is_empty() => p,
-            Ok(_) => return Err(ApiError::invalid(KIND, details)),
+            Ok(_) => return Err(Refusal::invalid(KIND, details)),
             Err(mut d) => {
                 d.append(&mut details);
-                return Err(ApiError::invalid(KIND, d));
+                return Err(Refusal::invalid(KIND, d));
             }
         };
         let fail = fail.or_else(|| secure_boot_cdrom_refusal(&prepared.spec));
@@ -2197,10 +2197,10 @@ impl Store {
     /// `status.resources.power_state` is the one asked for (`changePowerState` / `taskVMStateRefreshFunc`,
     /// nutanix/services/vmm/resource_nutanix_virtual_machine.go, since its c6b983ce), which it would not
     /// need if the GET were current as soon as the task ended. The length of the lag is not documented.
-    pub(crate) fn get_vm(&self, uuid: &str) -> Result<Value, ApiError> {
+    pub(crate) fn get_vm(&self, uuid: &str) -> Result<Value, Refusal> {
         let vm = self
             .vm_or_foreign(uuid)
-            .ok_or_else(|| ApiError::not_found(KIND, format!("VM {uuid} was not found")))?;
+            .ok_or_else(|| Refusal::not_found(KIND, format!("VM {uuid} was not found")))?;
         let mut body = self.vm_json(&vm);
         if let Some(stale) = vm.stale_view.filter(|s| Instant::now() < s.until)
             && let Some(status) = body.get_mut("status").and_then(Value::as_object_mut)
@@ -2216,7 +2216,7 @@ impl Store {
     /// `POST /vms/list`: VMs whose create task has not ended (or ended less than the list lag
     /// ago) are not listed. The filter runs on names and states before any VM's JSON is built, and
     /// only the page's VMs are rendered (a foreign VM's [`Vm`] is built for its page only).
-    pub(crate) fn list_vms(&self, body: &[u8]) -> Result<Value, ApiError> {
+    pub(crate) fn list_vms(&self, body: &[u8]) -> Result<Value, Refusal> {
         let now = Instant::now();
         let query = ListQuery::parse(
             body,
@@ -2397,9 +2397,9 @@ impl Store {
 /// (terraform-provider-nutanix#268: a PUT with the spec_version read before an out-of-band change failed;
 /// gomorpheus/morpheus-nutanix-prism-plugin retries on the 409 "Edit conflict"); a newer one is accepted: the
 /// recorded PUT of update_vm.json sent spec_version 1 to a VM at 0 and got a 202.
-fn check_version_token(metadata: &Value, existing: &Vm) -> Result<(), ApiError> {
+fn check_version_token(metadata: &Value, existing: &Vm) -> Result<(), Refusal> {
     let conflict = |what: String| {
-        ApiError::conflict(
+        Refusal::conflict(
             KIND,
             "CONCURRENT_REQUESTS_NOT_ALLOWED",
             format!("Edit conflict: please retry change. {what}"),
@@ -2420,7 +2420,7 @@ fn check_version_token(metadata: &Value, existing: &Vm) -> Result<(), ApiError> 
         };
     }
     let Some(given) = metadata.get("spec_version").and_then(Value::as_u64) else {
-        return Err(ApiError::invalid_one(
+        return Err(Refusal::invalid_one(
             KIND,
             "metadata.spec_version",
             "is required on update",
@@ -2435,11 +2435,11 @@ fn check_version_token(metadata: &Value, existing: &Vm) -> Result<(), ApiError> 
     Ok(())
 }
 
-fn refuse_by_schema(details: schema::Details) -> Result<(), ApiError> {
+fn refuse_by_schema(details: schema::Details) -> Result<(), Refusal> {
     if details.is_empty() {
         Ok(())
     } else {
-        Err(ApiError::invalid(KIND, details))
+        Err(Refusal::invalid(KIND, details))
     }
 }
 
