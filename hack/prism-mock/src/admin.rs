@@ -18,7 +18,7 @@ use crate::behaviour::{CloneBehaviour, DeployTaskShape, GuestBehaviour, Timings}
 use crate::faults::{Counter, FaultRule, InstalledRule, RateLimit, RequestRecord, TimedRequest};
 use crate::seed::GuestOs;
 use crate::store::Vm;
-use crate::store::vm::GuestCustomization;
+use crate::store::record::GuestCustomization;
 
 /// One VM as the admin side sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -44,7 +44,7 @@ pub use seed::{
     CategorySeed, ClusterSeed, GpuSeed, GuestOs, HostSeed, ImageSeed, MAX_FOREIGN_VMS,
     PrismCentralSeed, ProjectSeed, Seed, SeedError, SubnetSeed, TemplateSeed, VmSeed,
 };
-pub use store::vm::GuestCustomization;
+pub use store::record::GuestCustomization;
 pub use tls::TlsError;
 
 /// Path prefix of the v3 API.

@@ -9,8 +9,7 @@ use serde_json::{Value, json};
 use super::list::ListQuery;
 use super::net::{Ipv4Net, Pool};
 use super::refusal::Refusal;
-use super::vm::{SPEC_HASH, derived_uuid};
-use super::{Reservation, Store, Template};
+use super::{Reservation, SPEC_HASH, Store, derived_uuid};
 use crate::seed::{GuestOs, Seed, SeedError};
 
 /// The built-in `admin` user as recorded entities name their owner (get_subnet.json).
@@ -160,7 +159,7 @@ pub(crate) fn reference(kind: &str, uuid: &str, name: Option<&str>) -> Value {
 }
 
 impl Store {
-    fn seed_uuid(&mut self, given: &Option<String>) -> String {
+    pub(super) fn seed_uuid(&mut self, given: &Option<String>) -> String {
         match given {
             Some(uuid) => uuid.clone(),
             None => self.new_uuid(),
@@ -393,41 +392,7 @@ impl Store {
             }
         }
         for template in &seed.templates {
-            let ext_id = self.seed_uuid(&template.ext_id);
-            let version_id = self.new_uuid();
-            let image_uuid = self.images.uuid_by_name(&template.image).ok_or_else(|| {
-                SeedError::Reference(format!(
-                    "template '{}' refers to unknown image '{}'",
-                    template.name, template.image
-                ))
-            })?;
-            let subnet_uuid = match &template.subnet {
-                Some(name) => Some(self.subnets.uuid_by_name(name).ok_or_else(|| {
-                    SeedError::Reference(format!(
-                        "template '{}' refers to unknown subnet '{name}'",
-                        template.name
-                    ))
-                })?),
-                None => None,
-            };
-            let os = template
-                .os
-                .unwrap_or_else(|| self.image_os.get(&image_uuid).copied().unwrap_or_default());
-            let created = self.wall(Instant::now());
-            self.templates.push(Template {
-                ext_id,
-                version_id,
-                name: template.name.clone(),
-                os,
-                image_uuid,
-                boot_type: template.boot_type.clone(),
-                num_sockets: template.num_sockets,
-                num_cores_per_socket: template.num_cores_per_socket,
-                memory_mib: template.memory_mib,
-                disk_size_mib: template.disk_size_mib,
-                subnet_uuid,
-                created,
-            });
+            self.seed_template(template)?;
         }
         for vm in &seed.vms {
             self.seed_vm(vm)?;

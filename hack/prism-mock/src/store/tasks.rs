@@ -6,8 +6,8 @@ use serde_json::{Map, Value, json};
 
 use super::Store;
 use super::entities::reference;
+use super::record::{NicRuntime, StaleView};
 use super::v4_shape::V4Version;
-use super::vm::{NicRuntime, StaleView};
 use crate::faults::TaskFault;
 
 /// Prefix of v4 task extIds (`base64("ergon")`, as real Prism Central's extIds look). The part after the colon

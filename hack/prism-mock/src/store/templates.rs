@@ -8,7 +8,7 @@ use super::Store;
 use super::refusal::Refusal;
 use super::tasks::{FailCause, FailOutcome, FailPlan, V4_TASK_PREFIX, VMM_30102_MESSAGE};
 use super::v4_shape::{V4Version, etag_of};
-use crate::seed::GuestOs;
+use crate::seed::{GuestOs, SeedError, TemplateSeed};
 
 /// Default and largest `$limit` of v4 lists.
 const V4_DEFAULT_LIMIT: usize = 50;
@@ -513,6 +513,48 @@ fn task_reference(task_uuid: &str, version: &V4Version) -> Value {
         [("extId", json!(format!("{V4_TASK_PREFIX}{task_uuid}")))],
     );
     version.response("vmm.v4.content.DeployTemplateApiResponse", data)
+}
+
+impl Store {
+    /// Adds a template of the seed, its image and subnet looked up by name.
+    pub(crate) fn seed_template(&mut self, template: &TemplateSeed) -> Result<(), SeedError> {
+        let ext_id = self.seed_uuid(&template.ext_id);
+        let version_id = self.new_uuid();
+        let image_uuid = self.images.uuid_by_name(&template.image).ok_or_else(|| {
+            SeedError::Reference(format!(
+                "template '{}' refers to unknown image '{}'",
+                template.name, template.image
+            ))
+        })?;
+        let subnet_uuid = match &template.subnet {
+            Some(name) => Some(self.subnets.uuid_by_name(name).ok_or_else(|| {
+                SeedError::Reference(format!(
+                    "template '{}' refers to unknown subnet '{name}'",
+                    template.name
+                ))
+            })?),
+            None => None,
+        };
+        let os = template
+            .os
+            .unwrap_or_else(|| self.image_os.get(&image_uuid).copied().unwrap_or_default());
+        let created = self.wall(Instant::now());
+        self.templates.push(Template {
+            ext_id,
+            version_id,
+            name: template.name.clone(),
+            os,
+            image_uuid,
+            boot_type: template.boot_type.clone(),
+            num_sockets: template.num_sockets,
+            num_cores_per_socket: template.num_cores_per_socket,
+            memory_mib: template.memory_mib,
+            disk_size_mib: template.disk_size_mib,
+            subnet_uuid,
+            created,
+        });
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -7,10 +7,11 @@ use std::time::Instant;
 use rand::Rng;
 use serde_json::{Value, json};
 
-use super::{AddressPhase, Details, KIND, Prepared, Vm};
+use super::{Details, KIND, Prepared};
 use crate::behaviour::DeployTaskShape;
 use crate::seed::{GuestOs, SeedError, VmSeed};
 use crate::store::Store;
+use crate::store::record::{AddressPhase, Vm};
 use crate::store::tasks::{Effect, FailOutcome, FailPlan};
 
 /// A VM of a template deploy, validated, waiting to be committed.

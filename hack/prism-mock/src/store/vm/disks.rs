@@ -5,8 +5,9 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Map, Value, json};
 
 use super::prepare::enum_field;
-use super::{Details, Vm, derived_uuid, detail};
-use crate::store::Store;
+use super::{Details, detail};
+use crate::store::record::Vm;
+use crate::store::{Store, derived_uuid};
 
 /// Name of the storage container disks land on (the recorded VM's, get_vm.json).
 const DEFAULT_CONTAINER: &str = "SelfServiceContainer";

@@ -2,9 +2,10 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Details, Vm, detail};
+use super::{Details, detail};
 use crate::store::Store;
 use crate::store::entities::reference;
+use crate::store::record::Vm;
 
 impl Store {
     pub(super) fn prepare_gpus(

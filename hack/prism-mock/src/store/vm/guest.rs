@@ -2,56 +2,18 @@
 //! OS family a VM has.
 
 use base64::Engine as _;
-use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::prepare::enum_field;
-use super::{Details, Prepared, Vm, detail};
+use super::{Details, Prepared, detail};
 use crate::seed::GuestOs;
 use crate::store::Store;
+use crate::store::record::{GuestCustomization, Vm};
 
 /// Size limits from the v3 swagger (characters of the base64 text as sent).
 const MAX_USER_DATA: usize = 128_000;
 const MAX_META_DATA: usize = 32_000;
 const MAX_UNATTEND_XML: usize = 32_000;
-
-/// A VM's guest customization, decoded from base64, as the guest would receive it. `Debug` shows only sizes:
-/// user data carries secrets.
-#[derive(Clone, PartialEq, Eq, Serialize)]
-pub struct GuestCustomization {
-    /// `cloud_init` or `sysprep`.
-    pub kind: String,
-    /// Decoded cloud-init user data.
-    pub user_data: Option<String>,
-    /// Decoded cloud-init meta data.
-    pub meta_data: Option<String>,
-    /// Decoded sysprep unattend.xml.
-    pub unattend_xml: Option<String>,
-    /// Sysprep install type (PREPARED or FRESH).
-    pub install_type: Option<String>,
-    /// `custom_key_values` as sent (not decoded).
-    pub custom_key_values: Option<Value>,
-    /// `is_overridable` as sent.
-    pub is_overridable: bool,
-}
-
-impl std::fmt::Debug for GuestCustomization {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let size = |text: &Option<String>| text.as_ref().map(|t| format!("<{} bytes>", t.len()));
-        f.debug_struct("GuestCustomization")
-            .field("kind", &self.kind)
-            .field("user_data", &size(&self.user_data))
-            .field("meta_data", &size(&self.meta_data))
-            .field("unattend_xml", &size(&self.unattend_xml))
-            .field("install_type", &self.install_type)
-            .field(
-                "custom_key_values",
-                &self.custom_key_values.as_ref().map(|_| "<redacted>"),
-            )
-            .field("is_overridable", &self.is_overridable)
-            .finish()
-    }
-}
 
 fn b64() -> base64::engine::GeneralPurpose {
     base64::engine::general_purpose::STANDARD
@@ -228,29 +190,5 @@ impl Store {
             .as_deref()
             .map(|img| self.image_os(img))
             .unwrap_or_default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn guest_customization_debug_shows_no_content() {
-        let gc = GuestCustomization {
-            kind: "cloud_init".to_owned(),
-            user_data: Some("password: hunter2".to_owned()),
-            meta_data: None,
-            unattend_xml: None,
-            install_type: None,
-            custom_key_values: Some(json!({"k": "secret"})),
-            is_overridable: false,
-        };
-        let text = format!("{gc:?}");
-        assert!(
-            !text.contains("hunter2") && !text.contains("secret"),
-            "{text}"
-        );
-        assert!(text.contains("<17 bytes>"), "{text}");
     }
 }

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{AddressPhase, NicRuntime};
 use crate::seed::GuestOs;
 use crate::store::net::Ipv4Net;
+use crate::store::record::{AddressPhase, NicRuntime};
 use crate::store::tasks::{FailOutcome, FailPlan};
 use crate::store::{Event, Store};
 

@@ -7,9 +7,10 @@ use std::net::Ipv4Addr;
 use rand::Rng;
 use serde_json::{Map, Value, json};
 
-use super::{Details, NicPlan, NicRuntime, Vm, detail};
+use super::{Details, NicPlan, detail};
 use crate::store::Store;
 use crate::store::entities::reference;
+use crate::store::record::{NicRuntime, Vm};
 
 fn mac_from(rng: &mut rand::rngs::StdRng) -> String {
     let bytes: [u8; 3] = rng.random();

@@ -3,9 +3,10 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Details, KIND, Prepared, Vm, VmMeta, detail};
+use super::{Details, KIND, Prepared, detail};
 use crate::store::Store;
 use crate::store::entities::reference;
+use crate::store::record::{Vm, VmMeta};
 
 /// `vm.name` maxLength in the v3 swagger (`vm_clone_override_spec.name` has 80, checked in `schema`).
 const MAX_NAME: usize = 256;

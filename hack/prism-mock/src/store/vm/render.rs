@@ -4,12 +4,13 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::{KIND, SPEC_HASH, Vm, derived_uuid};
+use super::KIND;
 use crate::store::entities::reference;
 use crate::store::foreign::Listed;
 use crate::store::list::ListQuery;
+use crate::store::record::Vm;
 use crate::store::refusal::Refusal;
-use crate::store::{Store, entities, object};
+use crate::store::{SPEC_HASH, Store, derived_uuid, entities, object};
 
 impl Store {
     /// `GET /vms/{uuid}` body.

@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::{Details, KIND, Prepared, Vm, detail};
+use super::{Details, KIND, Prepared, detail};
 use crate::seed::GuestOs;
+use crate::store::record::Vm;
 use crate::store::refusal::Refusal;
 use crate::store::tasks::{Effect, FailOutcome, FailPlan};
 use crate::store::templates::secure_boot_cdrom_refusal;
