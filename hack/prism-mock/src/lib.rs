@@ -5,6 +5,10 @@
 //! generated at start, with the asynchronous behaviour and the failures real Prism Central has. See the
 //! README for what it simulates and what it does not.
 //!
+//! The model (`store`, `seed`, `config`, `behaviour`, `faults`) knows nothing of HTTP; the HTTP layer (`app`,
+//! `v3`, `v4`, `admin`, `errors`, `server`, `tls`) calls it and turns its answers and refusals into responses.
+//! Imports point from the HTTP layer to the model only (README, "How it is built").
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), prism_mock::StartError> {
 //! let mock = prism_mock::MockPrism::start(prism_mock::MockConfig::default()).await?;
