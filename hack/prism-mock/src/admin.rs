@@ -14,11 +14,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::app::{App, Shared};
-use crate::config::{CloneBehaviour, DeployTaskShape, GuestBehaviour, Timings};
+use crate::behaviour::{CloneBehaviour, DeployTaskShape, GuestBehaviour, Timings};
 use crate::faults::{Counter, FaultRule, InstalledRule, RateLimit, RequestRecord, TimedRequest};
 use crate::seed::GuestOs;
 use crate::store::Vm;
-use crate::store::vm::GuestCustomization;
+use crate::store::record::GuestCustomization;
 
 /// One VM as the admin side sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

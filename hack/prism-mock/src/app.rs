@@ -1,11 +1,10 @@
-//! The HTTP application: shared state, the Prism middleware (counters, rate limit, faults, auth), the router.
+//! The HTTP application: shared state and the Prism middleware (counters, rate limit, faults, auth).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::{self, Next};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use http::{HeaderMap, StatusCode, header};
@@ -111,6 +110,9 @@ pub(crate) struct Directives {
     pub(crate) fail_task: Option<FailPlan>,
 }
 
+/// Header carrying the client's request id on v4 mutating calls.
+pub(crate) const REQUEST_ID_HEADER: &str = "NTNX-Request-Id";
+
 /// Name of the session cookie.
 pub(crate) const SESSION_COOKIE: &str = "NTNX_IGW_SESSION";
 
@@ -188,7 +190,11 @@ fn injected_error(status: u16, retry_after_secs: u64, v4: bool) -> Response {
 }
 
 /// Runs around every Prism endpoint: rate limit, faults, authentication, then counts the answer.
-async fn prism_layer(State(app): State<App>, mut request: Request, next: Next) -> Response {
+pub(crate) async fn prism_layer(
+    State(app): State<App>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let now = Instant::now();
     let method = request.method().as_str().to_owned();
     let template = request
@@ -198,7 +204,7 @@ async fn prism_layer(State(app): State<App>, mut request: Request, next: Next) -
     let path = request.uri().path().to_owned();
     let request_id = request
         .headers()
-        .get(crate::v4::REQUEST_ID_HEADER)
+        .get(REQUEST_ID_HEADER)
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned);
     let v4 = is_v4(&path);
@@ -265,7 +271,7 @@ async fn prism_layer(State(app): State<App>, mut request: Request, next: Next) -
                     {
                         app.lock().edit_elsewhere(uuid, Instant::now());
                     }
-                    let fail_task = decision.fail_task;
+                    let fail_task = decision.fail_task.map(FailPlan::from);
                     request
                         .extensions_mut()
                         .insert(Directives { auth, fail_task });
@@ -312,16 +318,4 @@ pub(crate) fn parse_json(kind: &str, body: &[u8]) -> Result<Value, ApiError> {
     }
     serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid_one(kind, "body", format!("is not valid JSON: {e}")))
-}
-
-/// The full router: Prism paths behind the middleware, `/mock/` admin paths without it.
-pub(crate) fn router(app: App) -> Router {
-    let prism = crate::v3::routes()
-        .merge(crate::v4::routes())
-        .fallback(|| async { ApiError::not_found("", "no such endpoint in prism-mock") })
-        .layer(middleware::from_fn_with_state(app.clone(), prism_layer));
-    Router::new()
-        .nest("/mock", crate::admin::routes())
-        .merge(prism)
-        .with_state(app)
 }

@@ -4,6 +4,8 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 
+use crate::store::Refusal;
+
 /// An error answered to a client.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum ApiError {
@@ -125,6 +127,35 @@ impl ApiError {
             group: group.to_owned(),
             code: code.to_owned(),
             message: message.into(),
+        }
+    }
+}
+
+/// The status and body Prism answers each refusal of the model with.
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::NotFound { kind, message } => Self::not_found(&kind, message),
+            Refusal::Invalid { kind, details } => Self::invalid(&kind, details),
+            Refusal::Conflict {
+                kind,
+                reason,
+                message,
+            } => Self::conflict(&kind, &reason, message),
+            Refusal::V4Invalid { code, message } => {
+                Self::v4(StatusCode::BAD_REQUEST, "INVALID_INPUT", code, message)
+            }
+            Refusal::V4NotFound {
+                namespace,
+                code,
+                message,
+            } => Self::v4_in(
+                namespace,
+                StatusCode::NOT_FOUND,
+                "ENTITY_NOT_FOUND",
+                code,
+                message,
+            ),
         }
     }
 }

@@ -7,8 +7,6 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
-use crate::store::{FailCause, FailOutcome, FailPlan};
-
 /// What a matching rule does.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -181,6 +179,19 @@ pub struct TimedRequest {
 /// Requests kept in the log; older ones are dropped first (a long-running mock stays bounded).
 pub(crate) const REQUEST_LOG_CAPACITY: usize = 1_000_000;
 
+/// The task failure a rule asks for (`FaultKind::FailTask` or `FailPowerOn`); the store makes it its plan of
+/// the failure (`FailPlan`), so that this module needs nothing of the store that holds its state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TaskFault {
+    /// The task fails in a subtask; the VM of a create is removed or left in ERROR.
+    Fail {
+        error: String,
+        leave_vm_in_error: bool,
+    },
+    /// The VM is made, its power-on fails.
+    PowerOn { error: String },
+}
+
 /// What the fault layer decided for one request.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct Decision {
@@ -188,7 +199,7 @@ pub(crate) struct Decision {
     pub(crate) rate_limited: Option<u64>,
     pub(crate) error: Option<(u16, u64)>,
     pub(crate) drop_connection: bool,
-    pub(crate) fail_task: Option<FailPlan>,
+    pub(crate) fail_task: Option<TaskFault>,
     pub(crate) create_then_500: bool,
     pub(crate) expire_session: bool,
     pub(crate) edited_elsewhere: bool,
@@ -288,21 +299,17 @@ impl FaultState {
                     error,
                     leave_vm_in_error,
                 } => {
-                    let outcome = if *leave_vm_in_error {
-                        FailOutcome::LeaveVmInError
-                    } else {
-                        FailOutcome::RemoveVm
-                    };
-                    decision
-                        .fail_task
-                        .get_or_insert_with(|| FailPlan::in_subtask(error.clone(), outcome));
+                    decision.fail_task.get_or_insert_with(|| TaskFault::Fail {
+                        error: error.clone(),
+                        leave_vm_in_error: *leave_vm_in_error,
+                    });
                 }
                 FaultKind::FailPowerOn { error } => {
-                    decision.fail_task.get_or_insert_with(|| FailPlan {
-                        error: error.clone(),
-                        outcome: FailOutcome::LeaveVmPoweredOff,
-                        cause: FailCause::PowerOn,
-                    });
+                    decision
+                        .fail_task
+                        .get_or_insert_with(|| TaskFault::PowerOn {
+                            error: error.clone(),
+                        });
                 }
                 FaultKind::CreateThen500 => decision.create_then_500 = true,
                 FaultKind::ExpireSession => decision.expire_session = true,

@@ -5,6 +5,10 @@
 //! generated at start, with the asynchronous behaviour and the failures real Prism Central has. See the
 //! README for what it simulates and what it does not.
 //!
+//! The model (`store`, `seed`, `config`, `behaviour`, `faults`) knows nothing of HTTP; the HTTP layer (`app`,
+//! `v3`, `v4`, `admin`, `errors`, `server`, `tls`) calls it and turns its answers and refusals into responses.
+//! Imports point from the HTTP layer to the model only (README, "How it is built").
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), prism_mock::StartError> {
 //! let mock = prism_mock::MockPrism::start(prism_mock::MockConfig::default()).await?;
@@ -15,6 +19,7 @@
 
 mod admin;
 mod app;
+mod behaviour;
 mod config;
 mod errors;
 mod faults;
@@ -34,9 +39,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use admin::{Admin, VmSummary};
-pub use config::{
-    CloneBehaviour, Credentials, DeployTaskShape, GuestBehaviour, MockConfig, Timings,
-};
+pub use behaviour::{CloneBehaviour, DeployTaskShape, GuestBehaviour, Timings};
+pub use config::{Credentials, MockConfig};
 pub use faults::{
     Counter, FaultKind, FaultRule, InstalledRule, RateLimit, RequestRecord, TimedRequest,
 };
@@ -44,7 +48,7 @@ pub use seed::{
     CategorySeed, ClusterSeed, GpuSeed, GuestOs, HostSeed, ImageSeed, MAX_FOREIGN_VMS,
     PrismCentralSeed, ProjectSeed, Seed, SeedError, SubnetSeed, TemplateSeed, VmSeed,
 };
-pub use store::vm::GuestCustomization;
+pub use store::record::GuestCustomization;
 pub use tls::TlsError;
 
 /// Path prefix of the v3 API.
@@ -103,7 +107,7 @@ impl MockPrism {
             config.credentials.clone(),
             config.tls,
         ));
-        let router = app::router(shared.clone());
+        let router = server::router(shared.clone());
         let (shutdown, receiver) = watch::channel(false);
         let task = tokio::spawn(server::serve(listener, router, acceptor, receiver));
         let scheme = if config.tls { "https" } else { "http" };

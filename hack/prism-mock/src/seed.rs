@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{GuestBehaviour, Timings};
+use crate::behaviour::{GuestBehaviour, Timings};
 
 /// Guest operating system family, used for the Windows-only misbehaviours.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,9 +1,11 @@
-//! The accept loop: HTTP/1.1 and HTTP/2, over TLS or plain TCP, with per-connection kill switches.
+//! The router (Prism's paths behind the middleware, the admin paths) and the accept loop: HTTP/1.1 and
+//! HTTP/2, over TLS or plain TCP, with per-connection kill switches.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::middleware;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
@@ -13,9 +15,26 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
-use crate::app::ConnectionKill;
+use crate::app::{self, App, ConnectionKill};
+use crate::errors::ApiError;
+use crate::{admin, v3, v4};
 
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The full router: Prism paths behind the middleware, `/mock/` admin paths without it.
+pub(crate) fn router(app: App) -> Router {
+    let prism = v3::routes()
+        .merge(v4::routes())
+        .fallback(|| async { ApiError::not_found("", "no such endpoint in prism-mock") })
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            app::prism_layer,
+        ));
+    Router::new()
+        .nest("/mock", admin::routes())
+        .merge(prism)
+        .with_state(app)
+}
 
 /// Serves until `shutdown` turns true, then aborts the open connections.
 pub(crate) async fn serve(

@@ -8,9 +8,8 @@ use serde_json::{Value, json};
 
 use super::list::ListQuery;
 use super::net::{Ipv4Net, Pool};
-use super::vm::{SPEC_HASH, derived_uuid};
-use super::{Reservation, Store, Template};
-use crate::errors::ApiError;
+use super::refusal::Refusal;
+use super::{Reservation, SPEC_HASH, Store, derived_uuid};
 use crate::seed::{GuestOs, Seed, SeedError};
 
 /// The built-in `admin` user as recorded entities name their owner (get_subnet.json).
@@ -106,7 +105,7 @@ impl Table {
         &self,
         body: &[u8],
         render: impl Fn(&Value) -> Value,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, Refusal> {
         let mut query = ListQuery::parse(body, self.kind, &self.known_filters())?;
         if !self.paginated {
             query.unpaged();
@@ -160,7 +159,7 @@ pub(crate) fn reference(kind: &str, uuid: &str, name: Option<&str>) -> Value {
 }
 
 impl Store {
-    fn seed_uuid(&mut self, given: &Option<String>) -> String {
+    pub(super) fn seed_uuid(&mut self, given: &Option<String>) -> String {
         match given {
             Some(uuid) => uuid.clone(),
             None => self.new_uuid(),
@@ -393,41 +392,7 @@ impl Store {
             }
         }
         for template in &seed.templates {
-            let ext_id = self.seed_uuid(&template.ext_id);
-            let version_id = self.new_uuid();
-            let image_uuid = self.images.uuid_by_name(&template.image).ok_or_else(|| {
-                SeedError::Reference(format!(
-                    "template '{}' refers to unknown image '{}'",
-                    template.name, template.image
-                ))
-            })?;
-            let subnet_uuid = match &template.subnet {
-                Some(name) => Some(self.subnets.uuid_by_name(name).ok_or_else(|| {
-                    SeedError::Reference(format!(
-                        "template '{}' refers to unknown subnet '{name}'",
-                        template.name
-                    ))
-                })?),
-                None => None,
-            };
-            let os = template
-                .os
-                .unwrap_or_else(|| self.image_os.get(&image_uuid).copied().unwrap_or_default());
-            let created = self.wall(Instant::now());
-            self.templates.push(Template {
-                ext_id,
-                version_id,
-                name: template.name.clone(),
-                os,
-                image_uuid,
-                boot_type: template.boot_type.clone(),
-                num_sockets: template.num_sockets,
-                num_cores_per_socket: template.num_cores_per_socket,
-                memory_mib: template.memory_mib,
-                disk_size_mib: template.disk_size_mib,
-                subnet_uuid,
-                created,
-            });
+            self.seed_template(template)?;
         }
         for vm in &seed.vms {
             self.seed_vm(vm)?;
@@ -488,7 +453,7 @@ impl Store {
 
     /// `POST /idempotence_identifiers`. A repeated request for a client identifier whose reservation has not
     /// expired returns the same UUIDs (mock choice, so a retried reservation is itself idempotent).
-    pub(crate) fn reserve_uuids(&mut self, body: &Value, now: Instant) -> Result<Value, ApiError> {
+    pub(crate) fn reserve_uuids(&mut self, body: &Value, now: Instant) -> Result<Value, Refusal> {
         const KIND: &str = "idempotence_identifier";
         let mut details = Vec::new();
         let client_identifier = body
@@ -514,7 +479,7 @@ impl Store {
             ));
         }
         if !details.is_empty() {
-            return Err(ApiError::invalid(KIND, details));
+            return Err(Refusal::invalid(KIND, details));
         }
         if let Some(existing) = self.reservations.get(&client_identifier)
             && existing.expires > now

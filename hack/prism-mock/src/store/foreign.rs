@@ -29,7 +29,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::Store;
-use super::vm::{AddressPhase, NicRuntime, Vm, VmMeta, derived_uuid};
+use super::derived_uuid;
+use super::record::{AddressPhase, NicRuntime, Vm, VmMeta};
 use crate::seed::{GuestOs, MAX_FOREIGN_VMS, SeedError};
 
 /// Start of every foreign VM's name. No name the sandbox, the examples or a MachineSet gives its

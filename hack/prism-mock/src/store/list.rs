@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::errors::ApiError;
+use super::refusal::Refusal;
 
 /// Page size when the request gives no `length` (real Prism answers a small default page: 20).
 pub(crate) const DEFAULT_PAGE: usize = 20;
@@ -84,13 +84,12 @@ pub(crate) struct ListQuery {
 
 impl ListQuery {
     /// Parses a list body (an empty body counts as `{}`); `known` lists the filter attributes of this kind.
-    pub(crate) fn parse(body: &[u8], kind: &str, known: &[&str]) -> Result<Self, ApiError> {
+    pub(crate) fn parse(body: &[u8], kind: &str, known: &[&str]) -> Result<Self, Refusal> {
         let raw: RawList = if body.iter().all(u8::is_ascii_whitespace) {
             RawList::default()
         } else {
-            serde_json::from_slice(body).map_err(|e| {
-                ApiError::invalid_one(kind, "", format!("invalid list request: {e}"))
-            })?
+            serde_json::from_slice(body)
+                .map_err(|e| Refusal::invalid_one(kind, "", format!("invalid list request: {e}")))?
         };
         let mut details = Vec::new();
         if let Some(given) = raw.kind.as_deref()
@@ -150,7 +149,7 @@ impl ListQuery {
             }
         };
         if !details.is_empty() {
-            return Err(ApiError::invalid(kind, details));
+            return Err(Refusal::invalid(kind, details));
         }
         let sort_echo = [
             ("sort_attribute", raw.sort_attribute.clone()),

@@ -8,9 +8,12 @@ pub(crate) mod entities;
 pub(crate) mod foreign;
 pub(crate) mod list;
 pub(crate) mod net;
+pub(crate) mod record;
+pub(crate) mod refusal;
 pub(crate) mod schema;
 pub(crate) mod tasks;
 pub(crate) mod templates;
+pub(crate) mod v4_shape;
 pub(crate) mod vm;
 
 use std::cmp::{Ordering, Reverse};
@@ -20,14 +23,17 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::config::{CloneBehaviour, DeployTaskShape, GuestBehaviour, MockConfig, Timings};
+use crate::behaviour::{CloneBehaviour, DeployTaskShape, GuestBehaviour, Timings};
+use crate::config::MockConfig;
 use crate::faults::FaultState;
 use crate::seed::SeedError;
 
 pub(crate) use entities::{CategoryKey, Table};
-pub(crate) use tasks::{FailCause, FailOutcome, FailPlan, Task};
+pub(crate) use record::Vm;
+pub(crate) use refusal::Refusal;
+pub(crate) use tasks::{FailPlan, Task};
 pub(crate) use templates::Template;
-pub(crate) use vm::Vm;
+pub(crate) use v4_shape::V4Version;
 
 /// Something that happens at a simulated time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +43,7 @@ pub(crate) enum Event {
     Addresses {
         vm: String,
         boot_gen: u64,
-        phase: vm::AddressPhase,
+        phase: record::AddressPhase,
     },
 }
 
@@ -285,6 +291,28 @@ pub(crate) fn object(
     pairs: impl IntoIterator<Item = (&'static str, serde_json::Value)>,
 ) -> serde_json::Value {
     serde_json::Value::Object(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
+/// `metadata.spec_hash` as real lists show it (list_vm.json, list_subnet.json, list_cluster.json).
+pub(crate) const SPEC_HASH: &str = "00000000000000000000000000000000000000000000000000";
+
+/// A UUID derived from a name, without drawing from the seeded generator (so adding one changes no other UUID).
+pub(crate) fn derived_uuid(namespace: &str, key: &str) -> String {
+    let hash = |seed: u64| {
+        namespace
+            .bytes()
+            .chain([0])
+            .chain(key.bytes())
+            .fold(seed, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            })
+    };
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&hash(0xcbf2_9ce4_8422_2325).to_be_bytes());
+    bytes[8..].copy_from_slice(&hash(0x84222325_cbf29ce4).to_be_bytes());
+    uuid::Builder::from_random_bytes(bytes)
+        .into_uuid()
+        .to_string()
 }
 
 /// A random (v4-shaped) UUID drawn from `rng`.

@@ -6,8 +6,9 @@ use serde_json::{Map, Value, json};
 
 use super::Store;
 use super::entities::reference;
-use super::vm::{NicRuntime, StaleView};
-use crate::v4::V4Version;
+use super::record::{NicRuntime, StaleView};
+use super::v4_shape::V4Version;
+use crate::faults::TaskFault;
 
 /// Prefix of v4 task extIds (`base64("ergon")`, as real Prism Central's extIds look). The part after the colon
 /// is the task UUID that v3 `GET /tasks/{uuid}` takes.
@@ -87,6 +88,29 @@ impl FailPlan {
             error,
             outcome,
             cause: FailCause::Subtask,
+        }
+    }
+}
+
+impl From<TaskFault> for FailPlan {
+    fn from(fault: TaskFault) -> Self {
+        match fault {
+            TaskFault::Fail {
+                error,
+                leave_vm_in_error,
+            } => {
+                let outcome = if leave_vm_in_error {
+                    FailOutcome::LeaveVmInError
+                } else {
+                    FailOutcome::RemoveVm
+                };
+                Self::in_subtask(error, outcome)
+            }
+            TaskFault::PowerOn { error } => Self {
+                error,
+                outcome: FailOutcome::LeaveVmPoweredOff,
+                cause: FailCause::PowerOn,
+            },
         }
     }
 }

@@ -2,14 +2,13 @@
 
 use std::time::Instant;
 
-use http::StatusCode;
 use serde_json::{Map, Value, json};
 
 use super::Store;
+use super::refusal::Refusal;
 use super::tasks::{FailCause, FailOutcome, FailPlan, V4_TASK_PREFIX, VMM_30102_MESSAGE};
-use crate::errors::ApiError;
-use crate::seed::GuestOs;
-use crate::v4::{V4Version, etag_of};
+use super::v4_shape::{V4Version, etag_of};
+use crate::seed::{GuestOs, SeedError, TemplateSeed};
 
 /// Default and largest `$limit` of v4 lists.
 const V4_DEFAULT_LIMIT: usize = 50;
@@ -107,16 +106,14 @@ impl Template {
     }
 }
 
-fn bad_request(message: impl Into<String>) -> ApiError {
-    ApiError::v4(
-        StatusCode::BAD_REQUEST,
-        "INVALID_INPUT",
-        "VMM-30100",
-        message,
-    )
+fn bad_request(message: impl Into<String>) -> Refusal {
+    Refusal::V4Invalid {
+        code: "VMM-30100",
+        message: message.into(),
+    }
 }
 
-fn parse_index(text: Option<&str>, name: &str, default: usize) -> Result<usize, ApiError> {
+fn parse_index(text: Option<&str>, name: &str, default: usize) -> Result<usize, Refusal> {
     match text {
         None => Ok(default),
         Some(t) => t.parse::<usize>().map_err(|_| {
@@ -128,7 +125,7 @@ fn parse_index(text: Option<&str>, name: &str, default: usize) -> Result<usize, 
 }
 
 /// `templateName eq 'X'`, the only `$filter` the mock understands.
-fn parse_name_filter(filter: &str) -> Result<String, ApiError> {
+fn parse_name_filter(filter: &str) -> Result<String, Refusal> {
     let rest = filter
         .trim()
         .strip_prefix("templateName")
@@ -272,7 +269,7 @@ impl Store {
         limit: Option<&str>,
         filter: Option<&str>,
         version: &V4Version,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, Refusal> {
         let page = parse_index(page, "$page", 0)?;
         let limit = parse_index(limit, "$limit", V4_DEFAULT_LIMIT)?;
         if !(1..=V4_MAX_LIMIT).contains(&limit) {
@@ -305,7 +302,7 @@ impl Store {
         &self,
         ext_id: &str,
         version: &V4Version,
-    ) -> Result<(Value, String), ApiError> {
+    ) -> Result<(Value, String), Refusal> {
         let template = self
             .template(ext_id)
             .ok_or_else(|| template_not_found(ext_id))?;
@@ -327,17 +324,13 @@ impl Store {
         body: &Value,
         fail: Option<FailPlan>,
         version: &V4Version,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, Refusal> {
         let request_id = request_id
             .map(str::trim)
             .filter(|r| !r.is_empty())
-            .ok_or_else(|| {
-                ApiError::v4(
-                    StatusCode::BAD_REQUEST,
-                    "INVALID_INPUT",
-                    "VMM-30101",
-                    "the NTNX-Request-Id header is required",
-                )
+            .ok_or_else(|| Refusal::V4Invalid {
+                code: "VMM-30101",
+                message: "the NTNX-Request-Id header is required".to_owned(),
             })?;
         if let Some(task) = self.v4_requests.get(request_id) {
             return Ok(task_reference(task, version));
@@ -476,15 +469,12 @@ impl Store {
         ext_id: &str,
         version: &V4Version,
         host: &str,
-    ) -> Result<(Value, String), ApiError> {
+    ) -> Result<(Value, String), Refusal> {
         let uuid = ext_id.rsplit_once(':').map_or(ext_id, |(_, u)| u);
-        let task = self.tasks.get(uuid).ok_or_else(|| {
-            ApiError::v4_prism(
-                StatusCode::NOT_FOUND,
-                "ENTITY_NOT_FOUND",
-                "PRISM-40404",
-                format!("task {ext_id} was not found"),
-            )
+        let task = self.tasks.get(uuid).ok_or_else(|| Refusal::V4NotFound {
+            namespace: "prism",
+            code: "PRISM-40404",
+            message: format!("task {ext_id} was not found"),
         })?;
         let body = self.task_v4_json(task, version, host);
         let etag = etag_of(&body["data"]);
@@ -509,13 +499,12 @@ pub(crate) fn secure_boot_cdrom_refusal(spec: &Value) -> Option<FailPlan> {
     })
 }
 
-fn template_not_found(ext_id: &str) -> ApiError {
-    ApiError::v4(
-        StatusCode::NOT_FOUND,
-        "ENTITY_NOT_FOUND",
-        "VMM-20404",
-        format!("template {ext_id} was not found"),
-    )
+fn template_not_found(ext_id: &str) -> Refusal {
+    Refusal::V4NotFound {
+        namespace: "vmm",
+        code: "VMM-20404",
+        message: format!("template {ext_id} was not found"),
+    }
 }
 
 fn task_reference(task_uuid: &str, version: &V4Version) -> Value {
@@ -524,6 +513,48 @@ fn task_reference(task_uuid: &str, version: &V4Version) -> Value {
         [("extId", json!(format!("{V4_TASK_PREFIX}{task_uuid}")))],
     );
     version.response("vmm.v4.content.DeployTemplateApiResponse", data)
+}
+
+impl Store {
+    /// Adds a template of the seed, its image and subnet looked up by name.
+    pub(crate) fn seed_template(&mut self, template: &TemplateSeed) -> Result<(), SeedError> {
+        let ext_id = self.seed_uuid(&template.ext_id);
+        let version_id = self.new_uuid();
+        let image_uuid = self.images.uuid_by_name(&template.image).ok_or_else(|| {
+            SeedError::Reference(format!(
+                "template '{}' refers to unknown image '{}'",
+                template.name, template.image
+            ))
+        })?;
+        let subnet_uuid = match &template.subnet {
+            Some(name) => Some(self.subnets.uuid_by_name(name).ok_or_else(|| {
+                SeedError::Reference(format!(
+                    "template '{}' refers to unknown subnet '{name}'",
+                    template.name
+                ))
+            })?),
+            None => None,
+        };
+        let os = template
+            .os
+            .unwrap_or_else(|| self.image_os.get(&image_uuid).copied().unwrap_or_default());
+        let created = self.wall(Instant::now());
+        self.templates.push(Template {
+            ext_id,
+            version_id,
+            name: template.name.clone(),
+            os,
+            image_uuid,
+            boot_type: template.boot_type.clone(),
+            num_sockets: template.num_sockets,
+            num_cores_per_socket: template.num_cores_per_socket,
+            memory_mib: template.memory_mib,
+            disk_size_mib: template.disk_size_mib,
+            subnet_uuid,
+            created,
+        });
+        Ok(())
+    }
 }
 
 #[cfg(test)]
