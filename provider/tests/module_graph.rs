@@ -1,5 +1,5 @@
 //! The layers docs/architecture.md draws, held by the source itself: within each package of the
-//! provider, which module imports which (its `use` declarations and the paths it names, tests
+//! provider and of prism-mock, which module imports which (its `use` declarations and the paths it names, tests
 //! and comments left out, names re-exported by the package resolved to the module that defines
 //! them). A module never imports one of a layer above its own, and no two modules import each
 //! other, directly or round a longer loop. And each field the controllers write has one writer:
@@ -84,6 +84,25 @@ const PACKAGES: &[Package] = &[
             &["delete"],
             &["observe"],
         ],
+    },
+    // prism-mock (`hack/prism-mock`): its model never imports its HTTP layer.
+    Package {
+        dir: "../hack/prism-mock/src",
+        path: "crate",
+        layers: &[
+            &["behaviour", "config", "faults", "seed", "store"],
+            &["admin", "app", "errors", "server", "tls", "v3", "v4"],
+        ],
+    },
+    Package {
+        dir: "../hack/prism-mock/src/store",
+        path: "crate::store",
+        layers: &[],
+    },
+    Package {
+        dir: "../hack/prism-mock/src/store/vm",
+        path: "crate::store::vm",
+        layers: &[],
     },
     Package {
         dir: "plan/src/vm",
@@ -387,6 +406,8 @@ const KNOWN_IMPORTS: &[(&str, &str, &str)] = &[
     ("plan/src/machine", "snapshot", "provision"),
     ("plan/src/machine/decide", "observe", "economy"),
     ("plan/src/machine/decide", "create", "draft"),
+    ("../hack/prism-mock/src", "v3", "store"),
+    ("../hack/prism-mock/src", "errors", "store"),
 ];
 
 #[test]
