@@ -5,11 +5,11 @@
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, ApiResult, Subject};
+use crate::error::{ApiError, ApiResult};
 use crate::meta::{finalizers, is_deleting, meta_str, metadata_mut, now_rfc3339};
 use crate::resources::ResourceDef;
 
-use super::WriteTarget;
+use super::{WriteTarget, subject};
 
 /// The object without its metadata and status: what a spec change is judged on.
 pub(super) fn spec_part(object: &Value) -> Value {
@@ -221,11 +221,7 @@ pub(super) fn merge_for_update(
     }
     if let Some((field, message)) = crate::meta::invalid_labels_or_annotations(&next) {
         return Err(ApiError::invalid(
-            Subject {
-                group: &def.group,
-                resource: &def.plural,
-                name: &name,
-            },
+            subject(def, &name),
             &def.kind,
             &field,
             &message,
@@ -235,11 +231,7 @@ pub(super) fn merge_for_update(
         let before = finalizers(current);
         if let Some(added) = finalizers(&next).into_iter().find(|f| !before.contains(f)) {
             return Err(ApiError::invalid(
-                Subject {
-                    group: &def.group,
-                    resource: &def.plural,
-                    name: &name,
-                },
+                subject(def, &name),
                 &def.kind,
                 "metadata.finalizers",
                 &format!(
