@@ -1,6 +1,6 @@
 //! HTTP routing and request handlers: [`handle`] logs a request, checks it and dispatches it by
-//! its path ([`routing`]) to discovery, the resource handlers ([`resource`], [`patch`],
-//! [`subresources`], [`events_v1`]) or list and watch answers ([`collections`]).
+//! its path (`routing`) to discovery, the resource handlers (`resource`, `patch`,
+//! `subresources`, `events_v1`) or list and watch answers (`collections`).
 
 mod collections;
 mod events_v1;
