@@ -102,7 +102,7 @@ pub enum StartError {
     },
     /// The TLS material could not be made.
     #[error(transparent)]
-    Tls(#[from] tls::TlsError),
+    Tls(#[from] k8s_semantics::pki::TlsError),
     /// A namespace from the config could not be created.
     #[error("cannot create namespace {name:?}: {source}")]
     Namespace {

@@ -20,9 +20,8 @@
 
 use std::collections::BTreeMap;
 
+use k8s_semantics::quantity::{Quantity, QuantityError};
 use serde_json::{Map, Number, Value};
-
-use super::quantity::{Quantity, QuantityError};
 
 /// A Go type, as far as its JSON form goes.
 #[derive(Debug)]

@@ -3,7 +3,6 @@
 
 pub mod go_json;
 pub mod machine_api;
-pub mod quantity;
 
 #[cfg(test)]
 mod tests;

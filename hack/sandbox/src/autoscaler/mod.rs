@@ -19,7 +19,6 @@
 //!   the whole object, as the provider's unstructured client does), then `/scale` to replicas − 1,
 //!   the annotations removed again if that fails.
 
-pub mod quantity;
 pub mod scale_up;
 pub mod template;
 

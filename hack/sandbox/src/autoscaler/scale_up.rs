@@ -24,9 +24,9 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{
     Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, ResourceRequirements, Taint, Toleration,
 };
+use k8s_semantics::quantity::Quantity;
 use kube::ResourceExt;
 
-use super::quantity::Quantity;
 use super::template::{GPU_RESOURCE, NodeTemplate};
 
 /// Resource amounts: `cpu` in millicores, everything else in whole units (bytes, pods, devices),

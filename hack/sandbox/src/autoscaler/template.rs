@@ -13,9 +13,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Taint;
+use k8s_semantics::quantity::{Quantity, QuantityError};
 use kube::ResourceExt;
 
-use super::quantity::{Quantity, QuantityError};
 use crate::machine_api::MachineSet;
 
 /// Smallest size of a node group (`nodeGroupMinSizeAnnotationKey`).
@@ -89,33 +89,34 @@ pub fn scaling_bounds(set: &MachineSet) -> Result<(i64, i64), AnnotationError> {
     Ok((min, max))
 }
 
-/// `parseKey`: a present, non-empty annotation parsed as a quantity, else zero.
+/// `parseKey`: a present, non-empty annotation parsed as a quantity, else `zeroQuantity`.
 fn quantity_key(set: &MachineSet, key: &'static str) -> Result<Quantity, AnnotationError> {
     match annotation(set, key) {
         Some(value) if !value.is_empty() => {
             Quantity::parse(value).map_err(|source| AnnotationError::NotAQuantity { key, source })
         }
-        _ => Ok(Quantity::from_units(0)),
+        _ => Ok(Quantity::parsed_zero()),
     }
 }
 
-/// `parseIntKey`: a present, non-empty annotation parsed as an integer, else zero.
+/// `parseIntKey`: a present, non-empty annotation parsed as an integer (`NewQuantity`), else
+/// `zeroQuantity`.
 fn integer_key(set: &MachineSet, key: &'static str) -> Result<Quantity, AnnotationError> {
     match annotation(set, key) {
-        Some(value) if !value.is_empty() => integer(key, value).map(Quantity::from_units),
-        _ => Ok(Quantity::from_units(0)),
+        Some(value) if !value.is_empty() => integer(key, value).map(Quantity::new),
+        _ => Ok(Quantity::parsed_zero()),
     }
 }
 
-/// The upstream key unless it parses to the provider's `zeroQuantity` (`"0"`; a `"0m"` is not
-/// that and is kept), then the deprecated one: `parseCPUCapacity`, `parseGPUCount`,
-/// `parseMaxPodsCapacity`.
+/// The upstream key unless it is the provider's `zeroQuantity` by Go's `==` (absent, or the text
+/// `"0"`; a `"0m"`, a `"00"` or an integer key's `"0"` is not that and is kept), then the
+/// deprecated one: `parseCPUCapacity`, `parseGPUCount`, `parseMaxPodsCapacity`.
 fn upstream_first(
     upstream: Result<Quantity, AnnotationError>,
     deprecated: impl FnOnce() -> Result<Quantity, AnnotationError>,
 ) -> Result<Quantity, AnnotationError> {
     let upstream = upstream?;
-    if upstream.is_plain_zero() {
+    if upstream == Quantity::parsed_zero() {
         deprecated()
     } else {
         Ok(upstream)
@@ -128,9 +129,9 @@ fn memory(set: &MachineSet) -> Result<Quantity, AnnotationError> {
         match annotation(set, DEPRECATED_MEMORY_MB) {
             Some(value) if !value.is_empty() => {
                 let mib = integer(DEPRECATED_MEMORY_MB, value)?;
-                Ok(Quantity::from_units(mib.saturating_mul(1 << 20)))
+                Ok(Quantity::new(mib.saturating_mul(1 << 20)))
             }
-            _ => Ok(Quantity::from_units(0)),
+            _ => Ok(Quantity::parsed_zero()),
         }
     })
 }
@@ -457,6 +458,11 @@ mod tests {
                 "parseMemoryCapacity: the deprecated key is whole MiB",
                 json!({DEPRECATED_CPU: "2", DEPRECATED_MEMORY_MB: "8192"}),
                 Box::new(move |t| t.memory_bytes == 8 * gi),
+            ),
+            (
+                "parseGPUCount: an upstream \"0\" is NewQuantity(0), not zeroQuantity, and is kept",
+                json!({CPU: "4", MEMORY: "16Gi", GPU_COUNT: "0", DEPRECATED_GPU_COUNT: "1"}),
+                Box::new(|t| t.gpus == 0),
             ),
             (
                 "parseMaxPodsCapacity: upstream first",

@@ -43,11 +43,8 @@ pub enum RealClusterError {
         what: String,
         source: std::io::Error,
     },
-    #[error("cannot generate the {what} certificate: {source}")]
-    Certificate {
-        what: &'static str,
-        source: rcgen::Error,
-    },
+    #[error(transparent)]
+    Certificate(#[from] k8s_semantics::pki::CertificateError),
     #[error("{program} is not in {dir} (run hack/real-cluster/build.sh)")]
     MissingProgram { program: &'static str, dir: PathBuf },
     #[error("{program} exited during start ({status}); its log: {log}")]

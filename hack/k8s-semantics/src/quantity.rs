@@ -1,11 +1,14 @@
-//! `resource.Quantity` as Go reads and writes it: what a quantity in a providerSpec becomes after
-//! a round trip through the upstream Go type.
+//! Kubernetes resource quantities (`16Gi`, `500m`, `1.5G`, `4e9`) as Go's `resource.Quantity`
+//! reads, writes, compares and scales them: what a quantity in a providerSpec becomes after a round
+//! trip through the upstream Go type (kube-sim's webhooks), and the amounts the autoscaler reads
+//! from annotations and pod requests (the sandbox).
 //!
-//! Every rule is kubernetes/apimachinery `pkg/api/resource` (as vendored by
+//! Every rule is k8s.io/apimachinery `pkg/api/resource` (as vendored by
 //! openshift/machine-api-operator at v0.36.2): `ParseQuantity` and `parseQuantityString`
 //! (quantity.go; the fast path keeps the text as written when it is already canonical),
-//! `CanonicalizeBytes` and `MarshalJSON` (quantity.go), `AsCanonicalBytes` and
-//! `AsCanonicalBase1024Bytes` (amount.go), the suffix tables (suffix.go).
+//! `CanonicalizeBytes`, `MarshalJSON`, `NewQuantity`, `IsZero`, `Value` and `MilliValue`
+//! (quantity.go), `AsCanonicalBytes` and `AsCanonicalBase1024Bytes` (amount.go), the suffix tables
+//! (suffix.go).
 //!
 //! Not simulated: values whose digits do not fit 128 bits (Go keeps arbitrary precision); they are
 //! refused as [`QuantityError::TooLarge`] instead.
@@ -25,7 +28,7 @@ pub enum QuantityError {
     #[error("unable to parse numeric part of quantity")]
     Numeric,
     /// Beyond what this simulation computes (see the module documentation).
-    #[error("quantity {0:?} is too large for kube-sim's simulation of resource.Quantity")]
+    #[error("quantity {0:?} is too large for this simulation of resource.Quantity")]
     TooLarge(String),
 }
 
@@ -37,6 +40,9 @@ enum Format {
 }
 
 /// A quantity: `mantissa × 10^exponent`, its format, and the text Go keeps when it was canonical.
+///
+/// Equality is Go's `==` on the struct, not `Cmp`: value, scale, format and kept text must all
+/// match, so `"0"`, `"0m"`, `"00"` and [`Quantity::new`]`(0)` are four different zeros.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Quantity {
     negative: bool,
@@ -55,6 +61,26 @@ impl Quantity {
             exponent: 0,
             format: Format::DecimalSI,
             kept: None,
+        }
+    }
+
+    /// `NewQuantity(value, DecimalSI)`: a whole number of units, no text kept.
+    pub fn new(value: i64) -> Self {
+        Self {
+            negative: value < 0,
+            mantissa: u128::from(value.unsigned_abs()),
+            exponent: 0,
+            format: Format::DecimalSI,
+            kept: None,
+        }
+    }
+
+    /// `MustParse("0")`: the zero whose text `"0"` is kept, the only one Go's `==` finds equal to
+    /// a `zeroQuantity` made that way.
+    pub fn parsed_zero() -> Self {
+        Self {
+            kept: Some("0".to_owned()),
+            ..Self::zero()
         }
     }
 
@@ -132,6 +158,45 @@ impl Quantity {
                 format!("{sign}{mantissa}{suffix}")
             }
         }
+    }
+
+    /// `IsZero`.
+    pub fn is_zero(&self) -> bool {
+        self.mantissa == 0
+    }
+
+    /// `Value`: whole units, a fraction rounded away from zero, saturated at the int64 bounds.
+    pub fn value(&self) -> i64 {
+        self.scaled_value(0)
+    }
+
+    /// `MilliValue`: thousandths of a unit, rounded as [`Quantity::value`].
+    pub fn milli_value(&self) -> i64 {
+        self.scaled_value(-3)
+    }
+
+    /// `ScaledValue(scale)`: the value in units of `10^scale`, rounded away from zero (Go's
+    /// `inf.RoundUp`).
+    fn scaled_value(&self, scale: i32) -> i64 {
+        if self.mantissa == 0 {
+            return 0;
+        }
+        let shift = i64::from(self.exponent) - i64::from(scale);
+        let magnitude = if shift >= 0 {
+            u32::try_from(shift)
+                .ok()
+                .and_then(pow10)
+                .and_then(|factor| self.mantissa.checked_mul(factor))
+                .unwrap_or(u128::MAX)
+        } else {
+            // A divisor beyond 10^38 leaves less than one unit, which rounds up to one.
+            u32::try_from(-shift)
+                .ok()
+                .and_then(pow10)
+                .map_or(1, |divisor| self.mantissa.div_ceil(divisor))
+        };
+        let magnitude = i64::try_from(magnitude).unwrap_or(i64::MAX);
+        if self.negative { -magnitude } else { magnitude }
     }
 
     /// Whether -1024 < q < 1024.
@@ -483,5 +548,53 @@ mod tests {
         assert_eq!(Quantity::parse(""), Err(QuantityError::Format));
         assert_eq!(Quantity::parse("16K"), Err(QuantityError::Suffix));
         assert_eq!(Quantity::parse("1e"), Err(QuantityError::Suffix));
+    }
+
+    /// `MilliValue` and `Value` of the autoscaler's reads, worked out from apimachinery's rules.
+    #[test]
+    fn parses_as_apimachinery_does() {
+        let table: [(&str, i64, i64); 13] = [
+            ("4", 4000, 4),
+            ("500m", 500, 1),
+            ("1.5", 1500, 2),
+            ("16Gi", 16 * (1 << 30) * 1000, 16 << 30),
+            ("16384Mi", 16384 * (1 << 20) * 1000, 16384 << 20),
+            ("1k", 1_000_000, 1000),
+            ("2e3", 2_000_000, 2000),
+            ("1E-3", 1, 1),
+            ("+3", 3000, 3),
+            (".5", 500, 1),
+            ("100Gi", 100 * (1 << 30) * 1000, 100 << 30),
+            // Rounded away from zero, as Go's inf.RoundUp.
+            ("-1.5", -1500, -2),
+            ("-1.5m", -2, -1),
+        ];
+        for (text, milli, value) in table {
+            let q = Quantity::parse(text).unwrap();
+            assert_eq!((q.milli_value(), q.value()), (milli, value), "{text}");
+        }
+        for bad in ["", "4 Gi", "4GB", "1.2.3", "1e"] {
+            assert!(Quantity::parse(bad).is_err(), "{bad:?}");
+        }
+        // A suffix with no digits before it is a zero to Go (apimachinery v0.34.2, run).
+        for zero in ["Gi", "e3"] {
+            assert!(Quantity::parse(zero).unwrap().is_zero(), "{zero:?}");
+        }
+        assert_eq!(Quantity::new(16 << 30).value(), 16 << 30);
+        assert_eq!(Quantity::new(-2).milli_value(), -2000);
+    }
+
+    /// Go's `==` against `MustParse("0")`, as apimachinery v0.34.2 answers it (run): only the text
+    /// `"0"` itself, never another zero.
+    #[test]
+    fn only_the_text_0_equals_a_parsed_zero() {
+        assert_eq!(Quantity::parse("0").unwrap(), Quantity::parsed_zero());
+        for other in ["00", "+0", "-0", "0m", "0.0", "0Gi", "Gi"] {
+            let q = Quantity::parse(other).unwrap();
+            assert!(q.is_zero(), "{other}");
+            assert_ne!(q, Quantity::parsed_zero(), "{other}");
+        }
+        assert_ne!(Quantity::new(0), Quantity::parsed_zero());
+        assert_ne!(Quantity::zero(), Quantity::parsed_zero());
     }
 }

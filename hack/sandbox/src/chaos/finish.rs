@@ -1,0 +1,126 @@
+//! The end of a run (the final look, the invariants, the logs searched for secrets, the counts),
+//! and the log capture that makes the sandbox's own log one of those searched.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+
+use crate::world::{self, LINUX_USER_DATA_MARKER, WINDOWS_USER_DATA_MARKER};
+
+use super::Soak;
+use super::invariants::{Evidence, secret_hits};
+use super::report::ChaosReport;
+use super::{faults, invariants, prism_password};
+
+impl Soak<'_> {
+    /// Final look, the invariants, the logs searched, the counts.
+    pub(super) async fn finish(&mut self, report: &mut ChaosReport) {
+        self.poll_vms();
+        let _ = self.look(true).await;
+        let machines = self.world.history();
+        let mut secrets = vec![
+            (
+                "Prism password".to_owned(),
+                prism_password(self.options.seed),
+            ),
+            (
+                "Windows user data marker".to_owned(),
+                WINDOWS_USER_DATA_MARKER.to_owned(),
+            ),
+            (
+                "Linux user data marker".to_owned(),
+                LINUX_USER_DATA_MARKER.to_owned(),
+            ),
+            (
+                "Windows user data (base64)".to_owned(),
+                STANDARD.encode(world::windows_user_data()),
+            ),
+            (
+                "Linux user data (base64)".to_owned(),
+                STANDARD.encode(world::linux_user_data()),
+            ),
+        ];
+        secrets.extend(self.secrets.iter().cloned());
+        let mut hits = Vec::new();
+        let mut log_lines = Vec::new();
+        let mut logs = vec![("controller.log".to_owned(), self.world.controller_log())];
+        if let Some(path) = &self.options.sandbox_log {
+            logs.push((
+                file_name(path),
+                std::fs::read_to_string(path).unwrap_or_default(),
+            ));
+        }
+        for (name, text) in &logs {
+            hits.extend(secret_hits(name, text, &secrets));
+            log_lines.push((name.clone(), text.lines().count()));
+        }
+        report.invariants = invariants::check(&Evidence {
+            namespace: self.world.namespace(),
+            tracker: &self.tracker,
+            machines: &machines,
+            failures: &self.failures,
+            deleted_early: &self.deleted_early,
+            last: &self.last,
+            secret_hits: &hits,
+            log_lines: &log_lines,
+            unexpected_exits: &self.unexpected_exits,
+        });
+        report.faults = faults::firings(&self.world.admin().faults(), &self.fault_ids);
+        report.list_lag_ms = self.options.faults.list_lag_ms;
+        let counters = self.world.prism_counters();
+        report.answers = faults::answers_by_status(&counters);
+        report.prism_calls = counters.iter().map(|c| c.count).sum();
+        report.machines_seen = machines.len();
+        report.vms_seen = self.tracker.vms().count();
+        report.failed = self
+            .failures
+            .iter()
+            .map(|(name, (reason, message))| (name.clone(), reason.clone(), message.clone()))
+            .collect();
+        report.deleted_early = self
+            .deleted_early
+            .iter()
+            .map(|(name, why)| (name.clone(), why.clone()))
+            .collect();
+    }
+}
+
+/// Noisy dependencies kept at info in the captured log.
+const CAPTURE_FILTER: &str =
+    "debug,hyper=info,hyper_util=info,h2=info,rustls=info,tower=info,reqwest=info";
+
+/// Installs the process's log subscriber: every event at debug level (dependencies' chatter at
+/// info) appended to `path`, which a run names as [`ChaosOptions::sandbox_log`] to have it
+/// searched for secrets; and, with `stderr_filter`, a plain stderr log as well.
+pub fn capture_logs(path: &Path, stderr_filter: Option<&str>) -> Result<(), String> {
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{EnvFilter, fmt};
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let to_file = fmt::layer()
+        .with_writer(Mutex::new(file))
+        .with_ansi(false)
+        .with_filter(EnvFilter::new(CAPTURE_FILTER));
+    let to_stderr = stderr_filter.map(|filter| {
+        fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(EnvFilter::new(filter))
+    });
+    tracing_subscriber::registry()
+        .with(to_file)
+        .with(to_stderr)
+        .try_init()
+        .map_err(|e| format!("cannot install the log subscriber: {e}"))
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
