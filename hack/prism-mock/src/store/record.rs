@@ -103,7 +103,11 @@ impl Vm {
     /// `WaitForGetVMComplete`, uncalled since its 9df9b5f2 of October 2024: it now waits for the
     /// create task; nutanix-cloud-native/packer-plugin-nutanix `builder/nutanix/driver.go` up to
     /// daf8428, before its February 2026 move to v4), and `ERROR` carries `message_list` (the
-    /// latter).
+    /// latter). An update reads `PENDING` from its acceptance (the recorded `PUT` answer,
+    /// `recorded/update_vm.json`, is `PENDING`) until its task ends; Nutanix's Terraform provider
+    /// waits after `UpdateVM` for the VM to read `COMPLETE` again
+    /// (nutanix/terraform-provider-nutanix `nutanix/resource_nutanix_virtual_machine.go`,
+    /// `vmStateRefreshFunc`).
     pub(crate) fn state(&self) -> &'static str {
         if self.deleting.is_some() {
             "DELETE_PENDING"

@@ -450,6 +450,11 @@ pub struct ListingView<'a> {
     pub after_start: bool,
     /// The listed VM with the recorded UUID is powered on (its status says ON).
     pub powered_on: bool,
+    /// The listed VM with the recorded UUID carries every effect of the Machine's pending
+    /// follow-up update ([`FollowUpUpdate::shown_by`]); `false` without one.
+    ///
+    /// [`FollowUpUpdate::shown_by`]: crate::vm::request::FollowUpUpdate::shown_by
+    pub follow_up_shown: bool,
     /// The listing began after every recent successful task of this kind on the same Prism
     /// Central would have ended ([`past_usual_end`]).
     pub past_usual_end: bool,
@@ -461,6 +466,9 @@ pub enum ListingSays {
     /// A v3 create or clone whose VM is listed `COMPLETE`: it ended, no read needed (Prism
     /// lists a VM only once its create task has ended).
     Created,
+    /// A follow-up update whose VM a listing taken after it was sent shows `COMPLETE` with
+    /// every effect of the update: it ended, no read needed.
+    Applied,
     /// Still running: look again after the poll interval, without reading the task.
     Running,
     /// Read the task now.
@@ -471,15 +479,19 @@ pub enum ListingSays {
 /// - a v3 create or clone (VM UUID known): listed `COMPLETE` (and, for a create, powered on) is
 ///   [`ListingSays::Created`], not listed is still running, listed otherwise is read (the task
 ///   says why);
-/// - a follow-up update: read once a listing taken after it started shows the VM `COMPLETE`
-///   again (Prism shows it `PENDING` while an update runs);
+/// - a follow-up update: [`ListingSays::Applied`] once a listing taken after it started shows
+///   the VM `COMPLETE` again with every effect of the update, read when it shows it `COMPLETE`
+///   without them (a v3 VM reads `PENDING` from the moment Prism accepts a `PUT` until its
+///   intent is applied, then `COMPLETE`: the recorded `PUT` answer, `update_vm.json`, is
+///   `PENDING`, and nutanix/terraform-provider-nutanix `resource_nutanix_virtual_machine.go`
+///   waits after `UpdateVM` for the VM's `status.state` to read `COMPLETE`);
 /// - a template deploy: read once a listing taken after it started shows a VM with the
 ///   Machine's name (the task names the VM).
 ///
 /// A task older than [`DIRECT_TASK_READS_AFTER`] requeue intervals, or one the listing does not
 /// show ended although it was taken after every recent task of its kind had ended
 /// ([`ListingView::past_usual_end`]), is read at every look ([`task_read_directly`]) unless the
-/// listing shows its VM created: a Machine that waited long for its look (a busy controller's
+/// listing shows its VM created or its update applied: a Machine that waited long for its look (a busy controller's
 /// queue) still ends its task without a read, and a create that failed (its VM never listed)
 /// is read at the first look after successful ones end, not after the long wait. Successful
 /// tasks are no slower than the slowest recent one, so this costs no read of its own.
@@ -491,6 +503,7 @@ pub fn listing_says(
 ) -> ListingSays {
     match listing_says_of_young_task(operation, view) {
         ListingSays::Created => ListingSays::Created,
+        ListingSays::Applied => ListingSays::Applied,
         _ if task_read_directly(age, requeue) || view.past_usual_end => ListingSays::ReadTask,
         says => says,
     }
@@ -513,6 +526,7 @@ fn listing_says_of_young_task(operation: &TaskOperation, view: ListingView<'_>) 
             None => ListingSays::Running,
         },
         TaskOperation::FollowUp => match view.listed {
+            Some(_) if complete && view.after_start && view.follow_up_shown => ListingSays::Applied,
             Some(_) if complete && view.after_start => ListingSays::ReadTask,
             Some(_) => ListingSays::Running,
             None => ListingSays::ReadTask,

@@ -147,6 +147,10 @@ struct World {
     password_secret_answer: Option<PasswordSecretOutcome>,
     /// Nodes by name, as the API server (and the watch cache) hold them.
     nodes: BTreeMap<String, Value>,
+    /// A follow-up update is answered as Prism answers a `PUT` (202, a task; the VM `PENDING`
+    /// with the new intent until the task ends: the recorded `update_vm.json`) rather than
+    /// applied at once.
+    follow_up_runs: bool,
 }
 
 impl World {
@@ -183,6 +187,7 @@ impl World {
             password_secret: None,
             password_secret_answer: None,
             nodes: BTreeMap::new(),
+            follow_up_runs: false,
         }
     }
 
@@ -287,6 +292,9 @@ impl World {
         for vm in self.vms.values_mut() {
             if vm["status"]["state"] == json!("PENDING") {
                 vm["status"]["state"] = json!("COMPLETE");
+                if vm["spec"]["resources"]["power_state"] == json!("ON") {
+                    vm["status"]["resources"]["power_state"] = json!("ON");
+                }
             }
         }
         self.unlisted.clear();
@@ -496,6 +504,25 @@ impl World {
                     Answer::Lost => SendOutcome::Retry,
                     _ => SendOutcome::Accepted { task: Some(task) },
                 });
+            }
+            Change::FollowUp { uuid, update, .. } if self.follow_up_runs => {
+                self.log.push("follow-up".into());
+                let task = self.next_id("task");
+                if let Some(vm) = self.vms.get_mut(&uuid) {
+                    vm["spec"]["description"] = json!(update.description);
+                    vm["metadata"]["categories"] = json!(update.categories);
+                    vm["spec"]["resources"]["power_state"] = json!("ON");
+                    if let Some(mib) = update.resize_system_disk_mib {
+                        vm["spec"]["resources"]["disk_list"] = json!([{
+                            "device_properties": {"device_type": "DISK",
+                                "disk_address": {"adapter_type": "SCSI", "device_index": 0}},
+                            "disk_size_mib": mib
+                        }]);
+                    }
+                    vm["status"]["state"] = json!("PENDING");
+                }
+                self.tasks.insert(task.clone(), (running(), Some(uuid)));
+                seen.follow_up = Some(FollowUpOutcome::Task(task));
             }
             Change::FollowUp { uuid, .. } => {
                 self.log.push("follow-up".into());
@@ -1349,6 +1376,69 @@ fn a_clone_listed_complete_sends_its_follow_up_in_the_same_reconcile() {
         ])
     );
     assert!(world.status().pending_follow_up.is_none());
+}
+
+/// A follow-up whose VM a later listing shows `COMPLETE` with its effects (description,
+/// categories, power ON) ends without its task being read, and the same reconcile brings the
+/// Machine up to date from the listed VM (addresses, phase) instead of leaving that to the
+/// reconcile its own record triggers. A listing without the effects reads the task.
+#[test]
+fn a_follow_up_the_listing_shows_applied_ends_unread_and_goes_on_to_the_addresses() {
+    let mut world = World::new("clone");
+    world.listing_pays = true;
+    world.follow_up_runs = true;
+    world.run_until(8, |w| {
+        w.status()
+            .pending_task
+            .as_ref()
+            .is_some_and(|task| task.operation == TaskOperation::FollowUp)
+    });
+    let (steps, _) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&["env", "list Task"]),
+        "PENDING: still running, nothing read"
+    );
+    world.tick();
+    let (steps, outcome) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&[
+            "env",
+            "list Task",
+            "addresses",
+            "write metadata",
+            "write status"
+        ]),
+        "no task read, and no second reconcile for the addresses"
+    );
+    assert!(outcome.effects.iter().any(|effect| matches!(
+        effect,
+        Effect::TaskEnded {
+            operation: TaskOperation::FollowUp,
+            succeeded: true,
+            ..
+        }
+    )));
+    let status = world.status();
+    assert!(status.pending_task.is_none() && status.pending_follow_up.is_none());
+    assert_eq!(world.phase(), phase::PROVISIONED);
+
+    // Listed COMPLETE but powered off (the update did not take): the task says why.
+    let mut world = World::new("clone");
+    world.listing_pays = true;
+    world.follow_up_runs = true;
+    world.run_until(8, |w| {
+        w.status()
+            .pending_task
+            .as_ref()
+            .is_some_and(|task| task.operation == TaskOperation::FollowUp)
+    });
+    world.tick();
+    let uuid = world.status().vm_uuid.unwrap();
+    world.vms.get_mut(&uuid).unwrap()["status"]["resources"]["power_state"] = json!("OFF");
+    let (steps, _) = world.steps();
+    assert_eq!(&steps[..3], strings(&["env", "list Task", "task"]));
 }
 
 /// The generated Administrator password's Secret is a change the protocol asks for, made

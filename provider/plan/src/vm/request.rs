@@ -478,10 +478,7 @@ impl FollowUpUpdate {
         if let Some(wanted) = self.resize_system_disk_mib {
             let disk = system_disk(&mut input.spec.resources.disk_list)
                 .ok_or(FollowUpError::NoSystemDisk(wanted))?;
-            let current = disk
-                .disk_size_mib
-                .or(disk.disk_size_bytes.map(|b| b / MIB))
-                .unwrap_or(0);
+            let current = disk_mib(disk).unwrap_or(0);
             if current < wanted {
                 disk.disk_size_mib = Some(wanted);
                 // Prism requires the two sizes to agree.
@@ -504,10 +501,67 @@ impl FollowUpUpdate {
         }
         Ok(changed)
     }
+
+    /// Whether `listed`, a VM as a `POST /vms/list` entity shows it, carries every effect of
+    /// this update: its description, categories and project in the intent, and the power state
+    /// ON in its status (what only the update's end brings: a clone or deploy makes the VM
+    /// OFF), and a boot disk at least as large as asked (the listed entity carries each disk's
+    /// size: the recorded `list_vm.json`). A vTPM counts as not shown: the listing leaves
+    /// `vtpm_config` out (`list_vm.json` against `get_vm.json`).
+    pub fn shown_by(&self, listed: &v3::Vm) -> bool {
+        if self.vtpm_enabled {
+            return false;
+        }
+        let metadata = &listed.metadata;
+        let spec = listed.spec.as_ref();
+        let description = spec.and_then(|spec| spec.description.as_deref());
+        let disk_shown = self.resize_system_disk_mib.is_none_or(|wanted| {
+            let disks = spec.map_or(&[][..], |spec| &spec.resources.disk_list[..]);
+            system_disk_at(disks)
+                .and_then(|at| disks.get(at))
+                .and_then(disk_mib)
+                .is_some_and(|size| size >= wanted)
+        });
+        let categories_shown = self.categories.iter().all(|(key, value)| {
+            metadata
+                .categories
+                .as_ref()
+                .and_then(|categories| categories.get(key))
+                == Some(value)
+        });
+        let project_shown = self.project_uuid.as_ref().is_none_or(|project| {
+            metadata
+                .project_reference
+                .as_ref()
+                .is_some_and(|reference| reference.uuid == *project)
+        });
+        let power = listed
+            .status
+            .as_ref()
+            .and_then(|status| status.resources.as_ref())
+            .and_then(|resources| resources.power_state.as_ref());
+        let power_shown = !self.power_on || power == Some(&PowerState::On);
+        description == Some(self.description.as_str())
+            && disk_shown
+            && categories_shown
+            && project_shown
+            && power_shown
+    }
+}
+
+/// A disk's size in MiB, from either of the two sizes Prism keeps.
+fn disk_mib(disk: &Disk) -> Option<u64> {
+    disk.disk_size_mib.or(disk.disk_size_bytes.map(|b| b / MIB))
 }
 
 /// The boot disk of a cloned or deployed VM: the disk at SCSI 0, else the first DISK.
 fn system_disk(disks: &mut [Disk]) -> Option<&mut Disk> {
+    let at = system_disk_at(disks)?;
+    disks.get_mut(at)
+}
+
+/// Where [`system_disk`] is in `disks`.
+fn system_disk_at(disks: &[Disk]) -> Option<usize> {
     let is_disk = |disk: &Disk| {
         disk.device_properties.as_ref().is_none_or(|p| {
             p.device_type
@@ -521,11 +575,10 @@ fn system_disk(disks: &mut [Disk]) -> Option<&mut Disk> {
             .and_then(|p| p.disk_address.as_ref())
             .is_some_and(|a| a.adapter_type == AdapterType::Scsi && a.device_index == 0)
     };
-    let position = disks
+    disks
         .iter()
         .position(|d| is_disk(d) && at_scsi_0(d))
-        .or_else(|| disks.iter().position(is_disk))?;
-    disks.get_mut(position)
+        .or_else(|| disks.iter().position(is_disk))
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use crate::machine::deletion_sent;
 use crate::machine::lifecycle::{VmObservation, VmState};
 use crate::machine::provision::{
     DeployedByName, ListingSays, ListingView, deployed_vm_by_name, listed_after, listing_says,
-    past_usual_end,
+    past_usual_end, pending_follow_up,
 };
 use crate::machine::snapshot::Listing;
 
@@ -138,7 +138,8 @@ pub(super) fn listed_vm(
 pub(super) enum BeforeRead {
     ReadTask,
     Creating,
-    /// A clone ended, and its VM was read as the follow-up's base.
+    /// A clone ended, and its VM was read as the follow-up's base; or a follow-up ended, and
+    /// its VM is as listed.
     Ended(Box<(VmObservation, Option<Vm>)>),
 }
 
@@ -186,11 +187,12 @@ pub(super) fn clone_seen_by_get(
 /// The shared listing looked at before a task is read, when enough Machines wait for one
 /// listing to serve them all; what it means is [`listing_says`]'s decision.
 ///
-/// Saves: one task read per waiting Machine per look (one listing serves them all) and, for a
-/// template deploy, the read of its task and subtask that would name the VM. Safe: a listing
-/// ends a task only where it shows what the task's end would (the VM `COMPLETE` and powered
-/// on, listed after the task started; `listing_says` has the rules and their sources); every
-/// other case reads the task.
+/// Saves: one task read per waiting Machine per look (one listing serves them all), for a
+/// template deploy the read of its task and subtask that would name the VM, and for a
+/// follow-up update its task read and the reconcile after it. Safe: a listing ends a task only
+/// where it shows what the task's end would (the VM `COMPLETE` and powered on, listed after
+/// the task started, and for a follow-up every effect of the update; `listing_says` has the
+/// rules and their sources); every other case reads the task.
 pub(super) fn listing_before_task_read(
     d: &mut Draft<'_>,
     task: &PendingTask,
@@ -216,9 +218,13 @@ pub(super) fn listing_before_task_read(
         return Ok(BeforeRead::ReadTask);
     };
     let vm = listed.vm.as_ref();
+    let follow_up = pending_follow_up(status);
     let view = ListingView {
         listed: vm.map(Vm::state),
         powered_on: vm.is_some_and(|vm| power_of(vm) == Some(&PowerState::On)),
+        follow_up_shown: vm
+            .zip(follow_up.as_ref())
+            .is_some_and(|(vm, update)| update.shown_by(vm)),
         named: !listed.named.is_empty(),
         after_start: listed_after(listed.listed_at, started),
         past_usual_end: past_usual_end(listed.listed_at, started, d.slowest_task()),
@@ -247,6 +253,23 @@ pub(super) fn listing_before_task_read(
             d.task_ended(task, true);
             d.record(|status| status.pending_task = None);
             Err(Ask::Done(Next::AwaitChange))
+        }
+        // The follow-up ended: the listed VM, which shows its effects, is what the Machine is
+        // brought up to date from in this reconcile (addresses, phase), instead of in the one
+        // this record would trigger.
+        ListingSays::Applied => {
+            d.task_ended(task, true);
+            d.record(|status| {
+                status.pending_task = None;
+                status.pending_follow_up = None;
+            });
+            match vm {
+                Some(vm) => Ok(BeforeRead::Ended(Box::new((
+                    VmObservation::Present(VmState::of(vm)),
+                    Some(vm.clone()),
+                )))),
+                None => Err(Ask::Done(Next::AwaitChange)),
+            }
         }
         ListingSays::Running if task.operation.creates_vm() => Ok(BeforeRead::Creating),
         ListingSays::Running => Err(Ask::Done(Next::Requeue(poll))),

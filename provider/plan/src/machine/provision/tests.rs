@@ -346,6 +346,7 @@ fn view(listed: Option<Option<&EntityState>>, named: bool, after_start: bool) ->
         named,
         after_start,
         powered_on: true,
+        follow_up_shown: false,
         past_usual_end: false,
     }
 }
@@ -403,7 +404,51 @@ fn a_follow_up_is_read_once_a_later_listing_shows_the_vm_complete_again() {
     let follow_up = TaskOperation::FollowUp;
     assert_eq!(
         listing_says(&follow_up, young, requeue, view(complete, false, true)),
-        ListingSays::ReadTask
+        ListingSays::ReadTask,
+        "COMPLETE without the update's effects: the task says why"
+    );
+    let shown = |view: ListingView<'static>| ListingView {
+        follow_up_shown: true,
+        ..view
+    };
+    assert_eq!(
+        listing_says(
+            &follow_up,
+            young,
+            requeue,
+            shown(view(complete, false, true))
+        ),
+        ListingSays::Applied
+    );
+    assert_eq!(
+        listing_says(
+            &follow_up,
+            Duration::from_secs(900),
+            requeue,
+            shown(view(complete, false, true))
+        ),
+        ListingSays::Applied,
+        "an old follow-up the listing shows applied needs no read either"
+    );
+    assert_eq!(
+        listing_says(
+            &follow_up,
+            young,
+            requeue,
+            shown(view(complete, false, false))
+        ),
+        ListingSays::Running,
+        "a listing from before the update proves nothing, whatever it shows"
+    );
+    assert_eq!(
+        listing_says(
+            &follow_up,
+            young,
+            requeue,
+            shown(view(pending, false, true))
+        ),
+        ListingSays::Running,
+        "PENDING: the update's intent is not applied yet"
     );
     assert_eq!(
         listing_says(&follow_up, young, requeue, view(complete, false, false)),
@@ -460,6 +505,7 @@ fn an_old_task_is_read_unless_the_listing_shows_its_vm_created() {
         named: false,
         after_start: true,
         powered_on: true,
+        follow_up_shown: false,
         past_usual_end: false,
     };
     for (operation, listed) in [

@@ -487,3 +487,70 @@ fn a_clone_or_deploy_gets_its_vtpm_from_the_follow_up_update() {
         "left as the source has it"
     );
 }
+
+/// A follow-up's effects read from a real listed entity (`list_vm.json`, pc.2024.3.0.1: OFF,
+/// description `test-vm-description`, an 8,192 MiB disk at SCSI 0), then from the same entity
+/// once each effect is there.
+#[test]
+fn a_follow_up_is_shown_by_a_listing_only_with_every_effect_it_asks_for() {
+    let recorded: Value = serde_json::from_str(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../hack/prism-mock/recorded/list_vm.json"
+    )))
+    .unwrap();
+    let entity = recorded["exchanges"][0]["response"]["body"]["entities"][0].clone();
+    let listed = |change: &dyn Fn(&mut Value)| -> Vm {
+        let mut entity = entity.clone();
+        change(&mut entity);
+        serde_json::from_value(entity).unwrap()
+    };
+    let update = FollowUpUpdate {
+        description: "test-vm-description".into(),
+        categories: BTreeMap::new(),
+        project_uuid: None,
+        resize_system_disk_mib: None,
+        vtpm_enabled: false,
+        power_on: true,
+        reassert_power: false,
+    };
+    let on = |vm: &mut Value| vm["status"]["resources"]["power_state"] = json!("ON");
+    assert!(!update.shown_by(&listed(&|_| {})), "still OFF");
+    assert!(update.shown_by(&listed(&on)));
+    let other_description = FollowUpUpdate {
+        description: "openshift-machine: ns/vm-1 uid=uid-1".into(),
+        ..update.clone()
+    };
+    assert!(
+        !other_description.shown_by(&listed(&on)),
+        "the intent is not the update's"
+    );
+    let categorised = FollowUpUpdate {
+        categories: BTreeMap::from([("kubernetes-io-cluster-x".into(), "owned".into())]),
+        ..update.clone()
+    };
+    assert!(!categorised.shown_by(&listed(&on)));
+    assert!(categorised.shown_by(&listed(&|vm| {
+        on(vm);
+        vm["metadata"]["categories"]["kubernetes-io-cluster-x"] = json!("owned");
+    })));
+    let resized = FollowUpUpdate {
+        resize_system_disk_mib: Some(122_880),
+        ..update.clone()
+    };
+    assert!(
+        !resized.shown_by(&listed(&on)),
+        "the disk is still 8,192 MiB"
+    );
+    assert!(resized.shown_by(&listed(&|vm| {
+        on(vm);
+        vm["spec"]["resources"]["disk_list"][0]["disk_size_mib"] = json!(122_880);
+    })));
+    let with_vtpm = FollowUpUpdate {
+        vtpm_enabled: true,
+        ..update
+    };
+    assert!(
+        !with_vtpm.shown_by(&listed(&on)),
+        "a listing never shows the vTPM"
+    );
+}
