@@ -1378,12 +1378,8 @@ fn a_clone_listed_complete_sends_its_follow_up_in_the_same_reconcile() {
     assert!(world.status().pending_follow_up.is_none());
 }
 
-/// A follow-up whose VM a later listing shows `COMPLETE` with its effects (description,
-/// categories, power ON) ends without its task being read, and the same reconcile brings the
-/// Machine up to date from the listed VM (addresses, phase) instead of leaving that to the
-/// reconcile its own record triggers. A listing without the effects reads the task.
-#[test]
-fn a_follow_up_the_listing_shows_applied_ends_unread_and_goes_on_to_the_addresses() {
+/// A clone Machine whose follow-up update was sent and runs as a task, with a shared listing.
+fn waiting_for_a_follow_up_task() -> World {
     let mut world = World::new("clone");
     world.listing_pays = true;
     world.follow_up_runs = true;
@@ -1393,6 +1389,16 @@ fn a_follow_up_the_listing_shows_applied_ends_unread_and_goes_on_to_the_addresse
             .as_ref()
             .is_some_and(|task| task.operation == TaskOperation::FollowUp)
     });
+    world
+}
+
+/// A follow-up whose VM a later listing shows `COMPLETE` with its effects (description,
+/// categories, power ON) ends without its task being read, and the same reconcile brings the
+/// Machine up to date from the listed VM (addresses, phase) instead of leaving that to the
+/// reconcile its own record triggers. A listing without the effects reads the task.
+#[test]
+fn a_follow_up_the_listing_shows_applied_ends_unread_and_goes_on_to_the_addresses() {
+    let mut world = waiting_for_a_follow_up_task();
     let (steps, _) = world.steps();
     assert_eq!(
         steps,
@@ -1425,15 +1431,7 @@ fn a_follow_up_the_listing_shows_applied_ends_unread_and_goes_on_to_the_addresse
     assert_eq!(world.phase(), phase::PROVISIONED);
 
     // Listed COMPLETE but powered off (the update did not take): the task says why.
-    let mut world = World::new("clone");
-    world.listing_pays = true;
-    world.follow_up_runs = true;
-    world.run_until(8, |w| {
-        w.status()
-            .pending_task
-            .as_ref()
-            .is_some_and(|task| task.operation == TaskOperation::FollowUp)
-    });
+    let mut world = waiting_for_a_follow_up_task();
     world.tick();
     let uuid = world.status().vm_uuid.unwrap();
     world.vms.get_mut(&uuid).unwrap()["status"]["resources"]["power_state"] = json!("OFF");
