@@ -226,7 +226,9 @@ fn guest_v4_to_v3(gc: &Value) -> Result<Value, String> {
     }
 }
 
-/// Turns v4 override NICs into v3 `nic_list` entries (v4.0 `networkInfo`, later `nicNetworkInfo`).
+/// Turns v4 override NICs into v3 `nic_list` entries (v4.0 `networkInfo`, later `nicNetworkInfo`);
+/// `ipv4Config.ipAddress.value` is the address asked for (ntnx-vmm-py-client 4.3.2 `Ipv4Config`), an
+/// `ASSIGNED` endpoint in v3 terms.
 fn nics_v4_to_v3(nics: &Value) -> Result<Vec<Value>, String> {
     let list = nics.as_array().ok_or("nics must be a list")?;
     list.iter()

@@ -13,7 +13,7 @@ pub use common::{AppMessage, Envelope, ErrorData, ExtIdReference, ListEnvelope, 
 pub use task::{EntityAffected, SubTaskReference, Task, TaskStatus};
 pub use template::{
     CLOUD_INIT_OBJECT_TYPE, CONFIG_DRIVE_V2, CloudInit, CloudInitScript, GuestCustomization,
-    GuestCustomizationConfig, Nic, NicNetworkInfo, SYSPREP_OBJECT_TYPE, Sysprep, SysprepScript,
-    Template, TemplateDeployRequest, TemplateVersionSpec, UNATTEND_XML_OBJECT_TYPE,
-    USERDATA_OBJECT_TYPE, VmConfigOverride,
+    GuestCustomizationConfig, Ipv4Address, Ipv4Config, Nic, NicNetworkInfo, SYSPREP_OBJECT_TYPE,
+    Sysprep, SysprepScript, Template, TemplateDeployRequest, TemplateVersionSpec,
+    UNATTEND_XML_OBJECT_TYPE, USERDATA_OBJECT_TYPE, VmConfigOverride,
 };

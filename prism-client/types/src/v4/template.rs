@@ -137,6 +137,23 @@ impl Nic {
             ..Self::default()
         }
     }
+
+    /// The same NIC given `ip` as its address (on a subnet Prism manages).
+    pub fn with_address(mut self, ip: std::net::Ipv4Addr) -> Self {
+        let info = self
+            .network_info
+            .get_or_insert_with(NicNetworkInfo::default);
+        info.ipv4_config = Some(Ipv4Config {
+            should_assign_ip: Some(true),
+            ip_address: Some(Ipv4Address {
+                value: ip.to_string(),
+                prefix_length: Some(32),
+                extra: Extra::new(),
+            }),
+            extra: Extra::new(),
+        });
+        self
+    }
 }
 
 /// `networkInfo` of a v4 NIC.
@@ -149,6 +166,35 @@ pub struct NicNetworkInfo {
     pub subnet: Option<ExtIdReference>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vlan_mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv4_config: Option<Ipv4Config>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `networkInfo.ipv4Config` of a v4 NIC (ntnx-vmm-py-client 4.3.2,
+/// `vmm.v4.ahv.config.Ipv4Config`): the address to assign on a Prism-managed subnet.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ipv4Config {
+    /// `true` (the default): the NIC must get an address, the one given or one from the
+    /// subnet's IPAM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub should_assign_ip: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_address: Option<Ipv4Address>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `common.v1.config.IPv4Address`: `value` and `prefixLength`, which the SDK sends as 32 unless
+/// told otherwise (ntnx-vmm-py-client 4.3.2, `IPv4Address.__init__`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ipv4Address {
+    pub value: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_length: Option<u8>,
     #[serde(flatten)]
     pub extra: Extra,
 }

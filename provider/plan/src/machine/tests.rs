@@ -475,6 +475,18 @@ impl World {
                     .unwrap_or_default();
                 self.assigned
                     .extend(nics.iter().map(|nic| nic["ip_endpoint_list"].clone()));
+                // A deploy asks for its addresses per v4 NIC (`ipv4Config`).
+                let deploy_nics = body["overrideVmConfigMap"]
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|map| map.values())
+                    .flat_map(|overrides| {
+                        overrides["nics"].as_array().cloned().unwrap_or_default()
+                    });
+                self.assigned.extend(deploy_nics.filter_map(|nic| {
+                    nic.pointer("/networkInfo/ipv4Config/ipAddress/value")
+                        .map(|ip| json!([{"ip": ip, "type": "ASSIGNED"}]))
+                }));
                 let requested = match &*request {
                     VmRequest::Create(body) => body.metadata.uuid.clone(),
                     VmRequest::Clone { body, .. } => {
@@ -2270,11 +2282,6 @@ fn a_pool_on_an_unmanaged_subnet_or_a_bad_annotation_fails_the_machine_naming_it
         "{message}"
     );
 
-    let mut world = World::new("template").with_pool(&["10.0.0.21"]);
-    world.auto_bind = true;
-    world.run_until(6, |w| w.phase() == phase::FAILED);
-    assert!(world.vms.is_empty());
-
     let mut world = World::new("image");
     world.machine["metadata"]["annotations"] =
         json!({crate::api::IP_POOL_ANNOTATION: "InClusterIPPool/workers"});
@@ -2305,5 +2312,20 @@ fn a_machine_deleted_while_it_waits_for_its_address_releases_the_claim_and_makes
         !world.log.iter().any(|s| s == "reserve" || s == "create"),
         "{:?}",
         world.log
+    );
+}
+
+/// A template deploy is given its claimed address in the v4 NIC's `ipv4Config`
+/// (ntnx-vmm-py-client 4.3.2 `Ipv4Config`), as a create or clone is in its v3 `ASSIGNED`
+/// endpoint.
+#[test]
+fn a_template_deploy_takes_its_claimed_address() {
+    let mut world = World::new("template").with_pool(&["10.0.0.21"]);
+    world.auto_bind = true;
+    world.run_until(6, |w| !w.vms.is_empty());
+    assert_ne!(world.phase(), phase::FAILED);
+    assert_eq!(
+        world.assigned,
+        [json!([{"ip": "10.0.0.21", "type": "ASSIGNED"}])]
     );
 }

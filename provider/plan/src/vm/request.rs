@@ -196,7 +196,14 @@ fn deploy_body(plan: &VmPlan, version_id: Option<String>) -> TemplateDeployReque
         nics: plan
             .subnets
             .iter()
-            .map(|s| v4::Nic::on_subnet(s.id()))
+            .enumerate()
+            .map(|(index, subnet)| {
+                let nic = v4::Nic::on_subnet(subnet.id());
+                match plan.assigned_ips.get(index).copied().flatten() {
+                    Some(ip) => nic.with_address(ip),
+                    None => nic,
+                }
+            })
             .collect(),
         guest_customization: v4_guest(&plan.guest),
         extra: Extra::new(),

@@ -11,7 +11,7 @@ use crate::machine::ipam::{
     nic_addressing,
 };
 use crate::machine::lifecycle::INVALID_CONFIGURATION;
-use crate::vm::{SourcePlan, VmPlan};
+use crate::vm::VmPlan;
 
 /// Where a create with static addresses stands.
 pub(super) enum Claimed {
@@ -128,15 +128,6 @@ pub(super) fn assign<'p>(
     let Some(Ok(pools)) = &s.machine.ip_pools else {
         return Ok(Cow::Borrowed(plan));
     };
-    if matches!(plan.source, SourcePlan::Template { .. }) {
-        return Err(invalid(
-            d,
-            format!(
-                "metadata.annotations[{}]: a template deploy (image-kind Template) cannot be given static addresses; use image-kind Image or VM",
-                crate::api::IP_POOL_ANNOTATION
-            ),
-        ));
-    }
     if let Err(error) = check_nic_count(pools, plan.subnets.len()) {
         return Err(invalid(d, error.to_string()));
     }
