@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use nutanix_machine_controller::api::{IP_POOL_ANNOTATION, Machine};
-use sandbox::manifests::{LINUX_SET, WINDOWS_IMAGE_SET};
+use sandbox::manifests::{LINUX_SET, WINDOWS_IMAGE_SET, WINDOWS_TEMPLATE_SET};
 use sandbox::world::{ControlPlaneChoice, Snapshot, World, provider_condition};
 use serde_json::json;
 
@@ -90,9 +90,13 @@ fn waiting(machine: &Machine) -> bool {
 }
 
 fn static_machines(snapshot: &Snapshot) -> Vec<&Machine> {
-    let mut machines = snapshot.machines_of(WINDOWS_IMAGE_SET);
-    machines.extend(snapshot.machines_of(LINUX_SET));
-    machines
+    machines_of_sets(snapshot, &[WINDOWS_IMAGE_SET, LINUX_SET])
+}
+
+fn machines_of_sets<'s>(snapshot: &'s Snapshot, sets: &[&str]) -> Vec<&'s Machine> {
+    sets.iter()
+        .flat_map(|set| snapshot.machines_of(set))
+        .collect()
 }
 
 /// Joined Machines, and Machines waiting for an address.
@@ -113,8 +117,16 @@ fn count(snapshot: &Snapshot) -> (usize, Vec<String>) {
 /// Every joined Machine's Node reports, as its InternalIP, the address bound to the Machine's
 /// claim, and that address is the Machine's first InternalIP.
 fn assert_nodes_have_claimed_addresses(snapshot: &Snapshot, bound: &BTreeMap<String, String>) {
+    assert_claimed_addresses_of(snapshot, static_machines(snapshot), bound);
+}
+
+fn assert_claimed_addresses_of(
+    snapshot: &Snapshot,
+    machines: Vec<&Machine>,
+    bound: &BTreeMap<String, String>,
+) {
     let mut seen = BTreeSet::new();
-    for machine in static_machines(snapshot) {
+    for machine in machines {
         if snapshot.join_gap(machine).is_some() {
             continue;
         }
@@ -159,6 +171,36 @@ async fn twenty_windows_and_linux_machines_from_one_pool_on_the_real_control_pla
     let mut options = options("static-addresses-real");
     options.control_plane = ControlPlaneChoice::Real(binaries);
     static_addresses(start(options).await).await;
+}
+
+/// Windows Machines deployed from a template take their claimed address too (in the deploy's
+/// v4 NIC `ipv4Config`), and their Nodes report it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn template_machines_take_their_claimed_addresses() {
+    let world = start(options("static-template")).await;
+    set_pool(&world, &[FIRST_RANGE]).await;
+    let sets: Api<nutanix_machine_controller::api::MachineSet> =
+        Api::namespaced(world.client().clone(), world.namespace());
+    sets.patch(
+        WINDOWS_TEMPLATE_SET,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"template": {"metadata": {"annotations": {
+            IP_POOL_ANNOTATION: format!("ipam.cluster.x-k8s.io/InClusterIPPool/{POOL}")
+        }}}}})),
+    )
+    .await
+    .unwrap();
+    world.scale(WINDOWS_TEMPLATE_SET, 2).await.unwrap();
+    let snapshot = world
+        .wait_until("2 template Machines joined", TIMEOUT * 2, |s| {
+            s.set_joined(WINDOWS_TEMPLATE_SET, 2)
+        })
+        .await
+        .unwrap();
+    let machines = machines_of_sets(&snapshot, &[WINDOWS_TEMPLATE_SET]);
+    assert_eq!(machines.len(), 2);
+    assert_claimed_addresses_of(&snapshot, machines, &bound_addresses(&world).await);
+    world.shutdown().await;
 }
 
 async fn static_addresses(world: World) {
