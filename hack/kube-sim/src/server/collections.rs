@@ -14,11 +14,11 @@ use tokio::sync::mpsc;
 
 use crate::error::{ApiError, ApiResult, Subject};
 use crate::resources::ResourceDef;
-use crate::store::{ListParams, Store, Stored};
+use crate::store::{Store, Stored};
 use crate::table;
 use crate::watch::{self, WatchRequest, WatchStart};
 
-use super::request::{object_bytes, selectors};
+use super::request::{object_bytes, paged_list_params, selectors};
 use super::routing::ResourcePath;
 use super::{Body, Shared, is_watch, json_bytes, json_response};
 
@@ -65,16 +65,7 @@ pub(super) fn metadata_only(
         );
     }
     let (labels, fields) = selectors(def, query)?;
-    let params = ListParams {
-        namespace: path.namespace.as_deref(),
-        labels: Some(&labels),
-        fields: Some(&fields),
-        limit: query.get("limit").and_then(|l| l.parse().ok()),
-        continue_token: query
-            .get("continue")
-            .map(String::as_str)
-            .filter(|c| !c.is_empty()),
-    };
+    let params = paged_list_params(path.namespace.as_deref(), &labels, &fields, query);
     let result = store.list(def, &params)?;
     let mut metadata = json!({"resourceVersion": result.resource_version.to_string()});
     if let Some(token) = &result.continue_token {
@@ -132,17 +123,7 @@ pub(super) fn list_response(
     accept: &str,
 ) -> ApiResult<Response<Body>> {
     let (labels, fields) = selectors(def, query)?;
-    let limit = query.get("limit").and_then(|l| l.parse::<usize>().ok());
-    let params = ListParams {
-        namespace,
-        labels: Some(&labels),
-        fields: Some(&fields),
-        limit,
-        continue_token: query
-            .get("continue")
-            .map(String::as_str)
-            .filter(|c| !c.is_empty()),
-    };
+    let params = paged_list_params(namespace, &labels, &fields, query);
     let result = store.list(def, &params)?;
     if table::wants_table(accept) {
         let full = query.get("includeObject").is_some_and(|v| v == "Object");

@@ -10,13 +10,15 @@ use serde_json::{Value, json};
 use crate::error::{ApiError, ApiResult};
 use crate::meta::now_rfc3339;
 use crate::patch::{PatchKind, apply_patch, parse_body};
-use crate::store::{ListParams, Stored, WriteTarget, field_scope};
+use crate::store::{Stored, WriteTarget, field_scope};
 use crate::table;
 use crate::watch;
 
 use super::collections::watch_response;
 use super::patch::apply_conflict;
-use super::request::{delete_options, dry_run, parse_object, read_body, selectors};
+use super::request::{
+    delete_options, dry_run, paged_list_params, parse_object, read_body, selectors,
+};
 use super::routing::ResourcePath;
 use super::{Body, Shared, is_watch, json_response, json_response_value, with_status};
 
@@ -82,16 +84,8 @@ pub(super) async fn events_v1_request(
         }
         (Method::GET, None) => {
             let (labels, fields) = selectors(&core, &query)?;
-            let params = ListParams {
-                namespace: call.path.namespace.as_deref(),
-                labels: Some(&labels),
-                fields: Some(&fields),
-                limit: query.get("limit").and_then(|l| l.parse().ok()),
-                continue_token: query
-                    .get("continue")
-                    .map(String::as_str)
-                    .filter(|c| !c.is_empty()),
-            };
+            let params =
+                paged_list_params(call.path.namespace.as_deref(), &labels, &fields, &query);
             let result = store.list(&core, &params)?;
             if table::wants_table(call.accept) {
                 let values: Vec<&Value> = result.items.iter().map(|s| s.value.as_ref()).collect();

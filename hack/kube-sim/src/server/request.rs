@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::error::{ApiError, ApiResult};
 use crate::resources::ResourceDef;
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{DeleteOptions, Stored};
+use crate::store::{DeleteOptions, ListParams, Stored};
 
 pub(super) async fn read_body(request: Request<Incoming>) -> ApiResult<Bytes> {
     request
@@ -129,5 +129,25 @@ pub(super) fn delete_options(
             .and_then(Value::as_array)
             .is_some_and(|a| a.iter().any(|v| v == "All"))
             || dry_run(query),
+    }
+}
+
+/// A list's parameters: `namespace` (or all), the selectors, and the page asked in `query`
+/// (`limit`, and `continue` unless empty).
+pub(super) fn paged_list_params<'a>(
+    namespace: Option<&'a str>,
+    labels: &'a LabelSelector,
+    fields: &'a FieldSelector,
+    query: &'a HashMap<String, String>,
+) -> ListParams<'a> {
+    ListParams {
+        namespace,
+        labels: Some(labels),
+        fields: Some(fields),
+        limit: query.get("limit").and_then(|l| l.parse().ok()),
+        continue_token: query
+            .get("continue")
+            .map(String::as_str)
+            .filter(|c| !c.is_empty()),
     }
 }
