@@ -331,7 +331,9 @@ impl Scope {
                 }
                 Some(protocol::Action::Send(change)) => {
                     // Record before send: what makes a retry safe is on the Machine first.
-                    self.write_status().await?;
+                    if change.records_first() {
+                        self.write_status().await?;
+                    }
                     self.send(change).await?;
                 }
             }

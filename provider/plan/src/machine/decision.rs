@@ -183,6 +183,17 @@ pub enum Change {
     ReleaseClaims,
 }
 
+impl Change {
+    /// Whether what was decided so far is written to the Machine before this change is sent
+    /// (record before send: a retry after a crash finds on the Machine what was sent). Setting
+    /// a Node's providerID needs no record (a retry reads the Node again), and it goes first so
+    /// that a Machine is never seen `Running` with its Node still lacking the providerID that
+    /// the same reconcile is about to set.
+    pub fn records_first(&self) -> bool {
+        !matches!(self, Self::NodeProviderId { .. })
+    }
+}
+
 /// An event on the Machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {

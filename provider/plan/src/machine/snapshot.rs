@@ -163,6 +163,8 @@ pub struct Seen {
     pub deleted: Option<DeleteOutcome>,
     /// The Node asked for (`Some(None)`: there is none of that name).
     pub node: Option<Option<Node>>,
+    /// `node` was read from the API server, not the watch cache.
+    pub node_fresh: bool,
     pub drain: Option<DrainProgress>,
     pub address_context: Option<AddressContext>,
     pub node_deleted: bool,

@@ -147,6 +147,8 @@ struct World {
     password_secret_answer: Option<PasswordSecretOutcome>,
     /// Nodes by name, as the API server (and the watch cache) hold them.
     nodes: BTreeMap<String, Value>,
+    /// Nodes the watch cache does not show yet.
+    nodes_uncached: BTreeSet<String>,
     /// A follow-up update is answered as Prism answers a `PUT` (202, a task; the VM `PENDING`
     /// with the new intent until the task ends: the recorded `update_vm.json`) rather than
     /// applied at once.
@@ -187,6 +189,7 @@ impl World {
             password_secret: None,
             password_secret_answer: None,
             nodes: BTreeMap::new(),
+            nodes_uncached: BTreeSet::new(),
             follow_up_runs: false,
         }
     }
@@ -374,12 +377,15 @@ impl World {
             Read::Task(task) => seen.task = Some(self.tasks[&task.id].0.clone()),
             Read::Vm { uuid, .. } => seen.vm = Some(self.vm(&uuid)),
             Read::Confirm { uuid } => seen.confirm = Some(self.vm(&uuid)),
-            Read::Node { name, .. } => {
+            Read::Node { name, cached } => {
+                let hidden = cached && self.nodes_uncached.contains(&name);
                 seen.node = Some(
                     self.nodes
                         .get(&name)
+                        .filter(|_| !hidden)
                         .map(|node| serde_json::from_value(node.clone()).unwrap()),
                 );
+                seen.node_fresh = !cached;
             }
             Read::AddressContext { .. } => seen.address_context = Some(AddressContext::default()),
             Read::Prepare => {
@@ -665,10 +671,12 @@ impl World {
                 }
                 Some(Action::Read(read)) => self.read(&mut snapshot, read),
                 Some(Action::Send(change)) => {
-                    self.write_status(&std::mem::take(&mut pending));
-                    done += 1;
-                    if stop_after == Some(done) {
-                        return outcome;
+                    if change.records_first() {
+                        self.write_status(&std::mem::take(&mut pending));
+                        done += 1;
+                        if stop_after == Some(done) {
+                            return outcome;
+                        }
                     }
                     self.send(&mut snapshot, change);
                     done += 1;
@@ -858,9 +866,10 @@ fn a_whole_create_from_an_image_and_a_whole_delete_in_order() {
             "GET",
             "addresses",
             "node",
-            "write status",
-            "node providerID"
-        ])
+            "node providerID",
+            "write status"
+        ]),
+        "the Node has its providerID before the Machine is written Running"
     );
     assert_eq!(world.phase(), phase::RUNNING);
     assert_eq!(world.vms.len(), 1);
@@ -2327,5 +2336,34 @@ fn a_template_deploy_takes_its_claimed_address() {
     assert_eq!(
         world.assigned,
         [json!([{"ip": "10.0.0.21", "type": "ASSIGNED"}])]
+    );
+}
+
+/// nodelink linked a Node the controller's watch cache does not show yet: the Node is read
+/// from the API server and gets its providerID in the same reconcile, not a look later.
+#[test]
+fn a_linked_node_the_cache_does_not_show_yet_is_read_fresh_and_gets_its_provider_id() {
+    let mut world = World::new("image");
+    world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+    world.link_node();
+    world.nodes_uncached.insert("node-0".into());
+    let (steps, _) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&[
+            "env",
+            "GET",
+            "addresses",
+            "node",
+            "node",
+            "node providerID",
+            "write status"
+        ])
+    );
+    assert_eq!(world.phase(), phase::RUNNING);
+    assert!(
+        world.nodes["node-0"]["spec"]["providerID"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("nutanix://"))
     );
 }

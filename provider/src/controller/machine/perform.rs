@@ -139,7 +139,8 @@ impl Scope {
                 self.snapshot.seen.confirm = Some(vm);
             }
             Read::Node { name, cached } => {
-                let node = if cached && self.context.nodes_ready.is_ready() {
+                let from_cache = cached && self.context.nodes_ready.is_ready();
+                let node = if from_cache {
                     self.context
                         .nodes
                         .get(&ObjectRef::new(&name))
@@ -152,6 +153,7 @@ impl Scope {
                         .map_err(|e| Error::kube(format!("read Node {name}"), e))?
                 };
                 self.snapshot.seen.node = Some(node);
+                self.snapshot.seen.node_fresh = !from_cache;
             }
             Read::AddressContext { primary_subnet } => {
                 let context = self.address_context(primary_subnet.as_deref()).await?;

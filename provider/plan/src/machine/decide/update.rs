@@ -187,8 +187,18 @@ fn node_provider_id(d: &Draft<'_>, phase: &'static str, provider_id: String) -> 
         },
         _ => return Ok(()),
     };
-    let Some(node) = &s.seen.node else {
-        return Err(Ask::Read(Read::Node { name, cached: true }));
+    let linked = facts.state.node.is_some();
+    let node = match &s.seen.node {
+        None => return Err(Ask::Read(Read::Node { name, cached: true })),
+        // nodelink linked this Node, so it exists: the watch cache is behind. Read it from the
+        // API server rather than leave the Node without its providerID until the next look.
+        Some(None) if linked && !s.seen.node_fresh => {
+            return Err(Ask::Read(Read::Node {
+                name,
+                cached: false,
+            }));
+        }
+        Some(node) => node,
     };
     match node
         .as_ref()
