@@ -41,6 +41,7 @@ use super::stores_ready::StoresReady;
 use crate::actuator::inventory::InventorySnapshot;
 use crate::actuator::{self, FollowUpFailure};
 use crate::api::{GuardedMachine, MACHINE_FINALIZER, Machine};
+use crate::plan::machine::MAX_ROUNDS;
 use crate::plan::machine::lifecycle::Intervals;
 use crate::plan::machine::provision::DeployCandidate;
 use crate::plan::machine::status::{
@@ -193,10 +194,6 @@ async fn publish_failure(shared: &Shared, machine: &Machine, error: &Error) {
 fn error_policy(guarded: Arc<GuardedMachine>, error: &Error, context: Arc<Context>) -> Action {
     KIT.retry(&context.shared, guarded.as_ref(), error)
 }
-
-/// How many times one reconcile asks [`decide`] at most (a create makes five reads and sends
-/// before its outcome: environment, identity marker, plan, UUID, create; a 409 adds a GET).
-pub const MAX_ROUNDS: usize = 8;
 
 /// One reconcile of one Machine.
 struct Scope {

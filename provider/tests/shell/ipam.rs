@@ -166,3 +166,83 @@ async fn a_bound_claim_lets_its_machine_go_on_before_the_next_poll() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A claim made ahead of its Machine with no owner (an administrator pinning the address, or a
+/// restore without owner references), already bound, is adopted before the VM takes its
+/// address, and released with the Machine instead of holding the address forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_made_ahead_without_an_owner_is_adopted_and_released_with_the_machine() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let claims: Api<IPAddressClaim> = Api::namespaced(env.client.clone(), NS);
+    let addresses: Api<IPAddress> = Api::namespaced(env.client.clone(), NS);
+    let pool_ref =
+        json!({"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "workers"});
+    let claim: IPAddressClaim = serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta1", "kind": "IPAddressClaim",
+        "metadata": {"name": "pinned-0-claim-0-0", "namespace": NS},
+        "spec": {"poolRef": pool_ref},
+    }))
+    .unwrap();
+    claims.create(&PostParams::default(), &claim).await.unwrap();
+    let address: IPAddress = serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta1", "kind": "IPAddress",
+        "metadata": {"name": "pinned-0-claim-0-0", "namespace": NS},
+        "spec": {
+            "claimRef": {"name": "pinned-0-claim-0-0"}, "poolRef": pool_ref,
+            "address": "10.40.0.60", "prefix": 20, "gateway": "10.40.0.1"
+        }
+    }))
+    .unwrap();
+    addresses
+        .create(&PostParams::default(), &address)
+        .await
+        .unwrap();
+    claims
+        .patch_status(
+            "pinned-0-claim-0-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"addressRef": {"name": "pinned-0-claim-0-0"}}})),
+        )
+        .await
+        .unwrap();
+
+    let _controller = InProcessController::start(&env, "controller").await;
+    env.create_machine_with(
+        "pinned-0",
+        linux_spec(),
+        false,
+        choices(&[(
+            IP_POOL_ANNOTATION,
+            "ipam.cluster.x-k8s.io/InClusterIPPool/workers",
+        )]),
+    )
+    .await;
+    let machine = env.wait_phase("pinned-0", "Running").await;
+    assert_eq!(
+        machine["status"]["addresses"][0],
+        json!({"type": "InternalIP", "address": "10.40.0.60"}),
+        "the pinned address is the Machine's"
+    );
+    let claim = claims.get("pinned-0-claim-0-0").await.unwrap();
+    let owner = &claim.metadata.owner_references.clone().unwrap_or_default()[..];
+    assert!(
+        matches!(owner, [o] if o.kind == "Machine" && o.name == "pinned-0"
+            && o.uid == machine["metadata"]["uid"].as_str().unwrap_or_default()
+            && o.controller == Some(true)),
+        "{owner:?}"
+    );
+    assert_eq!(
+        claim.metadata.finalizers,
+        Some(vec!["machine.openshift.io/ip-claim-protection".to_owned()])
+    );
+    assert_eq!(env.vms_named("pinned-0").len(), 1);
+
+    env.machines_api()
+        .delete("pinned-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_machine("pinned-0", "gone", serde_json::Value::is_null)
+        .await;
+    wait_claim(&claims, "pinned-0-claim-0-0", false).await;
+}

@@ -69,6 +69,7 @@ impl Action {
             Self::Read(Read::Claims { .. }) => "read the IP address claims",
             Self::Read(Read::Subnets { .. }) => "read the subnets' IPAM",
             Self::Send(Change::CreateClaims { .. }) => "create IP address claims",
+            Self::Send(Change::AdoptClaims { .. }) => "adopt IP address claims",
             Self::Send(Change::ReleaseClaims) => "release the IP address claims",
             Self::Send(Change::ReserveUuid) => "reserve a UUID",
             Self::Send(Change::CreatePasswordSecret) => "create the Administrator password Secret",
@@ -81,6 +82,12 @@ impl Action {
         }
     }
 }
+
+/// How many times one reconcile asks [`super::decide`] at most: a bound against a loop, above
+/// the longest path, a create with static addresses whose claim is adopted (environment,
+/// identity marker, claims, adoption, plan, subnets, UUID, create, a GET after a 409, then the
+/// outcome: 10 asks). The executor stops there and looks again later.
+pub const MAX_ROUNDS: usize = 12;
 
 /// A read; its result fills the [`super::Seen`] slot named.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -177,6 +184,11 @@ pub enum Change {
     /// Creates these claims; one that exists already is success → `claims_created`.
     CreateClaims {
         claims: Vec<crate::api::ipam::IPAddressClaim>,
+    },
+    /// Makes the Machine the controller of these claims; each claim as the API server answers
+    /// replaces its reading in `claims` (a claim gone meanwhile: none).
+    AdoptClaims {
+        adoptions: Vec<crate::machine::ipam::ClaimAdoption>,
     },
     /// Deletes the claims the Machine controls and removes their protection finalizer →
     /// `claims_released`.

@@ -172,6 +172,18 @@ pub fn claim_name(machine: &str, nic: usize) -> String {
     format!("{machine}-claim-{nic}-0")
 }
 
+/// The Machine as the controller of its claims.
+fn controller_reference(identity: &MachineIdentity) -> OwnerReference {
+    OwnerReference {
+        api_version: "machine.openshift.io/v1beta1".into(),
+        kind: "Machine".into(),
+        name: identity.name.clone(),
+        uid: identity.uid.clone(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
 /// The claim to create for NIC `nic`: controlled by the Machine (so the garbage collector
 /// deletes it with the Machine, whatever happens to this controller), protected by
 /// [`IP_CLAIM_PROTECTION_FINALIZER`] until the VM is gone.
@@ -180,14 +192,7 @@ pub fn claim_object(identity: &MachineIdentity, nic: usize, pool: &PoolRef) -> I
         metadata: ObjectMeta {
             name: Some(claim_name(&identity.name, nic)),
             namespace: Some(identity.namespace.clone()),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "machine.openshift.io/v1beta1".into(),
-                kind: "Machine".into(),
-                name: identity.name.clone(),
-                uid: identity.uid.clone(),
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]),
+            owner_references: Some(vec![controller_reference(identity)]),
             finalizers: Some(vec![IP_CLAIM_PROTECTION_FINALIZER.into()]),
             ..ObjectMeta::default()
         },
@@ -200,6 +205,44 @@ pub fn claim_object(identity: &MachineIdentity, nic: usize, pool: &PoolRef) -> I
             extra: Default::default(),
         },
         status: None,
+    }
+}
+
+/// What adopting a claim of the Machine's name that nothing controls writes: the Machine as its
+/// controller beside the owners it has, and the protection finalizer beside its finalizers,
+/// against the version read (so that a change in between is refused, not overwritten).
+///
+/// The machine-api-operator adopts such a claim too (`pkg/util/ipam/util.go`,
+/// `EnsureIPAddressClaim` → `AdoptOrphanClaim`, which sets the owner references when there are
+/// none). Without it the claim would give the VM its address but never be released with the
+/// Machine (release takes the claims the Machine controls), leaking the address. Such claims
+/// come from a restore without owner references, or an administrator creating a Machine's
+/// claim ahead of it to pin its address.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClaimAdoption {
+    pub nic: usize,
+    pub name: String,
+    pub resource_version: Option<String>,
+    pub owner_references: Vec<OwnerReference>,
+    pub finalizers: Vec<String>,
+}
+
+fn adoption(identity: &MachineIdentity, nic: usize, claim: &IPAddressClaim) -> ClaimAdoption {
+    let mut owner_references = claim.owner_references().to_vec();
+    owner_references.push(controller_reference(identity));
+    let mut finalizers = claim.finalizers().to_vec();
+    if !finalizers
+        .iter()
+        .any(|f| f == IP_CLAIM_PROTECTION_FINALIZER)
+    {
+        finalizers.push(IP_CLAIM_PROTECTION_FINALIZER.into());
+    }
+    ClaimAdoption {
+        nic,
+        name: claim_name(&identity.name, nic),
+        resource_version: claim.resource_version(),
+        owner_references,
+        finalizers,
     }
 }
 
@@ -245,10 +288,12 @@ impl BoundAddress {
 }
 
 /// Where the Machine's claims stand.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum ClaimsState {
     /// These NICs have no claim yet: create them (their [`claim_object`]).
     Create(Vec<(usize, PoolRef)>),
+    /// These claims of the Machine's names have no controller: adopt them before using them.
+    Adopt(Vec<ClaimAdoption>),
     /// Every claim exists, some are not bound: the message says which, and from which pool.
     Waiting { message: String },
     /// Every claim is bound: the address of each NIC with a pool, in NIC order.
@@ -290,13 +335,15 @@ fn parse_address(address: &IPAddress, claim: &str) -> Result<BoundAddress, Strin
 
 /// What the claims of a Machine with `pools` and the executor's `readings` (one per NIC with a
 /// pool, in NIC order) call for. A claim controlled by another object (a Machine of the same
-/// name, deleted and not yet gone) or being deleted is waited for, never taken over.
+/// name, deleted and not yet gone) or being deleted is waited for, never taken over; one that
+/// nothing controls, from the Machine's pool, is adopted ([`ClaimAdoption`]).
 pub fn claims_state(
     identity: &MachineIdentity,
     pools: &[Option<PoolRef>],
     readings: &BTreeMap<usize, ClaimReading>,
 ) -> ClaimsState {
     let mut missing = Vec::new();
+    let mut orphans = Vec::new();
     let mut waiting = Vec::new();
     let mut bound = Vec::with_capacity(pools.len());
     for (nic, pool) in pools.iter().enumerate() {
@@ -334,6 +381,10 @@ pub fn claims_state(
                 wanted.name
             ));
         }
+        if owner.is_none() {
+            orphans.push(adoption(identity, nic, &claim));
+            continue;
+        }
         let address_name = claim
             .status
             .as_ref()
@@ -360,6 +411,9 @@ pub fn claims_state(
     }
     if !missing.is_empty() {
         return ClaimsState::Create(missing);
+    }
+    if !orphans.is_empty() {
+        return ClaimsState::Adopt(orphans);
     }
     if !waiting.is_empty() {
         return ClaimsState::Waiting {

@@ -29,7 +29,7 @@ pub use decide::{
 };
 pub use decision::{
     Action, Change, Decision, Effect, Event, Failure, FailureKind, ListingSlot, ListingSource,
-    MetadataChange, Next, Read,
+    MAX_ROUNDS, MetadataChange, Next, Read,
 };
 pub use snapshot::{
     AddressContext, DeleteOutcome, DrainProgress, EnvironmentProblem, EnvironmentSeen,

@@ -584,9 +584,30 @@ impl World {
                 }
                 seen.claims_created = true;
             }
+            Change::AdoptClaims { adoptions } => {
+                self.log.push("adopt claims".into());
+                let readings = seen.claims.get_or_insert_default();
+                for adoption in adoptions {
+                    let claim = self.claims.get_mut(&adoption.name).map(|claim| {
+                        claim.metadata.owner_references = Some(adoption.owner_references);
+                        claim.metadata.finalizers = Some(adoption.finalizers);
+                        claim.clone()
+                    });
+                    readings.entry(adoption.nic).or_default().claim = claim;
+                }
+            }
             Change::ReleaseClaims => {
+                // As the executor: only the claims the Machine controls.
                 self.log.push("release claims".into());
-                self.claims.clear();
+                let uid = self.machine["metadata"]["uid"].as_str().unwrap_or_default();
+                self.claims.retain(|_, claim| {
+                    !claim
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|owner| owner.controller == Some(true) && owner.uid == uid)
+                });
                 seen.claims_released = true;
             }
         }
@@ -637,7 +658,7 @@ impl World {
         let mut done = 0;
         let mut events = Vec::new();
         let writes_before = self.writes();
-        for _ in 0..8 {
+        for _ in 0..super::MAX_ROUNDS {
             let decision = decide(&snapshot);
             if let Some(status) = &decision.status.provider_status {
                 snapshot.recorded = Some(status.clone());
@@ -686,7 +707,11 @@ impl World {
                 }
             }
         }
-        panic!("no decision after 8 rounds: {:?}", self.log);
+        panic!(
+            "no decision after {} rounds: {:?}",
+            super::MAX_ROUNDS,
+            self.log
+        );
     }
 
     fn writes(&self) -> usize {
@@ -2304,6 +2329,96 @@ fn a_pool_on_an_unmanaged_subnet_or_a_bad_annotation_fails_the_machine_naming_it
         "{message}"
     );
     assert!(world.claims.is_empty());
+}
+
+/// A claim of the Machine's name that nothing controls (restored without owners, or made ahead
+/// by an administrator to pin the address) is adopted before its address is used, as the
+/// machine-api-operator's `AdoptOrphanClaim` does, so that it goes with the Machine instead of
+/// holding its address forever. A claim of another Machine is never adopted.
+#[test]
+fn a_claim_no_one_controls_is_adopted_before_use_and_released_with_the_machine() {
+    let mut world = World::new("image").with_pool(&["10.0.0.21"]);
+    world.link_node();
+    let pool = super::ipam::PoolRef {
+        api_group: "ipam.cluster.x-k8s.io".into(),
+        kind: "InClusterIPPool".into(),
+        name: "workers".into(),
+    };
+    let identity = crate::vm::identity::MachineIdentity {
+        namespace: "openshift-machine-api".into(),
+        name: NAME.into(),
+        uid: UID.into(),
+    };
+    let mut orphan = super::ipam::claim_object(&identity, 0, &pool);
+    orphan.metadata.owner_references = None;
+    orphan.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+    world
+        .claims
+        .insert(orphan.metadata.name.clone().unwrap(), orphan);
+    world.bind();
+
+    world.run_until(4, |w| w.log.iter().any(|s| s == "create"));
+    let adopted = &world.claims["worker-0-claim-0-0"];
+    let owners = adopted
+        .metadata
+        .owner_references
+        .clone()
+        .unwrap_or_default();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(
+        (owners[0].uid.as_str(), owners[0].controller),
+        (UID, Some(true))
+    );
+    assert_eq!(
+        adopted.metadata.finalizers.clone().unwrap_or_default(),
+        [
+            "example.com/keep",
+            super::ipam::IP_CLAIM_PROTECTION_FINALIZER
+        ]
+    );
+    let adopt = world.log.iter().position(|s| s == "adopt claims");
+    let create = world.log.iter().position(|s| s == "create");
+    assert!(adopt.is_some() && adopt < create, "{:?}", world.log);
+    assert!(!world.log.iter().any(|s| s == "create claims"));
+    assert_eq!(
+        world.assigned,
+        [json!([{"ip": "10.0.0.21", "type": "ASSIGNED"}])]
+    );
+    world.tick();
+    world.run_until(6, |w| w.phase() == phase::RUNNING);
+
+    world.delete();
+    world.run_until(12, World::finalized);
+    assert!(
+        world.claims.is_empty(),
+        "the adopted claim goes with the Machine"
+    );
+
+    // Controlled by an earlier Machine of the same name: waited for, not adopted.
+    let mut world = World::new("image").with_pool(&["10.0.0.21"]);
+    let earlier = crate::vm::identity::MachineIdentity {
+        uid: "earlier-uid".into(),
+        ..identity
+    };
+    world.claims.insert(
+        "worker-0-claim-0-0".into(),
+        super::ipam::claim_object(&earlier, 0, &pool),
+    );
+    world.bind();
+    for _ in 0..3 {
+        world.reconcile();
+    }
+    assert!(!world.log.iter().any(|s| s == "adopt claims"));
+    assert!(world.vms.is_empty());
+    assert_eq!(
+        world.claims["worker-0-claim-0-0"]
+            .metadata
+            .owner_references
+            .as_ref()
+            .unwrap()[0]
+            .uid,
+        "earlier-uid"
+    );
 }
 
 #[test]

@@ -17,7 +17,7 @@ use super::Error;
 use crate::api::ipam::{IPAM_GROUP, IPAddress, IPAddressClaim};
 use crate::api::{GuardedMachine, Machine};
 use crate::plan::machine::ipam::{
-    ClaimReading, IP_CLAIM_PROTECTION_FINALIZER, POOLS_WITH_USAGE, PoolUsage,
+    ClaimAdoption, ClaimReading, IP_CLAIM_PROTECTION_FINALIZER, POOLS_WITH_USAGE, PoolUsage,
 };
 
 fn claims_api(client: &kube::Client, machine: &Machine) -> Api<IPAddressClaim> {
@@ -129,6 +129,40 @@ pub(super) async fn create_claims(
         }
     }
     Ok(())
+}
+
+/// Writes each adoption against the claim's version read; answers each claim as the API server
+/// now has it, by NIC (`None`: gone meanwhile). A claim changed since it was read is refused
+/// (409) and the error goes to the Machine's backoff; the next reconcile reads it again.
+pub(super) async fn adopt_claims(
+    client: &kube::Client,
+    machine: &Machine,
+    adoptions: &[ClaimAdoption],
+) -> Result<Vec<(usize, Option<IPAddressClaim>)>, Error> {
+    let api = claims_api(client, machine);
+    let mut adopted = Vec::with_capacity(adoptions.len());
+    for adoption in adoptions {
+        let patch = json!({"metadata": {
+            "ownerReferences": adoption.owner_references,
+            "finalizers": adoption.finalizers,
+            "resourceVersion": adoption.resource_version,
+        }});
+        let name = &adoption.name;
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(claim) => {
+                tracing::info!(machine = %machine.name_any(), claim = %name, "adopted IPAddressClaim that no controller owned");
+                adopted.push((adoption.nic, Some(claim)));
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                adopted.push((adoption.nic, None));
+            }
+            Err(error) => return Err(Error::kube(format!("adopt IPAddressClaim {name}"), error)),
+        }
+    }
+    Ok(adopted)
 }
 
 /// Deletes every claim the Machine controls and removes its protection finalizer (the

@@ -343,6 +343,14 @@ impl Scope {
                 claims::create_claims(&self.shared().client, &self.machine, &claims).await?;
                 self.snapshot.seen.claims_created = true;
             }
+            Change::AdoptClaims { adoptions } => {
+                let adopted =
+                    claims::adopt_claims(&self.shared().client, &self.machine, &adoptions).await?;
+                let readings = self.snapshot.seen.claims.get_or_insert_default();
+                for (nic, claim) in adopted {
+                    readings.entry(nic).or_default().claim = claim;
+                }
+            }
             Change::ReleaseClaims => {
                 claims::release_claims(&self.shared().client, &self.machine).await?;
                 self.snapshot.seen.claims_released = true;

@@ -102,6 +102,7 @@ pub(super) fn claimed(d: &mut Draft<'_>) -> Result<Claimed, Ask> {
             );
             Err(Ask::Done(Next::Requeue(d.poll())))
         }
+        ClaimsState::Adopt(adoptions) => Err(Ask::Send(Change::AdoptClaims { adoptions })),
         ClaimsState::Waiting { message } => {
             condition(d, false, message);
             Err(Ask::Done(Next::Requeue(d.poll())))

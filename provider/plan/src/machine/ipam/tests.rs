@@ -250,6 +250,66 @@ fn a_claim_of_another_machine_or_being_released_is_waited_for_never_taken() {
 }
 
 #[test]
+fn a_claim_no_one_controls_is_adopted_keeping_its_owners_and_finalizers() {
+    let pools = vec![Some(pool("workers"))];
+    let mut orphan = claim(0, Some("x"), "uid-1");
+    // An owner that is not a controller (a backup tool's, say) stays; the Machine is added.
+    orphan.metadata.owner_references.as_mut().unwrap()[0].controller = None;
+    orphan.metadata.owner_references.as_mut().unwrap()[0].uid = "uid-other".into();
+    orphan.metadata.finalizers = Some(vec![
+        "example.com/keep".into(),
+        IP_CLAIM_PROTECTION_FINALIZER.into(),
+    ]);
+    orphan.metadata.resource_version = Some("41".into());
+    let reading = readings(vec![(
+        0,
+        ClaimReading {
+            claim: Some(orphan),
+            address: Some(address("10.0.0.21", 24, None)),
+            pool_usage: None,
+        },
+    )]);
+    let ClaimsState::Adopt(adoptions) = claims_state(&identity(), &pools, &reading) else {
+        panic!("an orphan claim is adopted before use");
+    };
+    let [adoption] = adoptions.as_slice() else {
+        panic!("{adoptions:?}");
+    };
+    assert_eq!(
+        (adoption.nic, adoption.name.as_str()),
+        (0, "win-a-claim-0-0")
+    );
+    assert_eq!(adoption.resource_version.as_deref(), Some("41"));
+    let owners: Vec<(&str, Option<bool>)> = adoption
+        .owner_references
+        .iter()
+        .map(|o| (o.uid.as_str(), o.controller))
+        .collect();
+    assert_eq!(owners, [("uid-other", None), ("uid-1", Some(true))]);
+    assert_eq!(
+        adoption.finalizers,
+        ["example.com/keep", IP_CLAIM_PROTECTION_FINALIZER],
+        "the protection finalizer once"
+    );
+
+    // An orphan claim from another pool is refused as any claim of another pool, not adopted.
+    let mut other_pool = claim(0, None, "uid-1");
+    other_pool.metadata.owner_references = None;
+    other_pool.spec.pool_ref.name = "other".into();
+    let reading = readings(vec![(
+        0,
+        ClaimReading {
+            claim: Some(other_pool),
+            ..ClaimReading::default()
+        },
+    )]);
+    assert!(matches!(
+        claims_state(&identity(), &pools, &reading),
+        ClaimsState::Invalid(_)
+    ));
+}
+
+#[test]
 fn a_claim_of_another_pool_or_a_bad_address_is_invalid() {
     let pools = vec![Some(pool("other"))];
     let reading = readings(vec![(
