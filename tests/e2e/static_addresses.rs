@@ -329,3 +329,182 @@ async fn static_addresses(world: World) {
     }
     world.shutdown().await;
 }
+
+/// A `GlobalInClusterIPPool` (cluster-wide) serves Machines; an address of the pool in use in
+/// another namespace is never given again; a released address is held for the pool's
+/// `addressReuseGracePeriodSeconds`, so a Machine made meanwhile waits rather than reuse it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_pool_serves_machines_and_holds_released_addresses_for_its_grace_period() {
+    global_pool(start(options("static-global")).await).await;
+}
+
+/// The same on the real control plane (a cluster-scoped pool, listed across namespaces by the
+/// real API server), when it is built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_pool_serves_machines_on_the_real_control_plane() {
+    let Some(binaries) = real_control_plane() else {
+        return;
+    };
+    let mut options = options("static-global-real");
+    options.control_plane = ControlPlaneChoice::Real(binaries);
+    global_pool(start(options).await).await;
+}
+
+const GLOBAL_POOL: &str = "shared";
+const GRACE_SECONDS: u64 = 8;
+
+fn cluster_api(world: &World, version: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("ipam.cluster.x-k8s.io", version, kind),
+        plural,
+    );
+    Api::all_with(world.client().clone(), &resource)
+}
+
+async fn create(api: &Api<DynamicObject>, object: serde_json::Value) {
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(object).unwrap(),
+    )
+    .await
+    .unwrap();
+}
+
+async fn global_pool(world: World) {
+    let pools = cluster_api(
+        &world,
+        "v1alpha2",
+        "GlobalInClusterIPPool",
+        "globalinclusterippools",
+    );
+    create(
+        &pools,
+        json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "GlobalInClusterIPPool",
+            "metadata": {"name": GLOBAL_POOL},
+            "spec": {"addresses": ["10.40.0.20-10.40.0.22"], "prefix": 20, "gateway": "10.40.0.1",
+                     "addressReuseGracePeriodSeconds": GRACE_SECONDS},
+        }),
+    )
+    .await;
+    // Another team's namespace holds 10.40.0.20 of the same pool.
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(world.client().clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "other-team"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let pool_ref = json!({"apiGroup": "ipam.cluster.x-k8s.io", "kind": "GlobalInClusterIPPool", "name": GLOBAL_POOL});
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta1", "IPAddress"),
+        "ipaddresses",
+    );
+    create(
+        &Api::namespaced_with(world.client().clone(), "other-team", &resource),
+        json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1beta1", "kind": "IPAddress",
+            "metadata": {"name": "elsewhere", "namespace": "other-team"},
+            "spec": {"claimRef": {"name": "elsewhere"}, "poolRef": pool_ref,
+                     "address": "10.40.0.20", "prefix": 20, "gateway": "10.40.0.1"},
+        }),
+    )
+    .await;
+
+    let sets: Api<nutanix_machine_controller::api::MachineSet> =
+        Api::namespaced(world.client().clone(), world.namespace());
+    sets.patch(
+        LINUX_SET,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"template": {"metadata": {"annotations": {
+            IP_POOL_ANNOTATION: format!("ipam.cluster.x-k8s.io/GlobalInClusterIPPool/{GLOBAL_POOL}")
+        }}}}})),
+    )
+    .await
+    .unwrap();
+    world.scale(LINUX_SET, 2).await.unwrap();
+    let snapshot = world
+        .wait_until("2 Machines from the global pool joined", TIMEOUT * 2, |s| {
+            s.set_joined(LINUX_SET, 2)
+        })
+        .await
+        .unwrap();
+    let bound = bound_addresses(&world).await;
+    let machines = machines_of_sets(&snapshot, &[LINUX_SET]);
+    assert_claimed_addresses_of(&snapshot, machines, &bound);
+    let given: BTreeSet<&str> = bound.values().map(String::as_str).collect();
+    assert_eq!(
+        given,
+        BTreeSet::from(["10.40.0.21", "10.40.0.22"]),
+        "the address in use in another namespace is not given again"
+    );
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let pool = pools.get(GLOBAL_POOL).await.unwrap();
+        let usage = &pool.data["status"]["ipAddresses"];
+        if usage["total"] == 3 && usage["used"] == 3 && usage["free"] == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "pool status {usage}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+
+    // One Machine goes; a new one comes at once. The released address is held for the grace
+    // period, so the new Machine's claim stays unbound while the old address exists.
+    world.set_label("scale down and up within the grace period");
+    world.scale(LINUX_SET, 1).await.unwrap();
+    let snapshot = world
+        .wait_until("one Machine left", TIMEOUT * 2, |s| {
+            s.machines_of(LINUX_SET).len() == 1 && s.vms.len() == 1
+        })
+        .await
+        .unwrap();
+    let kept = snapshot.machines_of(LINUX_SET)[0].name_any();
+    let released = bound
+        .iter()
+        .find(|(claim, _)| !claim.starts_with(&format!("{kept}-")))
+        .map(|(claim, address)| (claim.clone(), address.clone()))
+        .unwrap();
+    world.scale(LINUX_SET, 2).await.unwrap();
+    let mut seen_held = false;
+    let deadline = std::time::Instant::now() + TIMEOUT * 2;
+    loop {
+        let now = bound_addresses(&world).await;
+        let waiting_claims: Vec<String> = claims(&world)
+            .await
+            .iter()
+            .filter(|c| c.data["status"]["addressRef"]["name"].as_str().is_none())
+            .map(ResourceExt::name_any)
+            .collect();
+        if now.contains_key(&released.0) {
+            // Still held: nobody else got it.
+            assert_eq!(now.values().filter(|a| **a == released.1).count(), 1);
+            seen_held |= !waiting_claims.is_empty();
+        } else if now.len() == 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "addresses {now:?}, unbound {waiting_claims:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(
+        seen_held,
+        "a new claim waited while the released address was held"
+    );
+    let snapshot = world
+        .wait_until("2 Machines joined again", TIMEOUT * 2, |s| {
+            s.set_joined(LINUX_SET, 2)
+        })
+        .await
+        .unwrap();
+    let bound = bound_addresses(&world).await;
+    assert!(
+        bound.values().any(|a| *a == released.1),
+        "the released address is given again after its grace period: {bound:?}"
+    );
+    assert_claimed_addresses_of(&snapshot, machines_of_sets(&snapshot, &[LINUX_SET]), &bound);
+    world.shutdown().await;
+}

@@ -1,12 +1,17 @@
-//! The IPAM controller of `InClusterIPPool`s, stood in for: kubernetes-sigs/cluster-api-ipam-provider-in-cluster
-//! (read at bc27dd724e20a0543f441d55183778a73db26294), each rule cited where it is simulated. It
-//! gives each `IPAddressClaim` naming an `InClusterIPPool` of its namespace an `IPAddress` from
-//! the pool, and releases it when the claim is deleted.
+//! The IPAM controller of `InClusterIPPool`s and `GlobalInClusterIPPool`s, stood in for:
+//! kubernetes-sigs/cluster-api-ipam-provider-in-cluster (read at
+//! bc27dd724e20a0543f441d55183778a73db26294), each rule cited where it is simulated. It gives each
+//! `IPAddressClaim` (of its namespace) naming an `InClusterIPPool` of the claim's namespace, or a
+//! cluster-wide `GlobalInClusterIPPool`, an `IPAddress` from the pool, and releases it when the
+//! claim is deleted, after the pool's `addressReuseGracePeriodSeconds`.
+//!
+//! It stands in because the real controller cannot run here: the Go module proxy does not serve
+//! `sigs.k8s.io/cluster-api-ipam-provider-in-cluster` (403).
 //!
 //! Differences, all of them simplifications: IPv4 pools only, of at most 65,536 addresses; no
-//! `GlobalInClusterIPPool`, no paused pools or clusters, no `addressReuseGracePeriodSeconds` (an
-//! address is free again as soon as its claim is gone, the real default); every claim is looked at
-//! every `every` (the real controller watches claims, addresses and pools) from one listing of each.
+//! paused pools or clusters; every claim is looked at every `every` (the real controller watches
+//! claims, addresses and pools, and requeues a held release for the rest of its grace period) from
+//! one listing of each.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
@@ -23,8 +28,10 @@ use crate::actor::ActorHandle;
 
 /// The group of the claim, address and pool kinds.
 pub const IPAM_GROUP: &str = "ipam.cluster.x-k8s.io";
-/// The pool kind served (`internal/controllers/ipaddressclaim_address.go`, `inClusterIPPoolKind`).
+/// The pool kinds served (`internal/controllers/ipaddressclaim_address.go`, `FetchPool`:
+/// `inClusterIPPoolKind` in the claim's namespace, `globalInClusterIPPoolKind` cluster-wide).
 pub const POOL_KIND: &str = "InClusterIPPool";
+pub const GLOBAL_POOL_KIND: &str = "GlobalInClusterIPPool";
 /// On each claim it serves until the address is released (`pkg/ipamutil/reconciler.go`,
 /// `ReleaseAddressFinalizer`).
 pub const RELEASE_ADDRESS_FINALIZER: &str = "ipam.cluster.x-k8s.io/ReleaseAddress";
@@ -58,18 +65,65 @@ fn resource(version: &str, kind: &str, plural: &str) -> ApiResource {
 struct Apis {
     claims: Api<DynamicObject>,
     addresses: Api<DynamicObject>,
+    /// Every namespace's addresses: a global pool's in use are all of them (`EnsureAddress` lists
+    /// them in the pool's namespace, which is none for a cluster-scoped pool).
+    all_addresses: Api<DynamicObject>,
     pools: Api<DynamicObject>,
+    global_pools: Api<DynamicObject>,
 }
 
 impl Apis {
     fn new(client: &Client, namespace: &str) -> Self {
         let api = |r: ApiResource| Api::namespaced_with(client.clone(), namespace, &r);
+        let address = resource("v1beta1", "IPAddress", "ipaddresses");
         Self {
             claims: api(resource("v1beta1", "IPAddressClaim", "ipaddressclaims")),
-            addresses: api(resource("v1beta1", "IPAddress", "ipaddresses")),
+            addresses: api(address.clone()),
+            all_addresses: Api::all_with(client.clone(), &address),
             pools: api(resource("v1alpha2", POOL_KIND, "inclusterippools")),
+            global_pools: Api::all_with(
+                client.clone(),
+                &resource("v1alpha2", GLOBAL_POOL_KIND, "globalinclusterippools"),
+            ),
         }
     }
+
+    fn pools_of(&self, kind: &str) -> &Api<DynamicObject> {
+        if kind == GLOBAL_POOL_KIND {
+            &self.global_pools
+        } else {
+            &self.pools
+        }
+    }
+}
+
+/// A pool by kind and name (namespaced pools are those of the served namespace).
+type PoolKey = (String, String);
+/// An address by namespace and name.
+type AddressKey = (String, String);
+
+fn address_key(object: &DynamicObject) -> AddressKey {
+    (object.namespace().unwrap_or_default(), object.name_any())
+}
+
+/// The addresses in use of a pool (`poolutil.ListAddressesInUse`: those whose `poolRef` names
+/// the pool, in its namespace; every namespace for a global pool).
+fn addresses_of<'a>(
+    kind: &'a str,
+    pool: &'a DynamicObject,
+    addresses: &'a BTreeMap<AddressKey, DynamicObject>,
+) -> impl Iterator<Item = u32> + 'a {
+    let name = pool.name_any();
+    let namespace = pool.namespace();
+    addresses
+        .values()
+        .filter(move |a| {
+            pool_ref_of(a, "spec")
+                .is_some_and(|(g, k, n)| g == IPAM_GROUP && k == kind && n == name)
+                && (kind == GLOBAL_POOL_KIND || a.namespace() == namespace)
+        })
+        .filter_map(|a| a.data["spec"]["address"].as_str()?.parse::<Ipv4Addr>().ok())
+        .map(u32::from)
 }
 
 /// Starts the controller.
@@ -175,46 +229,67 @@ async fn reconcile_all(apis: &Apis) -> Result<(), kube::Error> {
     if claims.is_empty() {
         return Ok(());
     }
-    let pools: BTreeMap<String, DynamicObject> = apis
-        .pools
+    let mut pools: BTreeMap<PoolKey, DynamicObject> = BTreeMap::new();
+    for kind in [POOL_KIND, GLOBAL_POOL_KIND] {
+        for pool in apis.pools_of(kind).list(&params).await?.items {
+            pools.insert((kind.to_owned(), pool.name_any()), pool);
+        }
+    }
+    let mut addresses: BTreeMap<AddressKey, DynamicObject> = apis
+        .all_addresses
         .list(&params)
         .await?
         .items
         .into_iter()
-        .map(|p| (p.name_any(), p))
-        .collect();
-    let mut addresses: BTreeMap<String, DynamicObject> = apis
-        .addresses
-        .list(&params)
-        .await?
-        .items
-        .into_iter()
-        .map(|a| (a.name_any(), a))
+        .map(|a| (address_key(&a), a))
         .collect();
     for claim in &claims {
-        // Only claims of this provider's kind (`ClaimHandlerFor` / `FetchPool` switch on it).
+        // Only claims of this provider's kinds (`ClaimHandlerFor` / `FetchPool` switch on it).
         let Some((group, kind, pool_name)) = pool_ref_of(claim, "spec") else {
             continue;
         };
-        if group != IPAM_GROUP || kind != POOL_KIND {
+        if group != IPAM_GROUP || (kind != POOL_KIND && kind != GLOBAL_POOL_KIND) {
             continue;
         }
-        reconcile_claim(apis, claim, pools.get(&pool_name), &mut addresses).await?;
+        let pool = pools.get(&(kind.clone(), pool_name));
+        reconcile_claim(apis, claim, &kind, pool, &mut addresses).await?;
     }
-    for pool in pools.values() {
-        write_pool_status(apis, pool, &addresses).await?;
+    for ((kind, _), pool) in &pools {
+        write_pool_status(apis, kind, pool, &addresses).await?;
     }
     Ok(())
+}
+
+/// Whether the release of a deleted claim's address is held: the pool asks for a grace period
+/// (`spec.addressReuseGracePeriodSeconds` above 0) that has not passed since the claim's
+/// deletion, and the pool itself is not being deleted (`IPAddressClaimHandler.ReleaseAddress`).
+pub fn release_held(
+    claim_deleted_at: jiff::Timestamp,
+    pool: &DynamicObject,
+    now: jiff::Timestamp,
+) -> bool {
+    if pool.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let grace = pool.data["spec"]["addressReuseGracePeriodSeconds"]
+        .as_i64()
+        .unwrap_or(0);
+    grace > 0
+        && claim_deleted_at
+            .checked_add(jiff::SignedDuration::from_secs(grace))
+            .is_ok_and(|released_at| now < released_at)
 }
 
 /// One claim, as `ClaimReconciler.Reconcile` (`pkg/ipamutil/reconciler.go`) handles it.
 async fn reconcile_claim(
     apis: &Apis,
     claim: &DynamicObject,
+    kind: &str,
     pool: Option<&DynamicObject>,
-    addresses: &mut BTreeMap<String, DynamicObject>,
+    addresses: &mut BTreeMap<AddressKey, DynamicObject>,
 ) -> Result<(), kube::Error> {
     let name = claim.name_any();
+    let key = address_key(claim);
     let deleting = claim.metadata.deletion_timestamp.is_some();
     let finalizers = claim.finalizers();
     // The finalizer first, and nothing else in that round.
@@ -224,9 +299,14 @@ async fn reconcile_claim(
         return patch_finalizers(&apis.claims, claim, &with).await;
     }
     if deleting {
+        if let (Some(deleted_at), Some(pool)) = (&claim.metadata.deletion_timestamp, pool)
+            && release_held(deleted_at.0, pool, jiff::Timestamp::now())
+        {
+            return Ok(());
+        }
         // `reconcileDelete`: the address (named as the claim) loses its finalizer and is
         // deleted, then the claim loses its own.
-        if let Some(address) = addresses.remove(&name) {
+        if let Some(address) = addresses.remove(&key) {
             let rest: Vec<String> = address
                 .finalizers()
                 .iter()
@@ -250,20 +330,13 @@ async fn reconcile_claim(
     let Some(pool) = pool else {
         return Ok(());
     };
-    if !addresses.contains_key(&name) {
+    if !addresses.contains_key(&key) {
         let spec = &pool.data["spec"];
         let Some(pool_set) = pool_addresses(spec) else {
             return Ok(());
         };
         let pool_name = pool.name_any();
-        let in_use: BTreeSet<u32> = addresses
-            .values()
-            .filter(|a| {
-                pool_ref_of(a, "spec")
-                    .is_some_and(|(g, k, n)| g == IPAM_GROUP && k == POOL_KIND && n == pool_name)
-            })
-            .filter_map(|a| a.data["spec"]["address"].as_str()?.parse::<Ipv4Addr>().ok())
-            .map(u32::from)
+        let in_use: BTreeSet<u32> = addresses_of(kind, pool, addresses)
             .chain(
                 spec["gateway"]
                     .as_str()
@@ -277,7 +350,7 @@ async fn reconcile_claim(
             tracing::debug!(claim = %name, pool = %pool_name, "ipam: no address available");
             return Ok(());
         };
-        let address = new_address(claim, pool, free, spec);
+        let address = new_address(claim, kind, pool, free, spec);
         let created = match apis
             .addresses
             .create(&PostParams::default(), &address)
@@ -287,7 +360,7 @@ async fn reconcile_claim(
             Err(kube::Error::Api(status)) if status.code == 409 => return Ok(()),
             Err(error) => return Err(error),
         };
-        addresses.insert(name.clone(), created);
+        addresses.insert(key, created);
     }
     let bound = claim.data["status"]["addressRef"]["name"].as_str() == Some(name.as_str());
     if !bound {
@@ -308,6 +381,7 @@ async fn reconcile_claim(
 /// gateway (`EnsureAddress`).
 fn new_address(
     claim: &DynamicObject,
+    kind: &str,
     pool: &DynamicObject,
     ip: Ipv4Addr,
     spec: &Value,
@@ -324,14 +398,14 @@ fn new_address(
                 {"apiVersion": format!("{IPAM_GROUP}/v1beta1"), "kind": "IPAddressClaim",
                  "name": claim.name_any(), "uid": claim.uid(), "controller": true,
                  "blockOwnerDeletion": true},
-                {"apiVersion": format!("{IPAM_GROUP}/v1alpha2"), "kind": POOL_KIND,
+                {"apiVersion": format!("{IPAM_GROUP}/v1alpha2"), "kind": kind,
                  "name": pool.name_any(), "uid": pool.uid(), "controller": false,
                  "blockOwnerDeletion": true},
             ],
         },
         "spec": {
             "claimRef": {"name": claim.name_any()},
-            "poolRef": {"apiGroup": IPAM_GROUP, "kind": POOL_KIND, "name": pool.name_any()},
+            "poolRef": {"apiGroup": IPAM_GROUP, "kind": kind, "name": pool.name_any()},
             "address": ip.to_string(),
             "prefix": spec["prefix"],
             "gateway": gateway,
@@ -348,22 +422,15 @@ fn new_address(
 /// total, used, free, outOfRange), written when it changes.
 async fn write_pool_status(
     apis: &Apis,
+    kind: &str,
     pool: &DynamicObject,
-    addresses: &BTreeMap<String, DynamicObject>,
+    addresses: &BTreeMap<AddressKey, DynamicObject>,
 ) -> Result<(), kube::Error> {
     let Some(set) = pool_addresses(&pool.data["spec"]) else {
         return Ok(());
     };
     let name = pool.name_any();
-    let mine: Vec<u32> = addresses
-        .values()
-        .filter(|a| {
-            pool_ref_of(a, "spec")
-                .is_some_and(|(g, k, n)| g == IPAM_GROUP && k == POOL_KIND && n == name)
-        })
-        .filter_map(|a| a.data["spec"]["address"].as_str()?.parse::<Ipv4Addr>().ok())
-        .map(u32::from)
-        .collect();
+    let mine: Vec<u32> = addresses_of(kind, pool, addresses).collect();
     let in_range = mine.iter().filter(|a| set.contains(a)).count();
     let status = json!({
         "total": set.len(),
@@ -374,7 +441,7 @@ async fn write_pool_status(
     if pool.data["status"]["ipAddresses"] == status {
         return Ok(());
     }
-    apis.pools
+    apis.pools_of(kind)
         .patch_status(
             &name,
             &PatchParams::default(),
@@ -458,5 +525,38 @@ mod tests {
             Some("10.0.0.6".parse().unwrap())
         );
         assert_eq!(free_address(&pool, &pool.clone()), None);
+    }
+
+    #[test]
+    fn a_release_is_held_for_the_pool_s_grace_period_unless_the_pool_goes() {
+        let pool = |grace: Value, deleting: bool| {
+            let mut pool: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": GLOBAL_POOL_KIND,
+                "metadata": {"name": "shared"},
+                "spec": {"addresses": ["10.0.0.2"], "prefix": 24, "addressReuseGracePeriodSeconds": grace},
+            }))
+            .unwrap();
+            if deleting {
+                pool.metadata.deletion_timestamp =
+                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        jiff::Timestamp::UNIX_EPOCH,
+                    ));
+            }
+            pool
+        };
+        let deleted = jiff::Timestamp::from_second(1_000).unwrap();
+        let after = |s: i64| {
+            deleted
+                .checked_add(jiff::SignedDuration::from_secs(s))
+                .unwrap()
+        };
+        assert!(release_held(deleted, &pool(json!(30), false), after(29)));
+        assert!(!release_held(deleted, &pool(json!(30), false), after(30)));
+        assert!(!release_held(deleted, &pool(json!(0), false), after(0)));
+        assert!(!release_held(deleted, &pool(Value::Null, false), after(0)));
+        assert!(
+            !release_held(deleted, &pool(json!(30), true), after(1)),
+            "a pool being deleted holds nothing"
+        );
     }
 }

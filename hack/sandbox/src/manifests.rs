@@ -44,17 +44,21 @@ pub const SANDBOX_CRDS: [Manifest; 7] = [
 ];
 
 /// The Cluster API's IPAM kinds (`IPAddressClaim`, `IPAddress`, as OpenShift installs them) and
-/// the reference IPAM controller's pool (`InClusterIPPool`), for static addresses (`hack/crds/`),
-/// for kube-sim; the real control plane has the first two from the machine-api-operator's module.
-pub const IPAM_CRDS: [Manifest; 3] = [
+/// the reference IPAM controller's pools, for static addresses (`hack/crds/`), for kube-sim; the
+/// real control plane has the first two from the machine-api-operator's module.
+pub const IPAM_CRDS: [Manifest; 4] = [
     manifest!("hack/crds/ipam.cluster.x-k8s.io_ipaddressclaims.yaml"),
     manifest!("hack/crds/ipam.cluster.x-k8s.io_ipaddresses.yaml"),
-    IN_CLUSTER_POOL_CRD,
+    POOL_CRDS[0],
+    POOL_CRDS[1],
 ];
 
-/// The reference IPAM controller's pool (`InClusterIPPool`, `hack/crds/`).
-pub const IN_CLUSTER_POOL_CRD: Manifest =
-    manifest!("hack/crds/ipam.cluster.x-k8s.io_inclusterippools.yaml");
+/// The reference IPAM controller's pools (`InClusterIPPool`, namespaced, and
+/// `GlobalInClusterIPPool`, cluster-wide; `hack/crds/`).
+pub const POOL_CRDS: [Manifest; 2] = [
+    manifest!("hack/crds/ipam.cluster.x-k8s.io_inclusterippools.yaml"),
+    manifest!("hack/crds/ipam.cluster.x-k8s.io_globalinclusterippools.yaml"),
+];
 
 /// `MachineAutoscaler` (`hack/crds/`): the one sandbox CRD the real control plane needs too
 /// (openshift/api's manifests give it the others).

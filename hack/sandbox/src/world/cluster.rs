@@ -82,7 +82,7 @@ impl Cluster {
         // The in-cluster pool, whose controller is stood in for (`crate::ipam`); the IPAM kinds
         // themselves come with the control plane's CRDs, from the machine-api-operator's module
         // (hack/real-cluster/build.sh).
-        let pool_crd = crate::manifests::objects(&[crate::manifests::IN_CLUSTER_POOL_CRD])?;
+        let pool_crd = crate::manifests::objects(&crate::manifests::POOL_CRDS)?;
         plane.add_crds(&client, pool_crd).await?;
         plane.apply_kustomization(&rbac_dir()).await?;
         plane
