@@ -25,6 +25,35 @@ async fn wait_claim(claims: &Api<IPAddressClaim>, name: &str, present: bool) {
     }
 }
 
+/// The IPAM controller's part: an `IPAddress` of pool `workers` in vm-network (10.40.0.0/20,
+/// outside Prism's DHCP range) named as the claim, and the claim's status naming it.
+async fn bind_claim(env: &Env, claim: &str, ip: &str) {
+    let addresses: Api<IPAddress> = Api::namespaced(env.client.clone(), NS);
+    let address: IPAddress = serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta1", "kind": "IPAddress",
+        "metadata": {"name": claim, "namespace": NS},
+        "spec": {
+            "claimRef": {"name": claim},
+            "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "workers"},
+            "address": ip, "prefix": 20, "gateway": "10.40.0.1"
+        }
+    }))
+    .unwrap();
+    addresses
+        .create(&PostParams::default(), &address)
+        .await
+        .unwrap();
+    let claims: Api<IPAddressClaim> = Api::namespaced(env.client.clone(), NS);
+    claims
+        .patch_status(
+            claim,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"addressRef": {"name": claim}}})),
+        )
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_with_a_pool_is_created_only_once_its_claim_is_bound_and_releases_it() {
     let mut env = Env::start().await;
@@ -67,31 +96,8 @@ async fn a_machine_with_a_pool_is_created_only_once_its_claim_is_bound_and_relea
         "no VM before the bind"
     );
 
-    // The IPAM controller's part: an IPAddress in vm-network (10.40.0.0/20, outside Prism's DHCP
-    // range), named in the claim's status.
-    let addresses: Api<IPAddress> = Api::namespaced(env.client.clone(), NS);
-    let address: IPAddress = serde_json::from_value(json!({
-        "apiVersion": "ipam.cluster.x-k8s.io/v1beta1", "kind": "IPAddress",
-        "metadata": {"name": "static-0-claim-0-0", "namespace": NS},
-        "spec": {
-            "claimRef": {"name": "static-0-claim-0-0"},
-            "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "workers"},
-            "address": "10.40.0.50", "prefix": 20, "gateway": "10.40.0.1"
-        }
-    }))
-    .unwrap();
-    addresses
-        .create(&PostParams::default(), &address)
-        .await
-        .unwrap();
-    claims
-        .patch_status(
-            "static-0-claim-0-0",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"addressRef": {"name": "static-0-claim-0-0"}}})),
-        )
-        .await
-        .unwrap();
+    // The IPAM controller's part.
+    bind_claim(&env, "static-0-claim-0-0", "10.40.0.50").await;
 
     let machine = env.wait_phase("static-0", "Running").await;
     assert_eq!(
@@ -134,29 +140,7 @@ async fn a_bound_claim_lets_its_machine_go_on_before_the_next_poll() {
     // Settled: the Machine's next look is a poll interval away.
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let addresses: Api<IPAddress> = Api::namespaced(env.client.clone(), NS);
-    let address: IPAddress = serde_json::from_value(json!({
-        "apiVersion": "ipam.cluster.x-k8s.io/v1beta1", "kind": "IPAddress",
-        "metadata": {"name": "static-1-claim-0-0", "namespace": NS},
-        "spec": {
-            "claimRef": {"name": "static-1-claim-0-0"},
-            "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "workers"},
-            "address": "10.40.0.51", "prefix": 20, "gateway": "10.40.0.1"
-        }
-    }))
-    .unwrap();
-    addresses
-        .create(&PostParams::default(), &address)
-        .await
-        .unwrap();
-    claims
-        .patch_status(
-            "static-1-claim-0-0",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"addressRef": {"name": "static-1-claim-0-0"}}})),
-        )
-        .await
-        .unwrap();
+    bind_claim(&env, "static-1-claim-0-0", "10.40.0.51").await;
     let deadline = Instant::now() + Duration::from_secs(15);
     while env.vms_named("static-1").is_empty() {
         assert!(
@@ -175,7 +159,6 @@ async fn a_claim_made_ahead_without_an_owner_is_adopted_and_released_with_the_ma
     let mut env = Env::start().await;
     env.start_nodelink();
     let claims: Api<IPAddressClaim> = Api::namespaced(env.client.clone(), NS);
-    let addresses: Api<IPAddress> = Api::namespaced(env.client.clone(), NS);
     let pool_ref =
         json!({"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "workers"});
     let claim: IPAddressClaim = serde_json::from_value(json!({
@@ -185,27 +168,7 @@ async fn a_claim_made_ahead_without_an_owner_is_adopted_and_released_with_the_ma
     }))
     .unwrap();
     claims.create(&PostParams::default(), &claim).await.unwrap();
-    let address: IPAddress = serde_json::from_value(json!({
-        "apiVersion": "ipam.cluster.x-k8s.io/v1beta1", "kind": "IPAddress",
-        "metadata": {"name": "pinned-0-claim-0-0", "namespace": NS},
-        "spec": {
-            "claimRef": {"name": "pinned-0-claim-0-0"}, "poolRef": pool_ref,
-            "address": "10.40.0.60", "prefix": 20, "gateway": "10.40.0.1"
-        }
-    }))
-    .unwrap();
-    addresses
-        .create(&PostParams::default(), &address)
-        .await
-        .unwrap();
-    claims
-        .patch_status(
-            "pinned-0-claim-0-0",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"addressRef": {"name": "pinned-0-claim-0-0"}}})),
-        )
-        .await
-        .unwrap();
+    bind_claim(&env, "pinned-0-claim-0-0", "10.40.0.60").await;
 
     let _controller = InProcessController::start(&env, "controller").await;
     env.create_machine_with(
