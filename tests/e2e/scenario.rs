@@ -260,7 +260,14 @@ async fn scenario_holds_step_by_step(world: World) {
     assert!(user_data.contains(LINUX_USER_DATA_MARKER));
     assert!(user_data.contains("/etc/hostname"), "{user_data}");
 
-    // 5. The autoscaler removes one Windows Node: a workload on it is evicted first.
+    // 5. Static addresses: one more Linux Machine, its address from the pool, sent to Prism as
+    // the NIC's ASSIGNED address.
+    let (name, claimed) = scenario.static_address(LINUX_SET).await.unwrap();
+    let snapshot = world.snapshot();
+    check_machine(&world, &snapshot, snapshot.machine(&name).unwrap());
+    assert!(claimed.starts_with("10.40.0."), "{claimed}");
+
+    // 6. The autoscaler removes one Windows Node: a workload on it is evicted first.
     let snapshot = world.snapshot();
     let victim = scale_down_candidate(&snapshot, WINDOWS_IMAGE_SET).unwrap();
     let pods: Api<Pod> = Api::namespaced(world.client().clone(), world.namespace());
@@ -294,11 +301,11 @@ async fn scenario_holds_step_by_step(world: World) {
         Some(2)
     );
 
-    // 6. Everything to zero; then the whole run checked from the history.
+    // 7. Everything to zero (every claim released); then the whole run checked from the history.
     scenario.everything_to_zero().await.unwrap();
-    scenario.final_checks(5).unwrap();
+    scenario.final_checks(6).unwrap();
     let report = scenario.report(Ok(()));
-    assert_eq!(report.steps.len(), 6);
+    assert_eq!(report.steps.len(), 7);
     assert!(report.steps.iter().all(|s| s.succeeded));
     assert!(report.total_prism_calls() > 0);
     assert_no_secrets_logged(&world, &admin_passwords);

@@ -34,6 +34,8 @@ pub enum Actor {
     Kubelet,
     /// The cluster autoscaler's stand-in.
     Autoscaler,
+    /// The in-cluster IPAM controller's stand-in ([`crate::ipam`]).
+    Ipam,
     /// The test or scenario itself (`oc scale`, `oc apply`).
     Test,
     /// kube-controller-manager (real only).
@@ -95,6 +97,7 @@ fn sim_actor(user: &str) -> Actor {
         "approver" => Actor::Approver,
         "node-agent" => Actor::Kubelet,
         "autoscaler" => Actor::Autoscaler,
+        "ipam" => Actor::Ipam,
         "sandbox" => Actor::Test,
         other => Actor::Other(other.to_owned()),
     }
@@ -183,6 +186,7 @@ fn real_actor(event: &AuditEvent) -> Actor {
         | "sandbox:node-agent" => return Actor::Kubelet,
         "sandbox:approver" => return Actor::Approver,
         "sandbox:autoscaler" => return Actor::Autoscaler,
+        "sandbox:ipam" => return Actor::Ipam,
         "sandbox:test" => return Actor::Test,
         "system:apiserver" => return Actor::ApiServer,
         _ if user.starts_with("system:node:") => return Actor::Kubelet,

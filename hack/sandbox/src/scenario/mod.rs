@@ -6,9 +6,12 @@
 //!    capacity annotations);
 //! 3. the Windows template MachineSet is scaled 0 → 1 by hand (`/scale`, as `oc scale`);
 //! 4. the Linux MachineSet 0 → 1 by hand;
-//! 5. the autoscaler scales one Windows Node down: the annotated Machine, its VM and its Node go,
+//! 5. static addresses: the Linux MachineSet's template names the `InClusterIPPool` `workers`
+//!    (served by the IPAM stand-in, [`crate::ipam`]) and it is scaled 1 → 2: the new Machine and
+//!    its Node have the address bound to its claim;
+//! 6. the autoscaler scales one Windows Node down: the annotated Machine, its VM and its Node go,
 //!    the others stay;
-//! 6. everything is scaled to 0: no Machine, VM or Node is left.
+//! 7. everything is scaled to 0: no Machine, VM, Node or IP address claim is left.
 //!
 //! Each scale-up step waits until every Machine of the set is Running and joined (see
 //! [`Snapshot::join_gap`]). [`run`] plays them in order and returns a [`ScenarioReport`] whatever
@@ -20,12 +23,16 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kube::ResourceExt;
-use nutanix_machine_controller::api::phase;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use nutanix_machine_controller::api::{IP_POOL_ANNOTATION, MachineSet, phase};
 use nutanix_machine_controller::plan::machineset::annotations::{
     CAPACITY_CPU, CAPACITY_LABELS, CAPACITY_MEMORY,
 };
+use serde_json::json;
 
 use crate::autoscaler::{self, MAX_SIZE_ANNOTATION, MIN_SIZE_ANNOTATION, ScaleDown};
+use crate::ipam::{IPAM_GROUP, POOL_KIND};
 use crate::machine_autoscaler::OWNER_ANNOTATION;
 use crate::manifests::{LINUX_SET, MACHINE_SETS, WINDOWS_IMAGE_SET, WINDOWS_TEMPLATE_SET};
 use crate::world::{Snapshot, World};
@@ -289,6 +296,89 @@ impl<'w> Scenario<'w> {
             .collect())
     }
 
+    /// Static addresses: pool [`STATIC_POOL`] in the namespace, `set`'s template naming it,
+    /// `set` scaled up by one; the new Machine's first InternalIP and its Node's InternalIP are
+    /// the address bound to its claim. Returns the new Machine's name and address.
+    pub async fn static_address(&mut self, set: &str) -> Result<(String, String), ScenarioFailure> {
+        let before: BTreeSet<String> = self
+            .world
+            .snapshot()
+            .machines_of(set)
+            .iter()
+            .map(|m| m.name_any())
+            .collect();
+        let replicas = i32::try_from(before.len() + 1).unwrap_or(i32::MAX);
+        let start = self.begin(&format!(
+            "static address: {set} {} → {replicas} from {POOL_KIND}/{STATIC_POOL}",
+            before.len()
+        ));
+        let world = self.world;
+        let outcome = async {
+            let client = world.client().clone();
+            let namespace = world.namespace();
+            let pools = ipam_api(&client, namespace, "v1alpha2", POOL_KIND, "inclusterippools");
+            let pool = json!({
+                "apiVersion": format!("{IPAM_GROUP}/v1alpha2"), "kind": POOL_KIND,
+                "metadata": {"name": STATIC_POOL, "namespace": namespace},
+                // vm-network (10.40.0.0/20), outside prism-mock's DHCP range.
+                "spec": {"addresses": ["10.40.0.20-10.40.0.29"], "prefix": 20, "gateway": "10.40.0.1"},
+            });
+            let pool: DynamicObject = serde_json::from_value(pool).map_err(|e| e.to_string())?;
+            match pools.create(&PostParams::default(), &pool).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(error) => return Err(format!("create pool {STATIC_POOL}: {error}")),
+            }
+            let sets: Api<MachineSet> = Api::namespaced(client.clone(), namespace);
+            let annotation = json!({"spec": {"template": {"metadata": {"annotations": {
+                IP_POOL_ANNOTATION: format!("{IPAM_GROUP}/{POOL_KIND}/{STATIC_POOL}")
+            }}}}});
+            sets.patch(set, &PatchParams::default(), &Patch::Merge(&annotation))
+                .await
+                .map_err(|e| format!("annotate MachineSet {set}: {e}"))?;
+            world.scale(set, replicas).await.map_err(|e| e.to_string())?;
+            let names = self.joined(set, replicas).await?;
+            let new = names
+                .into_iter()
+                .find(|name| !before.contains(name))
+                .ok_or_else(|| format!("no new Machine in {set}"))?;
+            let addresses = ipam_api(&client, namespace, "v1beta1", "IPAddress", "ipaddresses");
+            let claim = format!("{new}-claim-0-0");
+            let address = addresses
+                .get(&claim)
+                .await
+                .map_err(|e| format!("read IPAddress {claim}: {e}"))?;
+            let claimed = address.data["spec"]["address"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let snapshot = world.snapshot();
+            let machine = snapshot
+                .machine(&new)
+                .ok_or_else(|| format!("Machine {new} is gone"))?;
+            let machine_ip = machine
+                .status
+                .as_ref()
+                .and_then(|s| s.addresses.iter().find(|a| a.type_ == "InternalIP"))
+                .map(|a| a.address.clone());
+            let node_ip = machine
+                .status
+                .as_ref()
+                .and_then(|s| s.node_ref.as_ref())
+                .and_then(|r| r.name.as_deref())
+                .and_then(|name| snapshot.node(name))
+                .and_then(|node| node.status.as_ref()?.addresses.as_ref()?.iter().find(|a| a.type_ == "InternalIP").map(|a| a.address.clone()));
+            if machine_ip.as_deref() != Some(claimed.as_str()) || node_ip.as_deref() != Some(claimed.as_str()) {
+                return Err(format!(
+                    "Machine {new}: claimed {claimed}, first InternalIP {machine_ip:?}, its Node's {node_ip:?}"
+                ));
+            }
+            Ok((new, claimed))
+        }
+        .await;
+        self.finish(start, outcome)
+    }
+
     /// The autoscaler removes the Node of one Machine of `set` (the second oldest): the Machine is
     /// annotated and deleted (drained first), its VM and Node disappear, the others stay.
     pub async fn autoscaler_scale_down(&mut self, set: &str) -> Result<ScaleDown, ScenarioFailure> {
@@ -366,8 +456,31 @@ impl<'w> Scenario<'w> {
                 self.world.scale(set, 0).await.map_err(|e| e.to_string())?;
             }
             self.wait("no Machine, VM or Node left", everything_gone)
-                .await
-                .map(drop)
+                .await?;
+            // Every claim released with its Machine.
+            let claims = ipam_api(
+                self.world.client(),
+                self.world.namespace(),
+                "v1beta1",
+                "IPAddressClaim",
+                "ipaddressclaims",
+            );
+            let deadline = tokio::time::Instant::now() + self.options.step_timeout;
+            loop {
+                let left: Vec<String> = match claims.list(&ListParams::default()).await {
+                    Ok(list) => list.items.iter().map(ResourceExt::name_any).collect(),
+                    // No IPAM kinds served: no claim.
+                    Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
+                    Err(error) => return Err(format!("list IPAddressClaims: {error}")),
+                };
+                if left.is_empty() {
+                    return Ok(());
+                }
+                if tokio::time::Instant::now() > deadline {
+                    return Err(format!("IPAddressClaims left: {left:?}"));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         }
         .await;
         self.finish(start, outcome)
@@ -444,6 +557,23 @@ impl<'w> Scenario<'w> {
     }
 }
 
+/// The pool of the static-address step.
+pub const STATIC_POOL: &str = "workers";
+
+fn ipam_api(
+    client: &kube::Client,
+    namespace: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(IPAM_GROUP, version, kind),
+        plural,
+    );
+    Api::namespaced_with(client.clone(), namespace, &resource)
+}
+
 /// Plays the whole scenario and reports, whether it held or not.
 pub async fn run(world: &World, options: ScenarioOptions) -> ScenarioReport {
     let windows_replicas = options.windows_image_replicas;
@@ -455,9 +585,10 @@ pub async fn run(world: &World, options: ScenarioOptions) -> ScenarioReport {
             .await?;
         scenario.scale_by_hand(WINDOWS_TEMPLATE_SET, 1).await?;
         scenario.scale_by_hand(LINUX_SET, 1).await?;
+        scenario.static_address(LINUX_SET).await?;
         scenario.autoscaler_scale_down(WINDOWS_IMAGE_SET).await?;
         scenario.everything_to_zero().await?;
-        let expected = usize::try_from(windows_replicas).unwrap_or_default() + 2;
+        let expected = usize::try_from(windows_replicas).unwrap_or_default() + 3;
         scenario.final_checks(expected)
     }
     .await;
