@@ -149,7 +149,7 @@ async fn the_scenario_holds_and_exits_0_with_plain_progress_lines_and_the_closin
                 || l.starts_with("sandbox-worker-")
         })
         .count();
-    assert_eq!(table_rows, 5, "one row per Machine:\n{stdout}");
+    assert_eq!(table_rows, 6, "one row per Machine:\n{stdout}");
     assert!(stdout.contains("Prism calls by endpoint"), "{stdout}");
     // The given work directory keeps the controller's log.
     let log = std::fs::read_to_string(dir.path().join("controller.log")).unwrap();
