@@ -238,31 +238,9 @@ async fn a_vm_deleted_out_of_band_fails_its_machine() {
     }
     // Steady state: Running Machines cost the shared inventory list, not a GET each, and
     // nothing is written when nothing changed (no status patch, no Update event).
-    let writes = |env: &Env| {
-        env.sim
-            .requests()
-            .iter()
-            .filter(|r| r.resource == "machines" && r.verb == "patch" && r.user == "controller")
-            .count()
-    };
+    let writes = |env: &Env| env.controller_machine_patches();
     let updates = |env: &Env| env.event_count("oob-0", "Update");
-    // Settled first: a Machine just written Running may still get its Node's reference and
-    // addresses in the next reconciles, later under load (this test once failed so on a busy
-    // machine). Settled is two quiet seconds; a controller that writes on a timer of its own is
-    // still caught by the 5 s below.
-    let settle_deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let mut quiet_since = (std::time::Instant::now(), writes(&env));
-    while quiet_since.0.elapsed() < Duration::from_secs(2) {
-        assert!(
-            std::time::Instant::now() < settle_deadline,
-            "the Machines' writes never settled"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let now = writes(&env);
-        if now != quiet_since.1 {
-            quiet_since = (std::time::Instant::now(), now);
-        }
-    }
+    env.settled_machine_patches().await;
     let (calls_before, writes_before) = (env.prism_calls(), writes(&env));
     tokio::time::sleep(Duration::from_secs(5)).await;
     let steady = env.prism_calls() - calls_before;

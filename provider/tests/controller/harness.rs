@@ -495,6 +495,38 @@ impl Env {
             .collect()
     }
 
+    /// Machine patches by the controller (status and metadata), answered or refused.
+    pub fn controller_machine_patches(&self) -> usize {
+        self.sim
+            .requests()
+            .iter()
+            .filter(|r| r.resource == "machines" && r.verb == "patch" && r.user == "controller")
+            .count()
+    }
+
+    /// Waits until the controller's Machine patches have been quiet for two seconds and
+    /// returns their count. A Machine just written Running or Configured may still get its
+    /// Node's reference and addresses in the next reconciles, later under load (two tests
+    /// failed so on a busy machine); a controller that writes on a timer of its own is still
+    /// caught by the longer quiet window a test asserts after this.
+    pub async fn settled_machine_patches(&self) -> usize {
+        let deadline = Instant::now() + TIMEOUT;
+        let mut quiet_since = (Instant::now(), self.controller_machine_patches());
+        while quiet_since.0.elapsed() < Duration::from_secs(2) {
+            assert!(
+                Instant::now() < deadline,
+                "the controller's Machine writes never settled: {} so far",
+                quiet_since.1
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = self.controller_machine_patches();
+            if now != quiet_since.1 {
+                quiet_since = (Instant::now(), now);
+            }
+        }
+        quiet_since.1
+    }
+
     /// Prism calls so far, all endpoints.
     pub fn prism_calls(&self) -> u64 {
         self.mock.admin().counters().iter().map(|c| c.count).sum()

@@ -182,14 +182,6 @@ async fn link(env: &Env, name: &str) {
         .unwrap();
 }
 
-fn status_writes(env: &Env) -> usize {
-    env.sim
-        .requests()
-        .iter()
-        .filter(|r| r.resource == "machines" && r.verb == "patch" && r.user == "controller")
-        .count()
-}
-
 #[tokio::test]
 async fn a_windows_join_walks_its_stages_with_an_event_per_transition() {
     let mut env = Env::start().await;
@@ -301,7 +293,7 @@ async fn a_windows_join_walks_its_stages_with_an_event_per_transition() {
     }
 
     // Steady state: no status write, no event; nothing WMCO owns is touched.
-    let writes = status_writes(&env);
+    let writes = env.settled_machine_patches().await;
     let node_writes = env
         .sim
         .requests()
@@ -326,7 +318,11 @@ async fn a_windows_join_walks_its_stages_with_an_event_per_transition() {
         .collect();
     assert_eq!(events, [1, 1], "one event per transition");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(status_writes(&env), writes, "no writes in steady state");
+    assert_eq!(
+        env.controller_machine_patches(),
+        writes,
+        "no writes in steady state"
+    );
     assert_eq!(env.event_count(name, "Configured"), 1);
     let node = env.node(name).unwrap();
     assert_eq!(
