@@ -29,7 +29,10 @@ use crate::plan::doctor::{
     Finding, HealthCheckFacts, MachineSetFacts, PrismReach, Read, Report, SecretShape, Severity,
     SubnetFacts, SubnetUsage, WINDOWS_USER_DATA_SECRET, WMCO_NAMESPACE, examine,
 };
-use crate::plan::machine::ipam::{PoolRef, StaticAddressError, check_nic_count, machine_ip_pools};
+use crate::plan::machine::ipam::{
+    GuestAddressing, PoolRef, StaticAddressError, check_nic_count, guest_addressing_of,
+    machine_ip_pools,
+};
 use crate::plan::vm::EntityRef;
 use crate::plan::vm::resolve::FailureDomain;
 use crate::plan::vm::secret::UserData;
@@ -472,7 +475,8 @@ async fn prism_facts(
     // Subnet UUID → the sets using it.
     let mut subnets: BTreeMap<String, Vec<String>> = BTreeMap::new();
     // (set index, NIC, subnet UUID, pool) of every NIC that takes a static address.
-    let mut static_nics: Vec<(usize, usize, String, PoolRef)> = Vec::new();
+    // (MachineSet index, NIC, subnet UUID, pool, what its guest can do on an unmanaged subnet)
+    let mut static_nics: Vec<(usize, usize, String, PoolRef, GuestAddressing)> = Vec::new();
     let mut subnet_connection = None;
     for (index, (set, fact)) in sets.into_iter().zip(facts.iter_mut()).enumerate() {
         let Some(Ok(config)) = set.provider_config() else {
@@ -560,11 +564,22 @@ async fn prism_facts(
                             "metadata.annotations[{IP_POOL_ANNOTATION}]: {error}"
                         )]),
                         Some(Ok(pools)) => {
+                            let guest = guest_addressing_of(
+                                &machine,
+                                &ParsedSpec::of(&machine),
+                                plan.subnets.len(),
+                            );
                             for (nic, pool) in pools.into_iter().enumerate() {
                                 if let (Some(pool), Some(EntityRef::Uuid(uuid))) =
                                     (pool, plan.subnets.get(nic))
                                 {
-                                    static_nics.push((index, nic, uuid.clone(), pool));
+                                    static_nics.push((
+                                        index,
+                                        nic,
+                                        uuid.clone(),
+                                        pool,
+                                        guest.clone(),
+                                    ));
                                 }
                             }
                             Ok(plan.warnings)
@@ -604,16 +619,20 @@ async fn prism_facts(
             subnet_facts.push(fact);
         }
     }
-    // A static address needs a subnet whose addresses Prism manages: the controller refuses the
-    // Machine otherwise (`plan::machine::ipam::nic_addressing`).
-    for (index, nic, uuid, pool) in static_nics {
+    // A static address needs a subnet whose addresses Prism manages, or a guest that sets it
+    // itself: the controller refuses the Machine otherwise (`plan::machine::ipam::nic_addressing`).
+    for (index, nic, uuid, pool, guest) in static_nics {
         let Some((_, subnet)) = unmanaged.iter().find(|(u, _)| *u == uuid) else {
+            continue;
+        };
+        let GuestAddressing::Unsupported(why) = guest else {
             continue;
         };
         let error = StaticAddressError::UnmanagedSubnet {
             nic,
             subnet: subnet.clone(),
             pool,
+            why,
         }
         .to_string();
         if let Some(fact) = facts.get_mut(index) {

@@ -43,12 +43,15 @@ pub const VTPM_ANNOTATION: &str = "nutanix.machine.openshift.io/vtpm";
 /// The IP pools the Machine's NICs take static addresses from, one entry per NIC in `subnets`
 /// order (`plan::machine::ipam`).
 pub const IP_POOL_ANNOTATION: &str = "nutanix.machine.openshift.io/ip-pool";
+/// The DNS servers a guest that sets its own static address uses (a subnet Prism does not
+/// manage has no DHCP to give them): comma-separated addresses (`plan::machine::ipam`).
+pub const NAMESERVERS_ANNOTATION: &str = "nutanix.machine.openshift.io/nameservers";
 
 /// The prefix of our annotations.
 pub const ANNOTATION_PREFIX: &str = "nutanix.machine.openshift.io/";
 
 /// Every annotation under [`ANNOTATION_PREFIX`] that the provider reads.
-pub const KNOWN_ANNOTATIONS: [&str; 7] = [
+pub const KNOWN_ANNOTATIONS: [&str; 8] = [
     IMAGE_KIND_ANNOTATION,
     GUEST_CUSTOMIZATION_ANNOTATION,
     SYSPREP_TIME_ZONE_ANNOTATION,
@@ -56,6 +59,7 @@ pub const KNOWN_ANNOTATIONS: [&str; 7] = [
     SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION,
     VTPM_ANNOTATION,
     IP_POOL_ANNOTATION,
+    NAMESERVERS_ANNOTATION,
 ];
 
 open_enum! {

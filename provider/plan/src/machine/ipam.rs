@@ -21,7 +21,8 @@
 //!
 //! The bound address goes to Prism as an `ASSIGNED` address of the NIC ([`nic_addressing`]): on a
 //! subnet whose addresses Prism manages (IPAM), AHV's DHCP then hands the guest exactly that
-//! address, so no guest configuration is needed.
+//! address, so no guest configuration is needed. On a subnet Prism does not manage, a Windows
+//! guest with cloud-init sets it itself ([`guest`]); any other Machine is refused, naming why.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -35,6 +36,13 @@ use kube::ResourceExt;
 use crate::api::ipam::{IPAddress, IPAddressClaim, IpAddressClaimSpec};
 use crate::api::{IP_POOL_ANNOTATION, Machine};
 use crate::vm::identity::MachineIdentity;
+
+pub mod guest;
+
+pub use guest::{
+    GuestAddressing, NameserversError, NoGuestAddressing, guest_addressing, guest_addressing_of,
+    machine_nameservers, parse_nameservers,
+};
 
 /// The Machine's condition about its claims (openshift/api `IPAddressClaimedCondition`).
 pub const IP_ADDRESS_CLAIMED: &str = "IPAddressClaimed";
@@ -437,21 +445,25 @@ pub enum NicAddressing {
     /// ASSIGNED in the spec"; nutanix/nutanix.ansible `plugins/module_utils/v3/prism/vms.py` sends
     /// a NIC's `private_ip` the same way). AHV's DHCP answers the guest with it.
     Assigned(IpAddr),
+    /// Set by the guest itself, with its prefix, gateway and DNS servers: the NIC is on a subnet
+    /// Prism does not manage, so Prism is sent no address ([`guest`]).
+    Guest(BoundAddress),
 }
 
 /// Why a bound address cannot be given to its NIC.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum StaticAddressError {
     #[error(
-        "NIC {nic} (subnet {subnet}) takes a static address from pool {pool}, but Prism does not manage the subnet's addresses (no IPAM): static addresses are supported on Prism-managed subnets only"
+        "NIC {nic} (subnet {subnet}) takes a static address from pool {pool}, but Prism does not manage the subnet's addresses (no IPAM), so it cannot assign one, and the guest cannot set it itself: {why}"
     )]
     UnmanagedSubnet {
         nic: usize,
         subnet: String,
         pool: PoolRef,
+        why: NoGuestAddressing,
     },
     #[error(
-        "NIC {nic}: address {ip} from pool {pool} is not IPv4, and Prism assigns IPv4 addresses only (v3 ip_endpoint_list)"
+        "NIC {nic}: address {ip} from pool {pool} is not IPv4, and static addresses are IPv4 only (Prism assigns IPv4 addresses only, v3 ip_endpoint_list)"
     )]
     NotIpv4 {
         nic: usize,
@@ -471,11 +483,13 @@ pub enum StaticAddressError {
 
 /// The addressing of each NIC: `subnets` are the VM's subnets in NIC order with the CIDR Prism
 /// manages for each (`None`: Prism does not manage it), `bound` the claimed addresses in NIC
-/// order. A bound address must lie in its subnet's CIDR: Prism refuses any other.
+/// order, `guest` what the guest can do where Prism does not manage the subnet. A bound address
+/// must lie in its subnet's CIDR: Prism refuses any other.
 pub fn nic_addressing(
     pools: &[Option<PoolRef>],
     subnets: &[(String, Option<IpNet>)],
     bound: &[Option<BoundAddress>],
+    guest: &GuestAddressing,
 ) -> Result<Vec<NicAddressing>, Vec<StaticAddressError>> {
     let mut errors = Vec::new();
     let addressing = subnets
@@ -485,18 +499,27 @@ pub fn nic_addressing(
             let (Some(Some(pool)), Some(Some(address))) = (pools.get(nic), bound.get(nic)) else {
                 return NicAddressing::Dynamic;
             };
-            match cidr {
-                None => errors.push(StaticAddressError::UnmanagedSubnet {
-                    nic,
-                    subnet: subnet.clone(),
-                    pool: pool.clone(),
-                }),
-                Some(_) if !address.ip.is_ipv4() => errors.push(StaticAddressError::NotIpv4 {
+            if !address.ip.is_ipv4() {
+                errors.push(StaticAddressError::NotIpv4 {
                     nic,
                     ip: address.ip,
                     pool: pool.clone(),
-                }),
-                Some(cidr) if !cidr.contains(&address.ip) => {
+                });
+                return NicAddressing::Dynamic;
+            }
+            match (cidr, guest) {
+                (None, GuestAddressing::Windows { .. }) => {
+                    return NicAddressing::Guest(*address);
+                }
+                (None, GuestAddressing::Unsupported(why)) => {
+                    errors.push(StaticAddressError::UnmanagedSubnet {
+                        nic,
+                        subnet: subnet.clone(),
+                        pool: pool.clone(),
+                        why: why.clone(),
+                    });
+                }
+                (Some(cidr), _) if !cidr.contains(&address.ip) => {
                     errors.push(StaticAddressError::OutsideSubnet {
                         nic,
                         ip: address.ip,
@@ -506,7 +529,7 @@ pub fn nic_addressing(
                         cidr: *cidr,
                     });
                 }
-                Some(_) => {}
+                (Some(_), _) => {}
             }
             NicAddressing::Assigned(address.ip)
         })

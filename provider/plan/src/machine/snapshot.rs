@@ -13,7 +13,9 @@ use prism_types::v3::Vm;
 
 use crate::api::{Machine, NutanixMachineProviderStatus};
 use crate::machine::drain::drained_at;
-use crate::machine::ipam::{ClaimReading, IpPoolError, PoolRef, machine_ip_pools};
+use crate::machine::ipam::{
+    ClaimReading, IpPoolError, NameserversError, PoolRef, machine_ip_pools, machine_nameservers,
+};
 use crate::machine::join_report::{applies_to, timed_out_join};
 use crate::machine::lifecycle::{Intervals, MachineState};
 use crate::machine::provision::{CreateCallOutcome, DeployCandidate, classify_create_error};
@@ -90,6 +92,11 @@ pub struct MachineFacts {
     /// The IP pools of its NICs ([`crate::api::IP_POOL_ANNOTATION`]); `None` without the
     /// annotation.
     pub ip_pools: Option<Result<Vec<Option<PoolRef>>, IpPoolError>>,
+    /// Labelled Windows (`machine.openshift.io/os-id`).
+    pub windows: bool,
+    /// The DNS servers of a guest that sets its own static address
+    /// ([`crate::api::NAMESERVERS_ANNOTATION`]); `None` without the annotation.
+    pub nameservers: Option<Result<Vec<std::net::IpAddr>, NameserversError>>,
 }
 
 impl MachineFacts {
@@ -117,6 +124,8 @@ impl MachineFacts {
             join_timed_out: timed_out_join(machine, provider_status),
             windows_join: applies_to(machine),
             ip_pools: machine_ip_pools(machine),
+            windows: machine.is_windows(),
+            nameservers: machine_nameservers(machine),
         }
     }
 }

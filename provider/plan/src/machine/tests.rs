@@ -65,6 +65,10 @@ fn machine_json(source: &str) -> Value {
 }
 
 fn plan_of(machine: &Value) -> Prepared {
+    plan_with_user_data(machine, br#"{"ignition":{"version":"3.2.0"}}"#)
+}
+
+fn plan_with_user_data(machine: &Value, user_data: &[u8]) -> Prepared {
     let resolved: ResolvedReferences = serde_json::from_value(json!({
         "clusters": {CLUSTER: {"uuid": CLUSTER}},
         "images": {"rhcos": {"uuid": "f2a1c0de-0000-4000-8000-000000000001", "sizeBytes": 16u64 << 30}},
@@ -75,7 +79,7 @@ fn plan_of(machine: &Value) -> Prepared {
     }))
     .unwrap();
     let machine: Machine = serde_json::from_value(machine.clone()).unwrap();
-    let user_data = UserData::new(br#"{"ignition":{"version":"3.2.0"}}"#.to_vec());
+    let user_data = UserData::new(user_data.to_vec());
     let plan = plan_vm(
         &machine,
         &ParsedSpec::of(&machine),
@@ -139,6 +143,8 @@ struct World {
     subnet_cidr: Option<ipnet::IpNet>,
     /// The addresses the creates asked Prism to assign.
     assigned: Vec<Value>,
+    /// The cloud-init user data of each create, clone or deploy sent, decoded.
+    user_data: Vec<String>,
     /// The pool's IPAM controller binds a claim before it is next read.
     auto_bind: bool,
     /// Sysprep with a generated password: whether its Secret exists (`None`: no such password).
@@ -185,6 +191,7 @@ impl World {
             pool: VecDeque::new(),
             subnet_cidr: Some("10.0.0.0/24".parse().unwrap()),
             assigned: Vec::new(),
+            user_data: Vec::new(),
             auto_bind: false,
             password_secret: None,
             password_secret_answer: None,
@@ -481,6 +488,16 @@ impl World {
                     .unwrap_or_default();
                 self.assigned
                     .extend(nics.iter().map(|nic| nic["ip_endpoint_list"].clone()));
+                if let Some(encoded) = body
+                    .pointer("/spec/resources/guest_customization/cloud_init/user_data")
+                    .and_then(Value::as_str)
+                {
+                    use base64::Engine as _;
+                    let decoded = base64::engine::general_purpose::STANDARD
+                        .decode(encoded)
+                        .unwrap();
+                    self.user_data.push(String::from_utf8(decoded).unwrap());
+                }
                 // A deploy asks for its addresses per v4 NIC (`ipv4Config`).
                 let deploy_nics = body["overrideVmConfigMap"]
                     .as_object()
@@ -2312,7 +2329,9 @@ fn a_pool_on_an_unmanaged_subnet_or_a_bad_annotation_fails_the_machine_naming_it
         .unwrap()
         .to_owned();
     assert!(
-        message.contains(SUBNET) && message.contains("Prism-managed"),
+        message.contains(SUBNET)
+            && message.contains("no IPAM")
+            && message.contains("only a Windows guest sets its own address"),
         "{message}"
     );
 
@@ -2329,6 +2348,52 @@ fn a_pool_on_an_unmanaged_subnet_or_a_bad_annotation_fails_the_machine_naming_it
         "{message}"
     );
     assert!(world.claims.is_empty());
+}
+
+/// On a subnet Prism does not manage, a Windows Machine with cloud-init gets its claimed address
+/// from its own guest: Prism is sent no address (it would refuse one), the user data runs the
+/// address first, and the same body goes with every attempt.
+#[test]
+fn a_windows_guest_sets_its_claimed_address_on_an_unmanaged_subnet() {
+    const WMCO: &[u8] = b"<powershell>\nWrite-Output wmco\n</powershell>\n";
+    let windows = |nameservers: Option<&str>| {
+        let mut world = World::new("image").with_pool(&["10.0.0.21"]);
+        world.machine["metadata"]["labels"]["machine.openshift.io/os-id"] = json!("Windows");
+        world.machine["spec"]["providerSpec"]["value"]["userDataSecret"] =
+            json!({"name": "windows-user-data"});
+        if let Some(servers) = nameservers {
+            world.machine["metadata"]["annotations"][crate::api::NAMESERVERS_ANNOTATION] =
+                json!(servers);
+        }
+        world.prepared = plan_with_user_data(&world.machine, WMCO);
+        world.subnet_cidr = None;
+        world.auto_bind = true;
+        world
+    };
+    let mut world = windows(Some("10.0.0.2,10.0.0.3"));
+    world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+    assert_eq!(world.vms.len(), 1);
+    assert_eq!(world.assigned, [Value::Null], "no ASSIGNED address sent");
+    let [user_data] = &world.user_data[..] else {
+        panic!("one create: {:?}", world.user_data);
+    };
+    assert!(
+        user_data.starts_with("<powershell>\n# Static address of IPAddressClaim ")
+            && user_data.contains("-IPAddress 10.0.0.21 -PrefixLength 24")
+            && user_data.contains("-ServerAddresses @('10.0.0.2', '10.0.0.3')")
+            && user_data.ends_with(std::str::from_utf8(WMCO).unwrap()),
+        "{user_data}"
+    );
+
+    // Without its DNS servers the guest could not join: refused, naming the annotation.
+    let mut world = windows(None);
+    world.run_until(6, |w| w.phase() == phase::FAILED);
+    assert!(world.vms.is_empty());
+    let message = world.machine["status"]["errorMessage"].as_str().unwrap();
+    assert!(
+        message.contains("nutanix.machine.openshift.io/nameservers"),
+        "{message}"
+    );
 }
 
 /// A claim of the Machine's name that nothing controls (restored without owners, or made ahead

@@ -6,6 +6,7 @@
 pub mod cloud_init;
 pub mod errors;
 pub mod guest;
+pub mod guest_network;
 pub mod identity;
 pub mod request;
 pub mod resolve;

@@ -6,12 +6,14 @@ use std::borrow::Cow;
 use super::draft::{Ask, Draft, MachineFailure, fail};
 use crate::machine::decision::{Change, Event, Next, Read};
 use crate::machine::ipam::{
-    BoundAddress, ClaimsState, IP_ADDRESS_CLAIMED, IP_ADDRESSES_CLAIMED, NicAddressing,
-    WAITING_FOR_IP_ADDRESS, check_nic_count, claim_name, claim_object, claims_state,
-    nic_addressing,
+    BoundAddress, ClaimsState, GuestAddressing, IP_ADDRESS_CLAIMED, IP_ADDRESSES_CLAIMED,
+    NicAddressing, WAITING_FOR_IP_ADDRESS, check_nic_count, claim_name, claim_object, claims_state,
+    guest_addressing, nic_addressing,
 };
 use crate::machine::lifecycle::INVALID_CONFIGURATION;
 use crate::vm::VmPlan;
+use crate::vm::guest::{DEFAULT_CUSTOMIZATION, customization_of};
+use crate::vm::guest_network::{GuestAddress, guest_plan_with_address};
 
 /// Where a create with static addresses stands.
 pub(super) enum Claimed {
@@ -116,7 +118,8 @@ pub(super) fn claimed(d: &mut Draft<'_>) -> Result<Claimed, Ask> {
 }
 
 /// The plan with the claimed addresses on its NICs: each must be an IPv4 address inside the
-/// CIDR of a subnet whose addresses Prism manages (asks to read the subnets first).
+/// CIDR of a subnet whose addresses Prism manages, or, on a subnet Prism does not manage, one a
+/// Windows guest sets itself from its user data (asks to read the subnets first).
 pub(super) fn assign<'p>(
     d: &mut Draft<'_>,
     plan: &'p VmPlan,
@@ -136,27 +139,72 @@ pub(super) fn assign<'p>(
         let uuids = plan.subnets.iter().map(|s| s.id().to_owned()).collect();
         return Err(Ask::Read(Read::Subnets { uuids }));
     };
-    match nic_addressing(pools, subnets, bound) {
-        Ok(addressing) => {
-            let mut plan = plan.clone();
-            plan.assigned_ips = addressing
-                .iter()
-                .map(|nic| match nic {
-                    NicAddressing::Assigned(std::net::IpAddr::V4(ip)) => Some(*ip),
-                    _ => None,
-                })
-                .collect();
-            Ok(Cow::Owned(plan))
-        }
+    let customization = s
+        .machine
+        .spec
+        .config()
+        .map_or(DEFAULT_CUSTOMIZATION, customization_of);
+    let guest = guest_addressing(
+        s.machine.windows,
+        &customization,
+        plan.subnets.len(),
+        s.machine.nameservers.as_ref(),
+    );
+    let addressing = match nic_addressing(pools, subnets, bound, &guest) {
+        Ok(addressing) => addressing,
         Err(errors) => {
             let message = errors
                 .iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join("; ");
-            Err(invalid(d, message))
+            return Err(invalid(d, message));
         }
+    };
+    let mut plan = plan.clone();
+    plan.assigned_ips = addressing
+        .iter()
+        .map(|nic| match nic {
+            NicAddressing::Assigned(std::net::IpAddr::V4(ip)) => Some(*ip),
+            _ => None,
+        })
+        .collect();
+    let guest_set =
+        addressing
+            .iter()
+            .enumerate()
+            .find_map(|(nic, addressing)| match (addressing, &guest) {
+                (
+                    NicAddressing::Guest(BoundAddress {
+                        ip: std::net::IpAddr::V4(ip),
+                        prefix,
+                        gateway,
+                    }),
+                    GuestAddressing::Windows { nameservers },
+                ) => Some(GuestAddress {
+                    claim: claim_name(&s.machine.name, nic),
+                    ip: *ip,
+                    prefix: *prefix,
+                    gateway: *gateway,
+                    nameservers: nameservers.clone(),
+                }),
+                _ => None,
+            });
+    if let Some(address) = guest_set {
+        plan.guest = match guest_plan_with_address(&plan.guest, &address) {
+            Ok(guest) => guest,
+            Err(error) => {
+                return Err(invalid(
+                    d,
+                    format!(
+                        "the static address of IPAddressClaim {} must be set by the guest (Prism does not manage its subnet's addresses), but {error}",
+                        address.claim
+                    ),
+                ));
+            }
+        };
     }
+    Ok(Cow::Owned(plan))
 }
 
 /// Releases the Machine's claims before its finalizer goes (asks once per reconcile); nothing

@@ -347,7 +347,7 @@ fn a_claim_of_another_pool_or_a_bad_address_is_invalid() {
 }
 
 #[test]
-fn a_bound_address_is_assigned_on_a_managed_subnet_only() {
+fn a_bound_address_is_assigned_on_a_managed_subnet_and_set_by_a_windows_guest_elsewhere() {
     let bound = |ip: &str| {
         Some(BoundAddress {
             ip: ip.parse().unwrap(),
@@ -355,37 +355,137 @@ fn a_bound_address_is_assigned_on_a_managed_subnet_only() {
             gateway: None,
         })
     };
+    let linux = GuestAddressing::Unsupported(NoGuestAddressing::Linux);
+    let windows = GuestAddressing::Windows {
+        nameservers: vec!["10.0.0.2".parse().unwrap()],
+    };
     let managed = Some("10.0.0.0/24".parse().unwrap());
     let pools = [Some(pool("workers")), None];
+    for guest in [&linux, &windows] {
+        assert_eq!(
+            nic_addressing(
+                &pools,
+                &[("s-1".into(), managed), ("s-2".into(), None)],
+                &[bound("10.0.0.21"), None],
+                guest,
+            ),
+            Ok(vec![
+                NicAddressing::Assigned("10.0.0.21".parse().unwrap()),
+                NicAddressing::Dynamic
+            ]),
+            "a managed subnet: Prism assigns it, whatever the guest"
+        );
+    }
+    let errors = nic_addressing(
+        &pools,
+        &[("s-1".into(), None)],
+        &[bound("10.0.0.21")],
+        &linux,
+    )
+    .unwrap_err();
+    assert!(matches!(
+        errors[..],
+        [StaticAddressError::UnmanagedSubnet {
+            nic: 0,
+            why: NoGuestAddressing::Linux,
+            ..
+        }]
+    ));
+    assert!(errors[0].to_string().contains("subnet s-1"));
     assert_eq!(
         nic_addressing(
             &pools,
-            &[("s-1".into(), managed), ("s-2".into(), None)],
-            &[bound("10.0.0.21"), None]
+            &[("s-1".into(), None)],
+            &[bound("10.0.0.21")],
+            &windows
         ),
-        Ok(vec![
-            NicAddressing::Assigned("10.0.0.21".parse().unwrap()),
-            NicAddressing::Dynamic
-        ])
+        Ok(vec![NicAddressing::Guest(bound("10.0.0.21").unwrap())]),
+        "an unmanaged subnet: the Windows guest sets it, Prism is sent nothing"
     );
-    let errors =
-        nic_addressing(&pools, &[("s-1".into(), None)], &[bound("10.0.0.21")]).unwrap_err();
-    assert!(matches!(
-        errors[..],
-        [StaticAddressError::UnmanagedSubnet { nic: 0, .. }]
-    ));
-    assert!(errors[0].to_string().contains("subnet s-1"));
-    let errors =
-        nic_addressing(&pools, &[("s-1".into(), managed)], &[bound("10.9.0.21")]).unwrap_err();
+    let errors = nic_addressing(
+        &pools,
+        &[("s-1".into(), managed)],
+        &[bound("10.9.0.21")],
+        &windows,
+    )
+    .unwrap_err();
     assert!(matches!(
         errors[..],
         [StaticAddressError::OutsideSubnet { .. }]
     ));
-    let errors = nic_addressing(
-        &pools,
-        &[("s-1".into(), Some("fd00::/64".parse().unwrap()))],
-        &[bound("fd00::5")],
-    )
-    .unwrap_err();
-    assert!(matches!(errors[..], [StaticAddressError::NotIpv4 { .. }]));
+    for (cidr, guest) in [
+        (Some("fd00::/64".parse().unwrap()), &linux),
+        (None, &windows),
+    ] {
+        let errors = nic_addressing(&pools, &[("s-1".into(), cidr)], &[bound("fd00::5")], guest)
+            .unwrap_err();
+        assert!(matches!(errors[..], [StaticAddressError::NotIpv4 { .. }]));
+    }
+}
+
+#[test]
+fn only_a_windows_cloud_init_machine_with_one_nic_and_nameservers_sets_its_own_address() {
+    use crate::api::GuestCustomizationType::{CloudInit, Sysprep};
+    let servers = Ok(vec![
+        "10.0.0.2".parse().unwrap(),
+        "10.0.0.3".parse().unwrap(),
+    ]);
+    assert_eq!(
+        guest_addressing(true, &CloudInit, 1, Some(&servers)),
+        GuestAddressing::Windows {
+            nameservers: servers.clone().unwrap()
+        }
+    );
+    let why = |windows, customization, nics, nameservers| match guest_addressing(
+        windows,
+        customization,
+        nics,
+        nameservers,
+    ) {
+        GuestAddressing::Unsupported(why) => why,
+        GuestAddressing::Windows { .. } => panic!("supported"),
+    };
+    assert_eq!(
+        why(false, &CloudInit, 1, Some(&servers)),
+        NoGuestAddressing::Linux
+    );
+    assert_eq!(
+        why(true, &Sysprep, 1, Some(&servers)),
+        NoGuestAddressing::Sysprep
+    );
+    assert_eq!(
+        why(true, &CloudInit, 2, Some(&servers)),
+        NoGuestAddressing::SeveralNics { nics: 2 }
+    );
+    assert_eq!(
+        why(true, &CloudInit, 1, None),
+        NoGuestAddressing::NoNameservers
+    );
+    let bad = parse_nameservers("10.0.0.2, dns.example.com");
+    assert!(matches!(
+        why(true, &CloudInit, 1, Some(&bad)),
+        NoGuestAddressing::Nameservers(NameserversError::NotAnAddress { index: 1, .. })
+    ));
+    assert!(
+        why(true, &CloudInit, 1, Some(&bad))
+            .to_string()
+            .contains("nutanix.machine.openshift.io/nameservers")
+    );
+}
+
+#[test]
+fn nameservers_are_comma_separated_addresses_in_order() {
+    assert_eq!(
+        parse_nameservers(" 10.0.0.3,10.0.0.2 , fd00::53"),
+        Ok(vec![
+            "10.0.0.3".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            "fd00::53".parse().unwrap()
+        ])
+    );
+    assert_eq!(parse_nameservers(" , "), Err(NameserversError::Empty));
+    assert!(matches!(
+        parse_nameservers("10.0.0.300"),
+        Err(NameserversError::NotAnAddress { index: 0, .. })
+    ));
 }

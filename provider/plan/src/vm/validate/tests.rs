@@ -1713,7 +1713,7 @@ fn unknown_fields_and_annotations_of_ours_are_warned_about() {
         plan.warnings,
         [
             "providerSpec.vcpuSocket is not a field of NutanixMachineProviderConfig: it is ignored (check its spelling)",
-            "annotation \"nutanix.machine.openshift.io/image-knd\" is not one the provider reads (nutanix.machine.openshift.io/image-kind, nutanix.machine.openshift.io/guest-customization, nutanix.machine.openshift.io/sysprep-time-zone, nutanix.machine.openshift.io/sysprep-admin-password-secret, nutanix.machine.openshift.io/system-disk-storage-container, nutanix.machine.openshift.io/vtpm, nutanix.machine.openshift.io/ip-pool): it is ignored (check its spelling)",
+            "annotation \"nutanix.machine.openshift.io/image-knd\" is not one the provider reads (nutanix.machine.openshift.io/image-kind, nutanix.machine.openshift.io/guest-customization, nutanix.machine.openshift.io/sysprep-time-zone, nutanix.machine.openshift.io/sysprep-admin-password-secret, nutanix.machine.openshift.io/system-disk-storage-container, nutanix.machine.openshift.io/vtpm, nutanix.machine.openshift.io/ip-pool, nutanix.machine.openshift.io/nameservers): it is ignored (check its spelling)",
         ]
     );
     assert!(Case::windows().plan().unwrap().warnings.is_empty());
