@@ -253,7 +253,8 @@ impl Admin {
     /// Hands every free address of the named subnet's IP pool to holders outside the store
     /// (other tenants' VMs, which take pool addresses as the cluster's do: a real subnet's
     /// `ip_usage_stats` counts them, prism-go-client `v3/mocks/TestOperations_GetSubnet.yaml`),
-    /// so that the pool is exhausted: how many were taken, `None` for an unknown subnet.
+    /// so that the pool is exhausted: how many were taken, `None` for an unknown subnet or one Prism does not
+    /// manage (no pool).
     pub fn take_free_pool_addresses(&self, subnet_name: &str) -> Option<usize> {
         let mut store = self.app.lock();
         let uuid = store.subnets.uuid_by_name(subnet_name)?;

@@ -323,10 +323,12 @@ impl Store {
             phase: AddressPhase::Real,
             // Shown by Windows guests only.
             apipa: 0,
+            static_ipv4: None,
             overlay: None,
             nics: vec![NicRuntime {
                 uuid: nic_uuid,
                 subnet_uuid: placement.subnet_uuid.clone(),
+                managed: self.is_managed_subnet(&placement.subnet_uuid),
                 ip: None,
                 assigned: false,
             }],

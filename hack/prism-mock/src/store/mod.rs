@@ -4,13 +4,16 @@
 //! priority queue, and every request first calls [`Store::advance`] to apply what is due. Nothing runs in the
 //! background, so the order of effects is deterministic for a given order of requests.
 
+pub(crate) mod clusters;
 pub(crate) mod entities;
 pub(crate) mod foreign;
 pub(crate) mod list;
 pub(crate) mod net;
 pub(crate) mod record;
 pub(crate) mod refusal;
+pub(crate) mod reservations;
 pub(crate) mod schema;
+pub(crate) mod subnets;
 pub(crate) mod tasks;
 pub(crate) mod templates;
 pub(crate) mod v4_shape;

@@ -28,6 +28,10 @@ pub(crate) enum AddressPhase {
 pub(crate) struct NicRuntime {
     pub(crate) uuid: String,
     pub(crate) subnet_uuid: String,
+    /// Prism manages the subnet's addresses (IPAM): AHV's DHCP gives the guest `ip`. Otherwise Prism hands out
+    /// nothing and only learns what the guest sets itself (see [`Vm::reported_addresses`]).
+    pub(crate) managed: bool,
+    /// The pool or ASSIGNED address of a NIC on a managed subnet.
     pub(crate) ip: Option<u32>,
     pub(crate) assigned: bool,
 }
@@ -70,8 +74,12 @@ pub(crate) struct Vm {
     pub(crate) powered_on: bool,
     pub(crate) boot_gen: u64,
     pub(crate) phase: AddressPhase,
-    /// The link-local address a Windows guest reports first under the APIPA misbehaviour (drawn at create).
+    /// The link-local address a Windows guest reports first under the APIPA misbehaviour (drawn at create),
+    /// and keeps on a first NIC that no DHCP serves.
     pub(crate) apipa: u32,
+    /// The IPv4 address a Windows guest's cloudbase-init user data sets with `New-NetIPAddress` (see
+    /// `vm::cloudbase`); only Windows guests have one.
+    pub(crate) static_ipv4: Option<u32>,
     pub(crate) overlay: Option<u32>,
     pub(crate) nics: Vec<NicRuntime>,
     pub(crate) gpus: Vec<(String, usize)>,
@@ -124,7 +132,8 @@ impl Vm {
         if self.powered_on { "ON" } else { "OFF" }
     }
 
-    /// The addresses the guest reports now, per NIC, as (ip, type).
+    /// The addresses the guest reports now, per NIC, as (ip, type). On a subnet Prism manages, the address its
+    /// DHCP hands out; on one it does not, what the guest sets itself (see [`Vm::self_configured`]).
     pub(crate) fn reported_addresses(&self) -> Vec<Vec<(String, &'static str)>> {
         self.nics
             .iter()
@@ -139,11 +148,15 @@ impl Vm {
                         }
                     }
                     AddressPhase::Real | AddressPhase::Overlay => {
-                        if let Some(ip) = nic.ip {
-                            list.push((
-                                Ipv4Addr::from(ip).to_string(),
-                                if nic.assigned { "ASSIGNED" } else { "LEARNED" },
-                            ));
+                        if nic.managed {
+                            if let Some(ip) = nic.ip {
+                                list.push((
+                                    Ipv4Addr::from(ip).to_string(),
+                                    if nic.assigned { "ASSIGNED" } else { "LEARNED" },
+                                ));
+                            }
+                        } else if let Some(ip) = self.self_configured(index) {
+                            list.push((Ipv4Addr::from(ip).to_string(), "LEARNED"));
                         }
                         if let (AddressPhase::Overlay, 0, Some(ip)) =
                             (self.phase, index, self.overlay)
@@ -155,6 +168,41 @@ impl Vm {
                 list
             })
             .collect()
+    }
+
+    /// What the guest puts on its NIC `index` of a subnet Prism does not manage, where no DHCP answers: Prism
+    /// learns guest addresses on networks it does not manage (nutanix/terraform-provider-nutanix#871: a Windows
+    /// VM served by an external Windows DHCP server shows its addresses in `learned_ip_addresses`, APIPA
+    /// first), so the address is `LEARNED`.
+    ///
+    /// - A Linux guest reports nothing: NetworkManager (RHCOS's) adds a 169.254 address only when asked
+    ///   (libnm `NMSettingIP4Config` `ipv4.link-local`, whose "auto" follows `ipv4.method`: DHCP's `auto` gets
+    ///   none).
+    /// - A Windows guest gives itself a 169.254.x.y address (APIPA) when no DHCP server answers, and Prism
+    ///   reports it: Windows VMs on subnets without DHCP show only their 169.254 address
+    ///   (nutanix-cloud-native/packer-plugin-nutanix#228 and #249, "Found IP for virtual machine:
+    ///   169.254.66.226"). Each NIC has its own; the first NIC's is the one of the APIPA misbehaviour.
+    /// - Unless its cloudbase-init user data sets a static address with `New-NetIPAddress` on the VM's one
+    ///   adapter (`vm::cloudbase`): with exactly one NIC the guest has that address once booted. The script
+    ///   selects the one physical adapter and throws when there is not exactly one, so a VM with more NICs
+    ///   keeps its APIPA addresses.
+    fn self_configured(&self, index: usize) -> Option<u32> {
+        if self.os != GuestOs::Windows {
+            return None;
+        }
+        match self.static_ipv4 {
+            Some(ip) if self.nics.len() == 1 => Some(ip),
+            _ => Some(self.apipa_of(index)),
+        }
+    }
+
+    /// The APIPA address of NIC `index`: the VM's drawn one moved by the index in its last octet (kept in
+    /// 1..=254: RFC 3927 picks from 169.254.1.0-169.254.254.255).
+    fn apipa_of(&self, index: usize) -> u32 {
+        let [a, b, c, d] = self.apipa.to_be_bytes();
+        let step = u8::try_from(index % 254).unwrap_or(0);
+        let moved = (u16::from(d.saturating_sub(1)) + u16::from(step)) % 254 + 1;
+        u32::from_be_bytes([a, b, c, u8::try_from(moved).unwrap_or(1)])
     }
 }
 

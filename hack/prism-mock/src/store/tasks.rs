@@ -67,7 +67,8 @@ pub(crate) enum FailCause {
     PowerOn,
     /// AHV refuses an argument of the VM: the task itself fails with `VMM-30102` / `VM_INVALID_ARGUMENT`
     /// (nutanix/nutanix.ansible#876: a Secure Boot VM with cloud-init, whose CD-ROM is IDE, ends in a FAILED
-    /// task whose `errorMessages` carry that code, group and message, placeholders unrendered).
+    /// task whose `errorMessages` carry that code, group and message, placeholders unrendered). Also the
+    /// refusal of an ASSIGNED address on an unmanaged subnet, with Prism's own message (`vm::nics`).
     InvalidArgument,
 }
 

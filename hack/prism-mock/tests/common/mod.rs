@@ -2,6 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // test helpers; not every test file uses all
 
 pub mod python;
+pub mod unmanaged;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,7 +7,7 @@ use std::time::Instant;
 use rand::Rng;
 use serde_json::{Value, json};
 
-use super::{Details, KIND, Prepared};
+use super::{Details, KIND, Prepared, cloudbase};
 use crate::behaviour::DeployTaskShape;
 use crate::seed::{GuestOs, SeedError, VmSeed};
 use crate::store::Store;
@@ -75,6 +75,7 @@ impl Store {
             boot_gen: 0,
             phase: AddressPhase::None,
             apipa: u32::from(apipa),
+            static_ipv4: cloudbase::guest_static_ipv4(os, prepared.guest.as_ref()),
             overlay: None,
             nics,
             gpus: prepared.gpus,
@@ -148,6 +149,9 @@ impl Store {
         let mut uuids = Vec::new();
         let mut fail = fail;
         for (uuid, p) in prepared {
+            fail = fail.or_else(|| {
+                self.unmanaged_assignment(&p.inner.nics, format!("Failed to create VM {uuid}"))
+            });
             let exhausted = self.commit_new_vm(&uuid, p.inner, p.os, p.now);
             fail = fail.or(exhausted);
             uuids.push(uuid);

@@ -1,8 +1,11 @@
 //! VMs: every request on one (what the store keeps of a VM is `store::record`). A VM body is validated as real Prism
 //! rejects requests and filled with server defaults (`prepare`, with `disks`, `nics`, `gpus` and `guest`),
-//! committed to the store (`commit`), created, updated, deleted and cloned through v3 (`requests`), changed as
-//! its tasks end and its guest boots (`lifecycle`), and rendered in the v3 shapes (`render`).
+//! committed to the store (`commit`), created, updated and deleted through v3 (`requests`), cloned (`clone`),
+//! changed as its tasks end and its guest boots (`lifecycle`; what a Windows guest's user data does to its
+//! address in `cloudbase`), and rendered in the v3 shapes (`render`).
 
+mod clone;
+mod cloudbase;
 mod commit;
 mod disks;
 mod gpus;

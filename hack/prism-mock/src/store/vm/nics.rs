@@ -11,6 +11,11 @@ use super::{Details, NicPlan, detail};
 use crate::store::Store;
 use crate::store::entities::reference;
 use crate::store::record::{NicRuntime, Vm};
+use crate::store::tasks::{FailCause, FailOutcome, FailPlan};
+
+/// Prism Central's message for an ASSIGNED address on a subnet it does not manage (see
+/// [`Store::unmanaged_assignment`]).
+const UNMANAGED_ASSIGNMENT: &str = "Cannot assign IP address on an unmanaged network";
 
 fn mac_from(rng: &mut rand::rngs::StdRng) -> String {
     let bytes: [u8; 3] = rng.random();
@@ -160,6 +165,8 @@ impl Store {
                                 format!("{} is already in use", Ipv4Addr::from(ip)),
                             )
                         }
+                        // On a subnet Prism does not manage, the request is accepted and its task
+                        // fails (`unmanaged_assignment`).
                         _ => requested_ip = Some(ip),
                     }
                 }
@@ -210,6 +217,7 @@ impl Store {
                 nics.push(kept.clone());
                 continue;
             }
+            let managed = self.is_managed_subnet(&plan.subnet_uuid);
             let pool = self.pools.get_mut(&plan.subnet_uuid);
             let ip = match (pool, plan.requested_ip) {
                 (Some(pool), Some(ip)) => {
@@ -228,16 +236,40 @@ impl Store {
                     }
                     ip
                 }
+                // No IPAM: Prism hands out no address (and refuses an ASSIGNED one, see
+                // `unmanaged_assignment`); the guest may set one itself (`Vm::reported_addresses`).
                 (None, _) => None,
             };
             nics.push(NicRuntime {
                 uuid: plan.uuid.clone(),
                 subnet_uuid: plan.subnet_uuid.clone(),
+                managed,
                 ip,
                 assigned: plan.requested_ip.is_some(),
             });
         }
         nics
+    }
+
+    /// Prism's refusal of an ASSIGNED address on a subnet it does not manage: "Cannot assign IP address on an
+    /// unmanaged network", from Prism Central itself (nutanix/terraform-provider-nutanix#1167, on a create from
+    /// a clone; nutanix/nutanix.ansible#593, on a `PUT` since pc.2024.2.0.3). Both show the request accepted and
+    /// its task failed: #1167's text is terraform-provider-nutanix's `taskStateRefreshFunc` reporting a FAILED
+    /// task's `error_detail`, "Failed to clone <source>: Failed to create VM <uuid>: (15, Cannot assign IP
+    /// address on an unmanaged network)", and #593's `PUT` was answered with the usual accepted body
+    /// (`metadata`, `spec`, …). So the mock fails the task
+    /// with that `error_detail` (`what` is its "Failed to …" head; the update's wording is the mock's, after
+    /// #1167's) and removes a new VM as a failed create does. The reports show no error code: the task carries
+    /// the code and group of AHV's other refusal of a VM's argument, VMM-30102 / `VM_INVALID_ARGUMENT`
+    /// (`FailCause::InvalidArgument`). No network is checked first: Prism knows none for such a subnet.
+    pub(super) fn unmanaged_assignment(&self, nics: &[NicPlan], what: String) -> Option<FailPlan> {
+        nics.iter()
+            .any(|nic| nic.requested_ip.is_some() && !self.is_managed_subnet(&nic.subnet_uuid))
+            .then(|| FailPlan {
+                error: format!("{what}: (15, {UNMANAGED_ASSIGNMENT})"),
+                outcome: FailOutcome::RemoveVm,
+                cause: FailCause::InvalidArgument,
+            })
     }
 
     pub(super) fn release_nics(&mut self, nics: &[NicRuntime]) {

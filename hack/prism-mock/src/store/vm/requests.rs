@@ -1,12 +1,11 @@
-//! The v3 writes on VMs: create, update (with its concurrency token), delete and clone, and their 202
-//! answers.
+//! The v3 writes on VMs: create, update (with its concurrency token) and delete, and their 202 answers
+//! (clone in `clone`).
 
-use std::borrow::Cow;
 use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::{Details, KIND, Prepared, detail};
+use super::{KIND, Prepared};
 use crate::seed::GuestOs;
 use crate::store::record::Vm;
 use crate::store::refusal::Refusal;
@@ -62,7 +61,7 @@ fn check_version_token(metadata: &Value, existing: &Vm) -> Result<(), Refusal> {
 }
 
 /// A 422 when the schema check found anything.
-fn refuse_by_schema(details: schema::Details) -> Result<(), Refusal> {
+pub(super) fn refuse_by_schema(details: schema::Details) -> Result<(), Refusal> {
     if details.is_empty() {
         Ok(())
     } else {
@@ -72,7 +71,11 @@ fn refuse_by_schema(details: schema::Details) -> Result<(), Refusal> {
 
 impl Store {
     /// Checks `metadata.uuid` of a create or clone: reserved and unused → Ok(uuid); none given → a new UUID.
-    fn uuid_for_new_vm(&mut self, metadata: &Value, now: Instant) -> Result<String, Refusal> {
+    pub(super) fn uuid_for_new_vm(
+        &mut self,
+        metadata: &Value,
+        now: Instant,
+    ) -> Result<String, Refusal> {
         match metadata.get("uuid").and_then(Value::as_str) {
             None => Ok(self.new_uuid()),
             Some(uuid) => {
@@ -111,12 +114,16 @@ impl Store {
         let prepared = self
             .prepare_vm(&spec_in, &metadata, None)
             .map_err(|d| Refusal::invalid(KIND, d))?;
-        let fail = fail.or_else(|| secure_boot_cdrom_refusal(&prepared.spec));
+        let fail = fail
+            .or_else(|| secure_boot_cdrom_refusal(&prepared.spec))
+            .or_else(|| {
+                self.unmanaged_assignment(&prepared.nics, format!("Failed to create VM {uuid}"))
+            });
         let task_uuid = self.start_create(now, &uuid, prepared, None, "kVmCreate", fail);
         Ok(self.pending_response(&uuid, &metadata, &spec_in, &task_uuid, 0))
     }
 
-    fn start_create(
+    pub(super) fn start_create(
         &mut self,
         now: Instant,
         uuid: &str,
@@ -217,6 +224,9 @@ impl Store {
         let prepared = self
             .prepare_vm(&spec_in, &metadata, Some(&existing))
             .map_err(|d| Refusal::invalid(KIND, d))?;
+        let fail = fail.or_else(|| {
+            self.unmanaged_assignment(&prepared.nics, format!("Failed to update VM {uuid}"))
+        });
         let mut exhausted = None;
         let nics = self.allocate_nics(&prepared.nics, &mut exhausted);
         let fail = fail.or(exhausted.map(|subnet| {
@@ -294,116 +304,5 @@ impl Store {
             "spec": "",
             "status": {"state": "DELETE_PENDING", "execution_context": {"task_uuid": task}},
         }))
-    }
-
-    /// `POST /vms/{uuid}/clone`: disks come from the source; name, CPU, memory, NICs, boot config and guest
-    /// customization may be overridden. The clone is powered off (mock choice: power it on with a PUT).
-    pub(crate) fn clone_vm(
-        &mut self,
-        now: Instant,
-        source_uuid: &str,
-        body: &Value,
-        fail: Option<FailPlan>,
-    ) -> Result<Value, Refusal> {
-        refuse_by_schema(schema::check_clone_input(body))?;
-        let source = self
-            .vm_or_foreign(source_uuid)
-            .map(Cow::into_owned)
-            .ok_or_else(|| Refusal::not_found(KIND, format!("VM {source_uuid} was not found")))?;
-        let metadata = body.get("metadata").cloned().unwrap_or_else(|| json!({}));
-        let overrides = body
-            .get("override_spec")
-            .cloned()
-            .unwrap_or_else(|| json!({}));
-        if self.clone_behaviour.concurrent_clones_conflict
-            && self.clone_sources.iter().any(|(task, from)| {
-                from == source_uuid && self.tasks.get(task).is_some_and(|t| !t.status.ended())
-            })
-        {
-            return Err(Refusal::conflict(
-                KIND,
-                "CONCURRENT_REQUESTS_NOT_ALLOWED",
-                format!("VM {source_uuid} is the source of a clone in progress"),
-            ));
-        }
-        let requested = self.uuid_for_new_vm(&metadata, now)?;
-        let uuid = if self.clone_behaviour.ignores_requested_uuid
-            && metadata.get("uuid").is_some_and(Value::is_string)
-        {
-            self.new_uuid()
-        } else {
-            requested
-        };
-        // The clone input has no cluster reference (`vm_clone_override_spec` in the v3 swagger): the clone lands
-        // on the source VM's cluster, whatever else the body carries.
-        let mut spec = source.spec.clone();
-        let mut details = Details::new();
-        if let Some(obj) = spec.as_object_mut() {
-            if let Some(name) = overrides.get("name") {
-                obj.insert("name".to_owned(), name.clone());
-            }
-            if let Some(res) = obj.get_mut("resources").and_then(Value::as_object_mut) {
-                for key in [
-                    "num_sockets",
-                    "num_vcpus_per_socket",
-                    "num_threads_per_core",
-                    "memory_size_mib",
-                    "boot_config",
-                    "guest_customization",
-                ] {
-                    if let Some(v) = overrides.get(key) {
-                        res.insert(key.to_owned(), v.clone());
-                    } else if key == "guest_customization" {
-                        res.remove(key);
-                    }
-                }
-                res.insert("power_state".to_owned(), json!("OFF"));
-                res.remove("gpu_list");
-                if let Some(Value::Array(disks)) = res.get_mut("disk_list") {
-                    for disk in disks.iter_mut().filter_map(Value::as_object_mut) {
-                        disk.remove("uuid");
-                    }
-                }
-                let nics = match overrides.get("nic_list") {
-                    Some(list) => list.clone(),
-                    None => {
-                        let mut list = res.get("nic_list").cloned().unwrap_or_else(|| json!([]));
-                        for nic in list
-                            .as_array_mut()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(Value::as_object_mut)
-                        {
-                            nic.remove("uuid");
-                            nic.remove("mac_address");
-                            nic.remove("ip_endpoint_list");
-                        }
-                        list
-                    }
-                };
-                res.insert("nic_list".to_owned(), nics);
-            }
-        }
-        if source.deleting.is_some() {
-            detail(&mut details, "uuid", "the source VM is being deleted");
-        }
-        let clone_meta = json!({
-            "kind": KIND,
-            "categories": source.meta.categories,
-            "project_reference": source.meta.project,
-        });
-        let prepared = match self.prepare_vm(&spec, &clone_meta, None) {
-            Ok(p) if details.is_empty() => p,
-            Ok(_) => return Err(Refusal::invalid(KIND, details)),
-            Err(mut d) => {
-                d.append(&mut details);
-                return Err(Refusal::invalid(KIND, d));
-            }
-        };
-        let fail = fail.or_else(|| secure_boot_cdrom_refusal(&prepared.spec));
-        let task = self.start_create(now, &uuid, prepared, Some(source.os), "kVmClone", fail);
-        self.clone_sources
-            .insert(task.clone(), source_uuid.to_owned());
-        Ok(json!({"task_uuid": task}))
     }
 }
