@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
-use nutanix_machine_controller::api::{IP_POOL_ANNOTATION, Machine};
+use nutanix_machine_controller::api::{IP_POOL_ANNOTATION, Machine, NAMESERVERS_ANNOTATION};
 use sandbox::manifests::{LINUX_SET, WINDOWS_IMAGE_SET, WINDOWS_TEMPLATE_SET};
 use sandbox::world::{ControlPlaneChoice, Snapshot, World, provider_condition};
 use serde_json::json;
@@ -20,6 +20,8 @@ const POOL: &str = "workers";
 /// 10.40.0.20 to 10.40.0.38: 19 addresses of vm-network, outside prism-mock's DHCP range.
 const FIRST_RANGE: &str = "10.40.0.20-10.40.0.38";
 const PER_SET: i32 = 10;
+/// A subnet whose addresses Prism does not manage (10.50.0.0/24), added to prism-mock's seed.
+const UNMANAGED_SUBNET: &str = "external-network";
 
 fn api(world: &World, version: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk_with_plural(
@@ -200,6 +202,96 @@ async fn template_machines_take_their_claimed_addresses() {
     let machines = machines_of_sets(&snapshot, &[WINDOWS_TEMPLATE_SET]);
     assert_eq!(machines.len(), 2);
     assert_claimed_addresses_of(&snapshot, machines, &bound_addresses(&world).await);
+    world.shutdown().await;
+}
+
+/// On a subnet Prism does not manage, a Windows Machine with cloud-init sets its claimed address
+/// itself: the provider sends Prism no address (it would refuse one) and puts a `<powershell>`
+/// block ahead of WMCO's; prism-mock's Windows guest applies it and Prism reports it `LEARNED`.
+/// Its Machine and Node show the claimed address, and a Linux Machine on that subnet fails,
+/// naming why, with no VM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_windows_guest_sets_its_claimed_address_on_an_unmanaged_subnet() {
+    let mut options = options("static-unmanaged");
+    options.mock_seed.subnets.push(prism_mock::SubnetSeed {
+        name: UNMANAGED_SUBNET.into(),
+        uuid: None,
+        cluster: "pe-1".into(),
+        vlan_id: 50,
+        managed: false,
+        cidr: "10.50.0.0/24".into(),
+        gateway: None,
+        pool_start: None,
+        pool_end: None,
+    });
+    let world = start(options).await;
+    let pools = api(&world, "v1alpha2", "InClusterIPPool", "inclusterippools");
+    create(
+        &pools,
+        json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+            "metadata": {"name": "external", "namespace": world.namespace()},
+            "spec": {"addresses": ["10.50.0.20-10.50.0.29"], "prefix": 24, "gateway": "10.50.0.1"},
+        }),
+    )
+    .await;
+    let sets: Api<nutanix_machine_controller::api::MachineSet> =
+        Api::namespaced(world.client().clone(), world.namespace());
+    for set in [WINDOWS_IMAGE_SET, LINUX_SET] {
+        sets.patch(
+            set,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {
+                "metadata": {"annotations": {
+                    IP_POOL_ANNOTATION: "ipam.cluster.x-k8s.io/InClusterIPPool/external",
+                    NAMESERVERS_ANNOTATION: "10.50.0.2,10.50.0.3",
+                }},
+                "spec": {"providerSpec": {"value": {
+                    "subnets": [{"type": "name", "name": UNMANAGED_SUBNET}]
+                }}},
+            }}})),
+        )
+        .await
+        .unwrap();
+        world.scale(set, 1).await.unwrap();
+    }
+    let snapshot = world
+        .wait_until("the Windows Machine joined", TIMEOUT * 2, |s| {
+            s.set_joined(WINDOWS_IMAGE_SET, 1)
+        })
+        .await
+        .unwrap();
+    let machines = machines_of_sets(&snapshot, &[WINDOWS_IMAGE_SET]);
+    assert_claimed_addresses_of(&snapshot, machines, &bound_addresses(&world).await);
+
+    let snapshot = world
+        .wait_until("the Linux Machine failed", TIMEOUT, |s| {
+            machines_of_sets(s, &[LINUX_SET])
+                .iter()
+                .any(|m| m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"))
+        })
+        .await
+        .unwrap();
+    let linux = machines_of_sets(&snapshot, &[LINUX_SET]);
+    let message = linux[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.error_message.as_deref())
+        .unwrap_or_default();
+    assert!(
+        message.contains("only a Windows guest sets its own address"),
+        "{message}"
+    );
+    let linux_name = linux[0].name_any();
+    assert!(
+        !world
+            .mock()
+            .admin()
+            .vms()
+            .iter()
+            .any(|vm| vm.name == linux_name),
+        "no VM for the refused Machine"
+    );
     world.shutdown().await;
 }
 
