@@ -52,6 +52,9 @@ pub struct ResourceDef {
     pub custom: bool,
     /// `metadata.generation` is set and bumped when anything but metadata and status changes.
     pub spec_generation: bool,
+    /// A PUT of a missing object creates it (the strategy's `AllowCreateOnUpdate`), unless its
+    /// body carries a UID, whose precondition then fails with a 409.
+    pub create_on_update: bool,
     /// The storage version's `openAPIV3Schema` (custom resources): writes are pruned and defaulted by it.
     pub schema: Option<Value>,
 }
@@ -412,6 +415,9 @@ pub fn builtin_resources() -> Vec<Arc<ResourceDef>> {
                 columns: builtin_columns(b.group, b.plural),
                 custom: false,
                 schema: None,
+                // kubernetes v1.34.2 `pkg/registry/{coordination/lease,core/event,core/service}/
+                // strategy.go`: `AllowCreateOnUpdate` is true for these of kube-sim's built-ins.
+                create_on_update: matches!(b.plural, "leases" | "events" | "services"),
                 spec_generation: !matches!(
                     b.plural,
                     "namespaces"
@@ -560,6 +566,8 @@ pub fn resource_from_crd(crd: &Value) -> Result<ResourceDef, CrdError> {
         columns,
         custom: true,
         spec_generation: true,
+        // `customresource` strategy: `AllowCreateOnUpdate` is false.
+        create_on_update: false,
         schema: storage.pointer("/schema/openAPIV3Schema").cloned(),
     })
 }

@@ -414,6 +414,68 @@ async fn patch_types_and_finalizers() {
     sim.shutdown().await;
 }
 
+/// A PUT of a missing Lease (a kind whose strategy allows create on update) creates it, unless
+/// it carries the UID of the one that was deleted: then its precondition fails with a 409, as the
+/// real kube-apiserver answered a kubelet renewing the Lease the garbage collector had just
+/// deleted. A missing ConfigMap (no create on update) is a 404.
+#[tokio::test]
+async fn a_put_creates_a_missing_lease_unless_it_names_the_deleted_ones_uid() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let (_sim, client) = start(Config::default()).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "node-a", "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 40},
+    }))
+    .unwrap();
+    let written = leases.create(&PostParams::default(), &lease).await.unwrap();
+    leases
+        .delete("node-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    let error = leases
+        .replace("node-a", &PostParams::default(), &written)
+        .await
+        .unwrap_err();
+    match error {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 409, "{status:?}");
+            assert!(
+                status
+                    .message
+                    .contains("Precondition failed: UID in precondition"),
+                "{status:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(leases.get_opt("node-a").await.unwrap().is_none());
+
+    let created = leases
+        .replace("node-a", &PostParams::default(), &lease)
+        .await
+        .unwrap();
+    assert_ne!(created.uid(), written.uid(), "a new Lease");
+    assert_eq!(
+        created.spec.unwrap().holder_identity.as_deref(),
+        Some("node-a")
+    );
+
+    let config_maps: Api<ConfigMap> = Api::namespaced(client, "default");
+    let error = config_maps
+        .replace(
+            "absent",
+            &PostParams::default(),
+            &config_map("absent", json!({})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, kube::Error::Api(status) if status.code == 404),
+        "{error:?}"
+    );
+}
+
 #[tokio::test]
 async fn owner_references_are_garbage_collected() {
     let (sim, client) = start(Config {

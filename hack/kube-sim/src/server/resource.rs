@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use http::{Method, Request, Response, header};
 use hyper::body::Incoming;
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, Subject};
 use crate::meta::{meta_str, now_rfc3339};
 use crate::patch::{PatchKind, parse_body};
 use crate::store::{ListParams, PendingWrite, WriteTarget, field_scope};
@@ -171,8 +171,47 @@ pub(super) async fn resource_request(
             ))
         }
         (Method::PUT, Some(name), sub) => {
-            let body = parse_object(&read_body(request).await?)?;
+            let mut body = parse_object(&read_body(request).await?)?;
             strict_fields(&def, &version, query, &body)?;
+            if sub.is_none() && def.create_on_update && store.get(&def, &namespace, &name).is_err()
+            {
+                // The real store's update of a missing object (k8s.io/apiserver v0.34.2
+                // `pkg/registry/generic/registry/store.go`, `Update`): the body's UID is a
+                // precondition (`rest.defaultUpdatedObjectInfo.Preconditions`), which a missing
+                // object fails as an invalid object (`storage.Preconditions.Check`), answered 409
+                // (`storage/errors`, `InterpretUpdateError`); without one, the object is created.
+                let uid = body
+                    .pointer("/metadata/uid")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                if !uid.is_empty() {
+                    return Err(ApiError::conflict(
+                        Subject {
+                            group: &def.group,
+                            resource: &def.plural,
+                            name: &name,
+                        },
+                        &format!(
+                            "Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                        ),
+                    ));
+                }
+                if let Some(metadata) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+                    metadata.remove("resourceVersion");
+                }
+                crate::fields::record_update(
+                    &json!({}),
+                    &mut body,
+                    &manager,
+                    field_scope(&def, WriteTarget::Main),
+                    "",
+                    &now_rfc3339(),
+                );
+                shared.admit_create(&def, &mut body)?;
+                let stored = store.create(&def, &namespace, body, dry_run(query))?;
+                return Ok(json_bytes(201, object_bytes(&def, &version, &stored)));
+            }
             let stored = match sub {
                 None => store.update(
                     &def,
