@@ -80,14 +80,31 @@ pub fn check_windows_user_data(
     Ok(())
 }
 
-/// Whether a Windows image's cloudbase-init does anything with `user_data`: MIME multipart,
-/// `#cloud-config`, or a script it recognises (cloudbase/cloudbase-init
-/// `cloudbaseinit/plugins/common/userdata.py`, `_process_user_data` and
-/// `_process_non_multi_part`; `userdatautils.py`, `_SCRIPTS`: `rem cmd`, `#!`, `#ps1`,
-/// `#ps1_sysnative`, `#ps1_x86` at the start, or a `<script>` or `<powershell>` tag anywhere).
-/// Anything else it logs as "Unsupported user_data format" and skips. Gzip is counted as
-/// recognised: its content cannot be told without unpacking it.
-pub fn cloudbase_init_runs(user_data: &[u8]) -> bool {
+/// What cloudbase-init takes `user_data` for, in the order it tries them (cloudbase/cloudbase-init
+/// `cloudbaseinit/plugins/common/userdata.py`, `_process_user_data` and `_process_non_multi_part`:
+/// gzip, MIME multipart, `#cloud-config`; then `userdatautils.py`, `_SCRIPTS`: `rem cmd`, `#!`,
+/// `#ps1`, `#ps1_sysnative`, `#ps1_x86` at the start, and last a `<script>` or `<powershell>` tag
+/// anywhere). Anything else it logs as "Unsupported user_data format" and skips.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloudbaseForm {
+    /// Gzip: its content cannot be told without unpacking it.
+    Gzip,
+    Multipart,
+    CloudConfig,
+    /// A `rem cmd` script.
+    Cmd,
+    /// A `#!` script (Python or Bash).
+    Shebang,
+    /// One PowerShell script, from a `#ps1`, `#ps1_sysnative` or `#ps1_x86` header line.
+    PowerShellScript,
+    /// `<script>` and `<powershell>` blocks, run block by block (`execcmd.py`, `EC2Config`).
+    TaggedBlocks,
+    /// Nothing cloudbase-init runs.
+    Unsupported,
+}
+
+/// The form cloudbase-init takes `user_data` in ([`CloudbaseForm`]).
+pub fn cloudbase_form(user_data: &[u8]) -> CloudbaseForm {
     const GZIP_MAGIC: &[u8] = b"\x1f\x8b";
     const TAGS: [&[u8]; 4] = [b"<script>", b"</script>", b"<powershell>", b"</powershell>"];
     let starts_with_word = |prefix: &[u8]| {
@@ -100,17 +117,35 @@ pub fn cloudbase_init_runs(user_data: &[u8]) -> bool {
         let trimmed = rest.trim_ascii_start();
         trimmed.len() < rest.len() && starts_with_cmd(trimmed)
     });
-    user_data.starts_with(GZIP_MAGIC)
-        || user_data.starts_with(b"Content-Type: multipart")
-        || user_data.starts_with(b"#cloud-config")
-        || user_data.starts_with(b"#!")
-        || ["#ps1", "#ps1_sysnative", "#ps1_x86"]
-            .iter()
-            .any(|prefix| starts_with_word(prefix.as_bytes()))
-        || rem_cmd
-        || TAGS
-            .iter()
-            .any(|tag| user_data.windows(tag.len()).any(|window| window == *tag))
+    if user_data.starts_with(GZIP_MAGIC) {
+        CloudbaseForm::Gzip
+    } else if user_data.starts_with(b"Content-Type: multipart") {
+        CloudbaseForm::Multipart
+    } else if user_data.starts_with(b"#cloud-config") {
+        CloudbaseForm::CloudConfig
+    } else if rem_cmd {
+        CloudbaseForm::Cmd
+    } else if user_data.starts_with(b"#!") {
+        CloudbaseForm::Shebang
+    } else if ["#ps1", "#ps1_sysnative", "#ps1_x86"]
+        .iter()
+        .any(|prefix| starts_with_word(prefix.as_bytes()))
+    {
+        CloudbaseForm::PowerShellScript
+    } else if TAGS
+        .iter()
+        .any(|tag| user_data.windows(tag.len()).any(|window| window == *tag))
+    {
+        CloudbaseForm::TaggedBlocks
+    } else {
+        CloudbaseForm::Unsupported
+    }
+}
+
+/// Whether a Windows image's cloudbase-init does anything with `user_data` (gzip counted as
+/// recognised).
+pub fn cloudbase_init_runs(user_data: &[u8]) -> bool {
+    cloudbase_form(user_data) != CloudbaseForm::Unsupported
 }
 
 /// `cmd` followed by whitespace (after `rem` and whitespace: `^rem\s+cmd\s`).

@@ -27,7 +27,7 @@ use base64::engine::general_purpose::STANDARD;
 use prism_types::Sensitive;
 
 use super::GuestPlan;
-use super::cloud_init::{self, CloudInitError};
+use super::cloud_init::{self, CloudInitError, CloudbaseForm, cloudbase_form};
 
 /// The address a guest sets: the claimed address, its prefix and gateway, and the DNS servers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,56 +108,33 @@ pub fn with_guest_address(
     address: &GuestAddress,
 ) -> Result<Vec<u8>, GuestAddressError> {
     let commands = powershell_commands(address);
-    let header_then_space = |prefix: &[u8]| {
-        user_data
-            .strip_prefix(prefix)
-            .and_then(|rest| rest.first())
-            .is_some_and(u8::is_ascii_whitespace)
-    };
-    // The order cloudbase-init tries them in (`_SCRIPTS`): a `rem cmd` or `#!` script comes
-    // before the PowerShell forms and is not PowerShell.
-    let rem_cmd = user_data.strip_prefix(b"rem").is_some_and(|rest| {
-        let command = rest.trim_ascii_start();
-        command.len() < rest.len()
-            && command
-                .strip_prefix(b"cmd")
-                .and_then(|after| after.first())
-                .is_some_and(u8::is_ascii_whitespace)
-    });
-    if rem_cmd || user_data.starts_with(b"#!") {
-        return Err(GuestAddressError::NotPowerShell);
-    }
-    if ["#ps1", "#ps1_sysnative", "#ps1_x86"]
-        .iter()
-        .any(|header| header_then_space(header.as_bytes()))
-    {
-        let line_end = user_data
-            .iter()
-            .position(|b| *b == b'\n')
-            .map_or(user_data.len(), |at| at + 1);
-        let (header, rest) = user_data.split_at(line_end);
-        let mut out = header.to_vec();
-        if !header.ends_with(b"\n") {
-            out.push(b'\n');
+    match cloudbase_form(user_data) {
+        CloudbaseForm::PowerShellScript => {
+            let line_end = user_data
+                .iter()
+                .position(|b| *b == b'\n')
+                .map_or(user_data.len(), |at| at + 1);
+            let (header, rest) = user_data.split_at(line_end);
+            let mut out = header.to_vec();
+            if !header.ends_with(b"\n") {
+                out.push(b'\n');
+            }
+            out.extend_from_slice(commands.as_bytes());
+            out.extend_from_slice(rest);
+            Ok(out)
         }
-        out.extend_from_slice(commands.as_bytes());
-        out.extend_from_slice(rest);
-        return Ok(out);
+        CloudbaseForm::TaggedBlocks => {
+            let mut out = format!("<powershell>\n{commands}</powershell>\n").into_bytes();
+            out.extend_from_slice(user_data);
+            Ok(out)
+        }
+        CloudbaseForm::Gzip
+        | CloudbaseForm::Multipart
+        | CloudbaseForm::CloudConfig
+        | CloudbaseForm::Cmd
+        | CloudbaseForm::Shebang
+        | CloudbaseForm::Unsupported => Err(GuestAddressError::NotPowerShell),
     }
-    let tagged = [
-        b"<script>".as_slice(),
-        b"</script>",
-        b"<powershell>",
-        b"</powershell>",
-    ]
-    .iter()
-    .any(|tag| user_data.windows(tag.len()).any(|window| window == *tag));
-    if !tagged {
-        return Err(GuestAddressError::NotPowerShell);
-    }
-    let mut out = format!("<powershell>\n{commands}</powershell>\n").into_bytes();
-    out.extend_from_slice(user_data);
-    Ok(out)
 }
 
 /// The guest customization `guest` with `address` set by the guest first.

@@ -104,6 +104,8 @@ fn what_is_not_powershell_is_refused() {
         "Content-Type: multipart/mixed; boundary=x\n",
         "Write-Output no tags\n",
         "#ps1notspace\n",
+        // Taken as cloud-config before any tag is looked for.
+        "#cloud-config\n<powershell>\nWrite-Output hi\n</powershell>\n",
     ] {
         assert_eq!(
             with_guest_address(data.as_bytes(), &address(None)),
