@@ -52,9 +52,20 @@ pub enum Error {
     /// lookup that failed); the deletion retries.
     #[error("{0}")]
     DeployUnconfirmed(String),
+    /// Several VMs could be the Machine's unrecorded VM; none is taken.
+    #[error("{0}")]
+    AmbiguousVm(String),
     /// The VM reported an error state.
     #[error("{0}")]
     VmError(String),
+    /// The Machine's providerStatus cannot be used (its recorded VM would be lost): the
+    /// Machine is left as it is until it is corrected.
+    #[error("Machine {machine}: {source}")]
+    ProviderStatus {
+        machine: String,
+        #[source]
+        source: crate::api::ProviderStatusError,
+    },
     /// A write to the Machine was answered 404: another writer removed its last finalizer and
     /// the API server removed it. The reconcile ends there ([`crate::controller::machine`]).
     #[error("Machine {machine} is gone: {action} was answered 404")]
@@ -85,6 +96,7 @@ impl Error {
                 | Self::DeployUnconfirmed(_)
                 | Self::InvalidMachine(_)
                 | Self::VmError(_)
+                | Self::AmbiguousVm(_)
         )
     }
 
@@ -115,6 +127,7 @@ impl Error {
                 kind: prism_client::TransportKind::Connect | prism_client::TransportKind::Timeout,
                 ..
             }) => "check that Prism Central's address (Infrastructure/cluster or --prism-endpoint) is right and reachable from the controller's pod on port 9440".to_owned(),
+            Self::ProviderStatus { .. } => "write status.providerStatus.vmUUID as the VM's UUID (a string, as in the Machine's providerID) with a status patch; nothing is done to the Machine or its VM until then".to_owned(),
             _ => return None,
         })
     }
@@ -156,6 +169,8 @@ impl Error {
             Self::CreateRetry(_) => "CreateRetry",
             Self::DeployUnconfirmed(_) => "DeployUnconfirmed",
             Self::VmError(_) => "VmError",
+            Self::AmbiguousVm(_) => "AmbiguousVm",
+            Self::ProviderStatus { .. } => "ProviderStatus",
             Self::MachineGone { .. } => "MachineGone",
         }
     }

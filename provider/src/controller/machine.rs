@@ -40,7 +40,7 @@ use super::shared::Shared;
 use super::stores_ready::StoresReady;
 use crate::actuator::inventory::InventorySnapshot;
 use crate::actuator::{self, FollowUpFailure};
-use crate::api::{GuardedMachine, MACHINE_FINALIZER, Machine};
+use crate::api::{GuardedMachine, MACHINE_FINALIZER, Machine, NutanixMachineProviderStatus};
 use crate::plan::machine::MAX_ROUNDS;
 use crate::plan::machine::lifecycle::Intervals;
 use crate::plan::machine::provision::DeployCandidate;
@@ -167,7 +167,17 @@ fn machines_using_secret(
 
 async fn reconcile(guarded: Arc<GuardedMachine>, context: Arc<Context>) -> Result<Action, Error> {
     KIT.reconcile(&context.shared, &guarded, async |machine| {
-        let result = Scope::new(context.clone(), machine.clone()).run().await;
+        let result = match machine.provider_status() {
+            Ok(status) => {
+                Scope::new(context.clone(), machine.clone(), status)
+                    .run()
+                    .await
+            }
+            Err(source) => Err(Error::ProviderStatus {
+                machine: key_of(machine),
+                source,
+            }),
+        };
         if let Err(error) = &result
             && !error.published()
         {
@@ -218,12 +228,11 @@ struct Scope {
 }
 
 impl Scope {
-    fn new(context: Arc<Context>, machine: Machine) -> Self {
+    fn new(context: Arc<Context>, machine: Machine, status: NutanixMachineProviderStatus) -> Self {
         let key = key_of(&machine);
-        let status = machine.provider_status().unwrap_or_else(|error| {
-            tracing::warn!(machine = %key, %error, "status.providerStatus cannot be read; starting a new one");
-            Default::default()
-        });
+        for (field, unreadable) in &status.unreadable {
+            tracing::warn!(machine = %key, field, error = %unreadable.error, "status.providerStatus: a value cannot be read; it is kept as it is");
+        }
         let shared = &context.shared;
         let settings = Settings {
             intervals: intervals(shared),
@@ -380,6 +389,7 @@ impl Scope {
             Failure::InvalidMachine(message) => Error::InvalidMachine(message),
             Failure::VmError(message) => Error::VmError(message),
             Failure::DeployUnconfirmed(message) => Error::DeployUnconfirmed(message),
+            Failure::AmbiguousVm(message) => Error::AmbiguousVm(message),
             Failure::Environment | Failure::ActionFailed => {
                 self.failure.take().unwrap_or_else(|| {
                     Error::Configuration(format!(

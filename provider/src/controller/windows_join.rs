@@ -406,7 +406,7 @@ async fn write_status(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    use crate::api::ProviderCondition;
     use kube::api::PostParams;
     use serde_json::json;
 
@@ -420,7 +420,7 @@ mod tests {
         Time(text.parse().unwrap())
     }
 
-    fn join(reason: &str, ok: bool, when: &str) -> Condition {
+    fn join(reason: &str, ok: bool, when: &str) -> ProviderCondition {
         provider_condition(CONDITION, ok, reason, format!("stage {reason}"), &at(when))
     }
 
@@ -503,7 +503,7 @@ mod tests {
             provider_status: Some(in_the_list),
             ..StatusUpdate::default()
         };
-        let racing = status_patch(&seen, &update, &condition.last_transition_time).unwrap();
+        let racing = status_patch(&seen, &update, &at("2026-12-01T10:06:00Z")).unwrap();
         assert!(matches!(
             write_status(&api, "win-1", "ns/win-1", &racing)
                 .await

@@ -96,6 +96,16 @@ pub struct RunArgs {
     /// `host:port`; `0` disables them).
     #[arg(long, value_name = "ADDRESS", default_value = ":9440")]
     pub health_addr: String,
+    /// The cluster TLS profile's minimum version (`VersionTLS12`, ...), which MAO passes to the
+    /// TLS servers of some platforms' machine controllers (`pkg/operator/sync.go`,
+    /// `getTLSArgs`). Accepted so that MAO passing it to Nutanix's cannot crash-loop this one;
+    /// this process serves no TLS (its metrics are served over TLS by MAO's kube-rbac-proxy,
+    /// its probes are plain HTTP), so it only checks and logs it.
+    #[arg(long, value_name = "VERSION")]
+    pub tls_min_version: Option<String>,
+    /// The cluster TLS profile's cipher suites (IANA names), as `--tls-min-version`.
+    #[arg(long, value_name = "SUITE,...", value_delimiter = ',')]
+    pub tls_cipher_suites: Vec<String>,
 
     // ---- ours ----
     /// Kubeconfig to use (default: in-cluster, else $KUBECONFIG or ~/.kube/config).
@@ -103,8 +113,15 @@ pub struct RunArgs {
     pub kubeconfig: Option<PathBuf>,
     #[command(flatten)]
     pub prism: PrismArgs,
-    /// Machines reconciled at once.
-    #[arg(long, value_name = "N", default_value_t = 10)]
+    /// Machines reconciled at once. `--max-concurrent-reconciles`, MAO's name for the same
+    /// (it passes `=10` to the Azure and GCP machine controllers, `pkg/operator/sync.go`), is
+    /// taken as this.
+    #[arg(
+        long,
+        alias = "max-concurrent-reconciles",
+        value_name = "N",
+        default_value_t = 10
+    )]
     pub concurrency: u16,
     /// Addresses in these networks are never reported on Machines (comma-separated CIDRs:
     /// cluster, service and hybrid-overlay networks).
@@ -163,6 +180,33 @@ pub struct PrismArgs {
     /// Requests allowed at once after a quiet period.
     #[arg(long, value_name = "N", default_value_t = 40)]
     pub prism_burst: u32,
+}
+
+/// The TLS minimum versions of an OpenShift TLS profile (openshift/api `config/v1`
+/// `TLSProtocolVersion`).
+pub const TLS_VERSIONS: [&str; 4] = [
+    "VersionTLS10",
+    "VersionTLS11",
+    "VersionTLS12",
+    "VersionTLS13",
+];
+
+impl RunArgs {
+    /// What the start-up log says of the TLS flags: `None` when none was given.
+    pub fn tls_flags_note(&self) -> Option<String> {
+        if self.tls_min_version.is_none() && self.tls_cipher_suites.is_empty() {
+            return None;
+        }
+        let version = match self.tls_min_version.as_deref() {
+            Some(version) if TLS_VERSIONS.contains(&version) => version.to_owned(),
+            Some(other) => format!("{:?} (not a TLS profile version)", quoted(other)),
+            None => "unset".to_owned(),
+        };
+        Some(format!(
+            "--tls-min-version {version} and {} cipher suites accepted; this controller serves no TLS, so they change nothing",
+            self.tls_cipher_suites.len()
+        ))
+    }
 }
 
 /// Feature gates by name.
@@ -314,6 +358,73 @@ mod tests {
         .unwrap();
         assert_eq!(join.run.windows_join_timeout, Duration::from_secs(7200));
         assert!(join.run.fail_timed_out_windows_joins);
+    }
+
+    /// Every flag MAO passes to any platform's machine controller, on its main branch and its
+    /// release-4.21 and release-4.20 branches (`pkg/operator/sync.go`, `newContainers`: the
+    /// common arguments and feature gates; `--max-concurrent-reconciles=10` for Azure and GCP;
+    /// on main, `getTLSArgs` of the cluster's TLS profile for BareMetal, here the Intermediate
+    /// profile's), parses: were MAO to pass one of them to Nutanix's next, this controller
+    /// would not exit on it.
+    #[test]
+    fn every_flag_mao_passes_to_any_platforms_machine_controller_parses() {
+        let common = [
+            "--logtostderr=true",
+            "--v=3",
+            "--leader-elect=true",
+            "--leader-elect-lease-duration=120s",
+            "--namespace=openshift-machine-api",
+            "--feature-gates=AWSDedicatedHosts=false,AzureWorkloadIdentity=true,MachineAPIMigration=false,VSphereHostVMGroupZonal=false",
+        ];
+        let per_platform: [&[&str]; 3] = [
+            &[],
+            &["--max-concurrent-reconciles=10"],
+            &[
+                "--tls-cipher-suites=TLS_AES_128_GCM_SHA256,TLS_AES_256_GCM_SHA384,TLS_CHACHA20_POLY1305_SHA256,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                "--tls-min-version=VersionTLS12",
+            ],
+        ];
+        for extra in per_platform {
+            let args = ["nutanix-machine-controller"]
+                .into_iter()
+                .chain(common)
+                .chain(extra.iter().copied());
+            let cli = Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{extra:?}: {e}"));
+            assert!(cli.command.is_none());
+        }
+
+        let reconciles = Cli::try_parse_from([
+            "nutanix-machine-controller",
+            "--max-concurrent-reconciles=4",
+        ])
+        .unwrap();
+        assert_eq!(
+            reconciles.run.concurrency, 4,
+            "MAO's name for --concurrency"
+        );
+
+        let tls = Cli::try_parse_from([
+            "nutanix-machine-controller",
+            "--tls-min-version=VersionTLS13",
+            "--tls-cipher-suites=A,B",
+        ])
+        .unwrap();
+        assert_eq!(tls.run.tls_cipher_suites, ["A", "B"]);
+        let note = tls.run.tls_flags_note().unwrap();
+        assert!(
+            note.contains("VersionTLS13") && note.contains("2 cipher suites"),
+            "{note}"
+        );
+        let odd =
+            Cli::try_parse_from(["nutanix-machine-controller", "--tls-min-version=TLS9"]).unwrap();
+        assert!(
+            odd.run
+                .tls_flags_note()
+                .unwrap()
+                .contains("not a TLS profile version")
+        );
+        let none = Cli::try_parse_from(["nutanix-machine-controller"]).unwrap();
+        assert_eq!(none.run.tls_flags_note(), None);
     }
 
     #[test]

@@ -306,6 +306,9 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
         namespace = args.namespace.as_deref().unwrap_or("(all)"),
         "starting"
     );
+    if let Some(note) = args.tls_flags_note() {
+        tracing::info!("{note}");
+    }
 
     let mut leadership = if args.leader_elect {
         let namespace = lease_namespace(&args, &config);

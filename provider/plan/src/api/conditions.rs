@@ -1,9 +1,43 @@
 //! The one rule for keeping conditions in a list by type, shared by the Machine's own
 //! conditions (`status.conditions`) and the provider's (`providerStatus.conditions`).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::MachineCondition;
+
+/// A condition of `providerStatus.conditions`: `metav1.Condition` as the Go provider leaves it,
+/// read leniently. The Go provider's conditions carry no `lastTransitionTime`
+/// (openshift/machine-api-provider-nutanix `pkg/actuators/machine/utils.go`,
+/// `setNutanixProviderConditions`, returns the list it was given rather than the one it stamped,
+/// and a zero `metav1.Time` is written as null), so every field but the type and the status may
+/// be missing; a missing one is a default, and is not written back until this controller sets
+/// it. Fields of a newer `metav1.Condition` are kept in `other`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub reason: String,
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub message: String,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+/// A string field written as null (Go's zero value of a pointer) reads as empty.
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(deserializer)?.unwrap_or_default())
+}
 
 /// A condition that a list holds at most once per type.
 pub trait TypedCondition {
@@ -31,7 +65,7 @@ macro_rules! typed_condition {
     )+};
 }
 
-typed_condition!(Condition, MachineCondition);
+typed_condition!(Condition, MachineCondition, ProviderCondition);
 
 /// Puts `condition` in place of the one of its type (other types stay); its
 /// `lastTransitionTime` only moves when its status changes.

@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::choices::AnnotatedChoices;
-use super::provider::{NutanixMachineProviderConfig, NutanixMachineProviderStatus, ParseError};
+use super::provider::{
+    NutanixMachineProviderConfig, NutanixMachineProviderStatus, ParseError, ProviderStatusError,
+};
 use super::{OS_ID_LABEL, OS_ID_WINDOWS};
 
 /// A Machine that may have failed to parse: watching `DeserializeGuard<Machine>` keeps one
@@ -260,7 +262,7 @@ impl Machine {
     }
 
     /// `status.providerStatus` as our type (empty when absent).
-    pub fn provider_status(&self) -> Result<NutanixMachineProviderStatus, ParseError> {
+    pub fn provider_status(&self) -> Result<NutanixMachineProviderStatus, ProviderStatusError> {
         NutanixMachineProviderStatus::from_value(
             self.status
                 .as_ref()

@@ -3,6 +3,8 @@
 
 mod choices;
 mod conditions;
+#[cfg(test)]
+pub(crate) mod go_shapes;
 pub mod ipam;
 mod machine;
 mod provider;
@@ -14,7 +16,7 @@ pub use choices::{
     SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, SYSPREP_TIME_ZONE_ANNOTATION,
     SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION, VTPM_ANNOTATION, VtpmChoice, unknown_annotations,
 };
-pub use conditions::{TypedCondition, merge_condition};
+pub use conditions::{ProviderCondition, TypedCondition, merge_condition};
 pub use machine::{
     GuardedMachine, GuardedMachineSet, LifecycleHook, LifecycleHooks, Machine, MachineCondition,
     MachineSet, MachineSetSpec, MachineSetStatus, MachineSpec, MachineStatus, MachineTemplateSpec,
@@ -27,7 +29,7 @@ pub use provider::{
     NutanixMachineProviderStatus, NutanixResourceIdentifier, NutanixStorageResourceIdentifier,
     NutanixVmDisk, NutanixVmDiskDeviceProperties, NutanixVmStorageConfig, PROVIDER_API_VERSION,
     PROVIDER_CONFIG_KIND, PROVIDER_SPEC_FIELDS, PROVIDER_SPEC_NESTED, PROVIDER_STATUS_KIND,
-    ParseError, PendingTask, TaskOperation,
+    ParseError, PendingTask, ProviderStatusError, TaskOperation, Unreadable,
 };
 
 /// Label that marks a Windows Machine (read by WMCO and by us).

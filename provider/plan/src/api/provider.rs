@@ -16,11 +16,13 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::LocalObjectReference;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use prism_types::open_enum;
+
+use super::conditions::ProviderCondition;
 
 /// apiVersion of the provider spec and status.
 pub const PROVIDER_API_VERSION: &str = "machine.openshift.io/v1";
@@ -481,7 +483,8 @@ impl NutanixMachineProviderConfig {
 /// The Nutanix part of a Machine's status (`status.providerStatus`).
 ///
 /// Fields we do not model (MAO writes `instanceState`/`vmState` on failure, for example) are kept
-/// in `other` and written back.
+/// in `other` and written back. It is read leniently ([`Self::from_value`]): another writer (the
+/// Go provider, an earlier version of ours) may leave out or shape differently what we write.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NutanixMachineProviderStatus {
@@ -490,7 +493,7 @@ pub struct NutanixMachineProviderStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+    pub conditions: Vec<ProviderCondition>,
     /// The VM's UUID. For a create or clone it is the reserved UUID, recorded *before* the
     /// request is sent (so a retry or a restarted controller finds or re-creates the same VM);
     /// for a template deploy it is read from the deploy task. Never changed once the VM exists.
@@ -514,6 +517,29 @@ pub struct NutanixMachineProviderStatus {
     pub deletion_sent: Option<DeletionSent>,
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
+    /// Keys of ours that hold a value we cannot read (with why), kept as they were and written
+    /// back unchanged unless this controller sets the key again.
+    #[serde(skip)]
+    pub unreadable: BTreeMap<String, Unreadable>,
+}
+
+/// A value of a known providerStatus key that could not be read as our type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unreadable {
+    pub value: Value,
+    pub error: ParseError,
+}
+
+/// Why a providerStatus cannot be used at all: acting on it would lose what it records.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderStatusError {
+    /// Not a JSON object.
+    #[error("status.providerStatus is not an object")]
+    NotAnObject,
+    /// `vmUUID` is there but not a string: the Machine's VM is recorded, in a shape this
+    /// controller cannot read, and going on without it would take the VM for missing.
+    #[error("status.providerStatus.vmUUID cannot be read ({0}); the Machine is left as it is")]
+    VmUuidUnreadable(ParseError),
 }
 
 /// Ours: a VM delete this controller sent.
@@ -570,11 +596,48 @@ impl TaskOperation {
 
 impl NutanixMachineProviderStatus {
     /// Reads `status.providerStatus`; an absent or null value is an empty status.
-    pub fn from_value(value: Option<&Value>) -> Result<Self, ParseError> {
-        match value {
-            None | Some(Value::Null) => Ok(Self::default()),
-            Some(value) => from_value(value),
+    ///
+    /// What another writer left is read leniently: a key it left out is a default, a condition
+    /// that cannot be read is dropped (the others stay), and a key of ours whose value cannot be
+    /// read is kept as it is in [`Self::unreadable`]. Only a value that is not an object, or a
+    /// `vmUUID` that is not a string, cannot be used: the Machine's VM would be lost with it.
+    pub fn from_value(value: Option<&Value>) -> Result<Self, ProviderStatusError> {
+        let object = match value {
+            None | Some(Value::Null) => return Ok(Self::default()),
+            Some(Value::Object(object)) => object,
+            Some(_) => return Err(ProviderStatusError::NotAnObject),
+        };
+        let mut status = Self::default();
+        for (key, value) in object {
+            let read = match key.as_str() {
+                "apiVersion" => field(key, value, &mut status.api_version),
+                "kind" => field(key, value, &mut status.kind),
+                "vmUUID" => Ok(field(key, value, &mut status.vm_uuid)
+                    .map_err(ProviderStatusError::VmUuidUnreadable)?),
+                "deployRequestId" => field(key, value, &mut status.deploy_request_id),
+                "pendingTask" => field(key, value, &mut status.pending_task),
+                "pendingFollowUp" => {
+                    status.pending_follow_up = Some(value.clone()).filter(|v| !v.is_null());
+                    Ok(())
+                }
+                "deletionSent" => field(key, value, &mut status.deletion_sent),
+                "conditions" => conditions(value, &mut status),
+                _ => {
+                    status.other.insert(key.clone(), value.clone());
+                    Ok(())
+                }
+            };
+            if let Err(error) = read {
+                status.unreadable.insert(
+                    key.clone(),
+                    Unreadable {
+                        value: value.clone(),
+                        error,
+                    },
+                );
+            }
         }
+        Ok(status)
     }
 
     /// The value to write back, with apiVersion and kind set.
@@ -586,12 +649,56 @@ impl NutanixMachineProviderStatus {
         status
             .kind
             .get_or_insert_with(|| PROVIDER_STATUS_KIND.to_owned());
-        serde_json::to_value(status).unwrap_or(Value::Null)
+        let mut value = serde_json::to_value(status).unwrap_or(Value::Null);
+        if let Value::Object(object) = &mut value {
+            for (key, unreadable) in &self.unreadable {
+                object
+                    .entry(key.clone())
+                    .or_insert_with(|| unreadable.value.clone());
+            }
+        }
+        value
     }
 
     /// Merges one condition by type: other types stay, and `lastTransitionTime` only moves when
     /// the status changes (upstream replaced the whole list, losing the other types).
-    pub fn set_condition(&mut self, condition: Condition) {
+    pub fn set_condition(&mut self, condition: ProviderCondition) {
         super::merge_condition(&mut self.conditions, condition);
     }
+}
+
+/// Reads one key of the providerStatus into `slot` (null: unset).
+fn field<T: serde::de::DeserializeOwned>(
+    key: &str,
+    value: &Value,
+    slot: &mut Option<T>,
+) -> Result<(), ParseError> {
+    *slot = from_value::<Option<T>>(value).map_err(|error| ParseError {
+        path: match error.path.as_str() {
+            "." => key.to_owned(),
+            inner => format!("{key}.{inner}"),
+        },
+        message: error.message,
+    })?;
+    Ok(())
+}
+
+/// Reads `conditions` entry by entry: one that cannot be read (no type, a status that is not a
+/// string) is left out and the others kept; only a value that is not a list fails.
+fn conditions(value: &Value, status: &mut NutanixMachineProviderStatus) -> Result<(), ParseError> {
+    let entries = match value {
+        Value::Null => return Ok(()),
+        Value::Array(entries) => entries,
+        _ => {
+            return Err(ParseError {
+                path: "conditions".into(),
+                message: "not a list".into(),
+            });
+        }
+    };
+    status.conditions = entries
+        .iter()
+        .filter_map(|entry| from_value::<ProviderCondition>(entry).ok())
+        .collect();
+    Ok(())
 }

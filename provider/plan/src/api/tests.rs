@@ -1,4 +1,4 @@
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::DeserializeGuard;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -147,37 +147,34 @@ fn provider_status_keeps_unknown_fields_and_merges_conditions() {
     let later = Time("2026-02-01T00:00:00Z".parse().unwrap());
 
     // Same status: the transition time stays.
-    status.set_condition(Condition {
+    status.set_condition(ProviderCondition {
         type_: "MachineInstanceReady".into(),
         status: "True".into(),
         reason: "MachineInstanceReady".into(),
-        message: String::new(),
-        last_transition_time: later.clone(),
-        observed_generation: None,
+        last_transition_time: Some(later.clone()),
+        ..ProviderCondition::default()
     });
     // Another type is added, not substituted.
-    status.set_condition(Condition {
+    status.set_condition(ProviderCondition {
         type_: "MachineCreation".into(),
         status: "True".into(),
         reason: "MachineCreationSucceeded".into(),
-        message: String::new(),
-        last_transition_time: later.clone(),
-        observed_generation: None,
+        last_transition_time: Some(later.clone()),
+        ..ProviderCondition::default()
     });
     assert_eq!(status.conditions.len(), 2);
     assert_eq!(status.conditions[0].last_transition_time, first_time);
     assert_eq!(status.conditions[0].reason, "MachineInstanceReady");
 
     // A status change moves the transition time.
-    status.set_condition(Condition {
+    status.set_condition(ProviderCondition {
         type_: "MachineInstanceReady".into(),
         status: "False".into(),
         reason: "MachineInstanceNotReady".into(),
-        message: String::new(),
-        last_transition_time: later.clone(),
-        observed_generation: None,
+        last_transition_time: Some(later.clone()),
+        ..ProviderCondition::default()
     });
-    assert_eq!(status.conditions[0].last_transition_time, later);
+    assert_eq!(status.conditions[0].last_transition_time, Some(later));
 
     let written = status.to_value();
     assert_eq!(written["instanceState"], "Unknown");
@@ -355,4 +352,94 @@ fn annotations_under_our_prefix_that_we_do_not_read_are_unknown() {
     for key in KNOWN_ANNOTATIONS {
         assert!(key.starts_with(ANNOTATION_PREFIX), "{key}");
     }
+}
+
+#[test]
+fn every_providerstatus_shape_the_go_provider_writes_is_read_with_its_vm_uuid() {
+    let uuid = "5c867413-e578-4052-8499-4eda74b868b4";
+    for (shape, value, vm_uuid) in super::go_shapes::all(uuid) {
+        let status = NutanixMachineProviderStatus::from_value(Some(&value))
+            .unwrap_or_else(|error| panic!("{shape}: {error}"));
+        assert_eq!(status.vm_uuid, vm_uuid, "{shape}");
+        assert!(
+            status.unreadable.is_empty(),
+            "{shape}: {:?}",
+            status.unreadable
+        );
+        let conditions = value["conditions"].as_array().map_or(0, Vec::len);
+        assert_eq!(
+            status.conditions.len(),
+            conditions,
+            "{shape}: every condition kept"
+        );
+        for condition in &status.conditions {
+            assert_eq!(condition.last_transition_time, None, "{shape}");
+            assert!(!condition.reason.is_empty(), "{shape}");
+        }
+        // Written back as it was read (apiVersion and kind added), with no time invented.
+        let mut written = status.to_value();
+        let object = written.as_object_mut().unwrap();
+        assert_eq!(
+            object.remove("apiVersion"),
+            Some(json!(PROVIDER_API_VERSION))
+        );
+        assert_eq!(object.remove("kind"), Some(json!(PROVIDER_STATUS_KIND)));
+        let mut expected = value.clone();
+        let listed = expected.get_mut("conditions").and_then(Value::as_array_mut);
+        for condition in listed.into_iter().flatten() {
+            condition
+                .as_object_mut()
+                .unwrap()
+                .remove("lastTransitionTime");
+        }
+        assert_eq!(written, expected, "{shape}");
+    }
+}
+
+#[test]
+fn a_providerstatus_value_that_cannot_be_read_costs_nothing_else() {
+    let value = json!({
+        "vmUUID": "abc",
+        "pendingTask": "not an object",
+        "deletionSent": {"vmUUID": 7},
+        "conditions": [
+            {"type": "MachineUpdate", "status": "True"},
+            {"status": "True"},
+            "garbage"
+        ],
+        "instanceState": "Unknown"
+    });
+    let status = NutanixMachineProviderStatus::from_value(Some(&value)).unwrap();
+    assert_eq!(status.vm_uuid.as_deref(), Some("abc"));
+    assert_eq!(status.pending_task, None);
+    assert_eq!(
+        status.unreadable.keys().collect::<Vec<_>>(),
+        ["deletionSent", "pendingTask"]
+    );
+    assert_eq!(
+        status.unreadable["deletionSent"].error.path,
+        "deletionSent.vmUUID"
+    );
+    assert_eq!(status.conditions.len(), 1, "the readable condition is kept");
+    assert_eq!(status.other["instanceState"], json!("Unknown"));
+    // What could not be read is written back as it was, unless set again.
+    let written = status.to_value();
+    assert_eq!(written["pendingTask"], json!("not an object"));
+    assert_eq!(written["deletionSent"], json!({"vmUUID": 7}));
+    let mut cleared = status.clone();
+    cleared.deletion_sent = Some(DeletionSent {
+        vm_uuid: "abc".into(),
+        at: Time("2026-12-06T00:00:00Z".parse().unwrap()),
+    });
+    assert_eq!(cleared.to_value()["deletionSent"]["vmUUID"], json!("abc"));
+
+    // Only a vmUUID that is not a string, or a status that is not an object, is refused.
+    assert!(matches!(
+        NutanixMachineProviderStatus::from_value(Some(&json!({"vmUUID": 5}))),
+        Err(ProviderStatusError::VmUuidUnreadable(_))
+    ));
+    assert_eq!(
+        NutanixMachineProviderStatus::from_value(Some(&json!("text"))),
+        Err(ProviderStatusError::NotAnObject)
+    );
 }

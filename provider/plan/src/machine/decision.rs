@@ -274,6 +274,8 @@ pub enum Failure {
     VmError(String),
     /// A deletion cannot confirm a template deploy yet; published.
     DeployUnconfirmed(String),
+    /// Several VMs could be the Machine's unrecorded VM; none is taken; published.
+    AmbiguousVm(String),
     /// The Prism connection could not be made (the executor's error).
     Environment,
     /// The action just sent failed (the executor's error).

@@ -3,10 +3,9 @@
 //! only reads whether it says the join timed out. Kept here, below both, so that the join's
 //! capability depends on the Machine's and never the other way round.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 
-use crate::api::{Machine, NutanixMachineProviderStatus};
+use crate::api::{Machine, NutanixMachineProviderStatus, ProviderCondition};
 use crate::machine::node_link::node_ref;
 
 /// providerStatus condition type.
@@ -31,7 +30,7 @@ pub fn applies_to(machine: &Machine) -> bool {
 
 /// The `WindowsJoin` condition as last written: from [`STATUS_FIELD`], else where an earlier
 /// version kept it (`providerStatus.conditions`). An unreadable one counts as none.
-pub fn recorded_condition(status: &NutanixMachineProviderStatus) -> Option<Condition> {
+pub fn recorded_condition(status: &NutanixMachineProviderStatus) -> Option<ProviderCondition> {
     match status.other.get(STATUS_FIELD) {
         Some(value) => serde_json::from_value(value.clone()).ok(),
         None => status

@@ -7,6 +7,7 @@
 //! pure decisions: what a task read means, how a failed task or a refused create is classified,
 //! and the follow-up update kept on the Machine.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -345,6 +346,8 @@ pub struct DeployCandidate {
     pub created: Option<Timestamp>,
     /// The identity marker in its description, if any.
     pub identity: Option<MachineIdentity>,
+    /// `metadata.categories`.
+    pub categories: BTreeMap<String, String>,
 }
 
 /// What looking for a deployed VM by name found.
@@ -382,6 +385,42 @@ pub fn deployed_vm_by_name(
         })
         .map(|vm| vm.uuid.to_ascii_lowercase())
         .collect();
+    match fits.as_slice() {
+        [] => DeployedByName::NotFound,
+        [one] => DeployedByName::One(one.clone()),
+        _ => DeployedByName::Several(fits),
+    }
+}
+
+/// The VM the Go provider (openshift/machine-api-provider-nutanix) made for a Machine that has
+/// not recorded it, among listed VMs with the Machine's name. The Go provider records
+/// `vmUUID` only after its create returns, and finds the VM of a Machine without one by its
+/// name (`pkg/actuators/machine/reconciler.go`: `update`, `delete` and `exists` call
+/// `findVMByName`, a `vm_name==<name>` listing that must find exactly one). Taking over its
+/// Machines, this controller adopts by the same name, but only a VM the Go provider would have
+/// made: no identity marker (it writes no description; a VM of ours always has one), the
+/// cluster's category `kubernetes-io-cluster-<infraID>: owned` (its `addCategories`, from the
+/// Machine's cluster label), and created no earlier than the Machine, within the clocks'
+/// skew ([`crate::vm::identity::CLOCK_SKEW`]). Several fitting is answered as such, never with
+/// a guess: adopting the wrong one would later delete another Machine's VM.
+pub fn go_provider_vm(
+    candidates: &[DeployCandidate],
+    infra_id: Option<&str>,
+    machine_created: Option<Timestamp>,
+) -> DeployedByName {
+    let (Some(infra_id), Some(created)) = (infra_id, machine_created) else {
+        return DeployedByName::NotFound;
+    };
+    let category = format!("kubernetes-io-cluster-{infra_id}");
+    let earliest = created - crate::vm::identity::CLOCK_SKEW;
+    let mut fits: Vec<String> = candidates
+        .iter()
+        .filter(|vm| vm.identity.is_none())
+        .filter(|vm| vm.categories.get(&category).is_some_and(|v| v == "owned"))
+        .filter(|vm| vm.created.is_some_and(|at| at >= earliest))
+        .map(|vm| vm.uuid.to_ascii_lowercase())
+        .collect();
+    fits.sort();
     match fits.as_slice() {
         [] => DeployedByName::NotFound,
         [one] => DeployedByName::One(one.clone()),

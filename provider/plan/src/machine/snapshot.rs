@@ -97,6 +97,9 @@ pub struct MachineFacts {
     /// The DNS servers of a guest that sets its own static address
     /// ([`crate::api::NAMESERVERS_ANNOTATION`]); `None` without the annotation.
     pub nameservers: Option<Result<Vec<std::net::IpAddr>, NameserversError>>,
+    /// The cluster's infrastructure ID, from the Machine's label
+    /// ([`crate::api::CLUSTER_ID_LABEL`]), as the Go provider reads it (`getClusterID`).
+    pub infra_id: Option<String>,
 }
 
 impl MachineFacts {
@@ -126,6 +129,11 @@ impl MachineFacts {
             ip_pools: machine_ip_pools(machine),
             windows: machine.is_windows(),
             nameservers: machine_nameservers(machine),
+            infra_id: machine
+                .labels()
+                .get(crate::api::CLUSTER_ID_LABEL)
+                .filter(|id| !id.is_empty())
+                .cloned(),
         }
     }
 }

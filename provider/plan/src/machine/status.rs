@@ -13,13 +13,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::NodeAddress;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use prism_types::v3::Vm;
 use serde_json::{Map, Value, json};
 
 use crate::api::{
     INSTANCE_STATE_ANNOTATION, Machine, MachineCondition, MachineStatus,
-    NutanixMachineProviderStatus, merge_condition, phase,
+    NutanixMachineProviderStatus, ProviderCondition, merge_condition, phase,
 };
 
 /// Label: the Prism Central's name.
@@ -114,14 +114,14 @@ pub fn provider_condition(
     reason: &str,
     message: impl Into<String>,
     now: &Time,
-) -> Condition {
-    Condition {
+) -> ProviderCondition {
+    ProviderCondition {
         type_: type_.to_owned(),
         status: if ok { "True" } else { "False" }.to_owned(),
         reason: reason.to_owned(),
         message: message.into(),
-        last_transition_time: now.clone(),
-        observed_generation: None,
+        last_transition_time: Some(now.clone()),
+        ..ProviderCondition::default()
     }
 }
 

@@ -20,7 +20,7 @@ use crate::machine::provision::DeployCandidate;
 use crate::machine::status::{
     StatusUpdate, conditions, metadata_patch, provider_condition, status_patch,
 };
-use crate::vm::identity::MarkedVm;
+use crate::vm::identity::{MarkedVm, identity_of};
 use crate::vm::request::VmRequest;
 use crate::vm::resolve::{ResolutionMode, ResolvedReferences};
 use crate::vm::secret::UserData;
@@ -334,8 +334,17 @@ impl World {
                 .iter()
                 .map(|vm| DeployCandidate {
                     uuid: vm.uuid().unwrap().to_owned(),
-                    created: Some("2026-01-01T00:01:00Z".parse().unwrap()),
-                    identity: None,
+                    created: vm
+                        .metadata
+                        .creation_time
+                        .as_deref()
+                        .map(|at| at.parse().unwrap()),
+                    identity: vm
+                        .spec
+                        .as_ref()
+                        .and_then(|spec| spec.description.as_deref())
+                        .and_then(identity_of),
+                    categories: vm.metadata.categories.clone().unwrap_or_default(),
                 })
                 .collect(),
             marked: listed
@@ -832,6 +841,8 @@ fn merge(target: &mut Value, patch: &Value) {
         _ => *target = patch.clone(),
     }
 }
+
+mod go_takeover;
 
 fn strings(steps: &[&str]) -> Vec<String> {
     steps.iter().map(|s| (*s).to_owned()).collect()

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
@@ -38,7 +38,7 @@ use self::csr::{
     MachineFacts, SERVING_SIGNER, check_csr, same_address,
 };
 use self::csr_pem::CsrState;
-use crate::api::{Machine, NutanixMachineProviderStatus, TypedCondition, phase};
+use crate::api::{Machine, NutanixMachineProviderStatus, ProviderCondition, TypedCondition, phase};
 use crate::machine::addresses::address_type;
 use crate::machine::node_link::{
     PROVIDED_NODE_IP_ANNOTATION, machine_ips, machine_node_names, node_ips, node_ref, same_dns_name,
@@ -172,7 +172,7 @@ pub struct JoinInput<'a> {
     /// (then the Node's IP is not checked).
     pub vm_ips: Option<&'a [IpAddr]>,
     /// The `WindowsJoin` condition as written last.
-    pub previous: Option<&'a Condition>,
+    pub previous: Option<&'a ProviderCondition>,
     pub now: Timestamp,
     /// `--windows-join-timeout`.
     pub timeout: Duration,
@@ -676,7 +676,7 @@ pub struct JoinDecision {
     pub state: JoinState,
     /// The condition as it is to be written into the providerStatus ([`condition_patch`]): its
     /// `lastTransitionTime` moves only when its status changes.
-    pub condition: Condition,
+    pub condition: ProviderCondition,
     /// Published when the reason changed since the condition was written last.
     pub event: Option<JoinEvent>,
 }
@@ -712,7 +712,10 @@ pub fn decide(input: &JoinInput<'_>, now: &Time) -> Option<JoinDecision> {
 }
 
 /// `condition` as it is to be written: `lastTransitionTime` moves only when the status changes.
-fn next_condition(previous: Option<&Condition>, mut condition: Condition) -> Condition {
+fn next_condition(
+    previous: Option<&ProviderCondition>,
+    mut condition: ProviderCondition,
+) -> ProviderCondition {
     if let Some(previous) = previous
         && previous.condition_status() == condition.condition_status()
     {
@@ -728,21 +731,21 @@ fn next_condition(previous: Option<&Condition>, mut condition: Condition) -> Con
 /// and a write in between makes it fail. The join reconciler writes nothing else.
 pub fn condition_patch(
     status: &NutanixMachineProviderStatus,
-    condition: &Condition,
+    condition: &ProviderCondition,
     resource_version: Option<&str>,
 ) -> Option<Value> {
     let legacy = status.conditions.iter().any(|c| c.type_ == CONDITION);
     let written = status
         .other
         .get(STATUS_FIELD)
-        .and_then(|value| serde_json::from_value::<Condition>(value.clone()).ok());
+        .and_then(|value| serde_json::from_value::<ProviderCondition>(value.clone()).ok());
     if !legacy && written.as_ref() == Some(condition) {
         return None;
     }
     let mut provider_status = json!({ STATUS_FIELD: condition });
     let mut patch = json!({});
     if legacy {
-        let kept: Vec<&Condition> = status
+        let kept: Vec<&ProviderCondition> = status
             .conditions
             .iter()
             .filter(|c| c.type_ != CONDITION)

@@ -781,7 +781,7 @@ fn events_only_on_transitions() {
     fn input<'a>(
         machine: &'a Machine,
         machines: &'a [MachineFacts],
-        previous: Option<&'a Condition>,
+        previous: Option<&'a ProviderCondition>,
         now: &str,
     ) -> JoinInput<'a> {
         JoinInput {
@@ -921,7 +921,7 @@ fn times_at_the_ends_of_the_range_do_not_panic() {
 }
 
 /// A `WindowsJoin` condition at `reason`, written at `when`.
-fn join_condition(reason: &str, ok: bool, when: &str) -> Condition {
+fn join_condition(reason: &str, ok: bool, when: &str) -> ProviderCondition {
     provider_condition(
         CONDITION,
         ok,
@@ -942,7 +942,10 @@ fn an_unchanged_condition_is_not_written_again_and_keeps_its_transition_time() {
         Some(&next),
         join_condition("Configured", true, "2026-12-01T10:20:00Z"),
     );
-    assert_eq!(done.last_transition_time, Time(at("2026-12-01T10:20:00Z")));
+    assert_eq!(
+        done.last_transition_time,
+        Some(Time(at("2026-12-01T10:20:00Z")))
+    );
 
     let mut status = NutanixMachineProviderStatus::default();
     status

@@ -8,7 +8,11 @@ impl Scope {
     /// What a listing shows about this Machine, for the slot it fills.
     pub(super) fn project(&self, slot: ListingSlot, listing: &InventorySnapshot) -> Listing {
         let facts = &self.snapshot.machine;
-        let by_name = matches!(slot, ListingSlot::Task | ListingSlot::Deploy);
+        // The marker's slot looks by name too: a VM the Go provider made for the Machine.
+        let by_name = matches!(
+            slot,
+            ListingSlot::Task | ListingSlot::Deploy | ListingSlot::Marker
+        );
         Listing {
             listed_at: listing.listed_at(),
             vm: self
@@ -35,6 +39,7 @@ impl Scope {
                             .as_ref()
                             .and_then(|spec| spec.description.as_deref())
                             .and_then(identity_of),
+                        categories: vm.metadata.categories.clone().unwrap_or_default(),
                     })
                 })
                 .collect(),

@@ -17,7 +17,7 @@ use crate::machine::decision::{Failure, ListingSlot, ListingSource, Next, Read};
 use crate::machine::lifecycle::{INVALID_CONFIGURATION, VmObservation, VmState};
 use crate::machine::provision::{
     DEPLOYED_VM_SEARCH, DeployedByName, FailureClass, TaskContext, TaskReading,
-    after_transient_failure, follow_up_value, pending_follow_up, read_task,
+    after_transient_failure, follow_up_value, go_provider_vm, pending_follow_up, read_task,
 };
 use crate::machine::status::conditions;
 use crate::vm::identity::adoptable_vm;
@@ -25,7 +25,7 @@ use crate::vm::request::FollowUpUpdate;
 
 /// Finds the Machine's VM: a recorded task first, then the recorded UUID (the inventory for a
 /// Running Machine, the shared listing for one waiting, a GET otherwise), then the identity
-/// marker.
+/// marker, then a VM the Go provider made for it ([`go_provider_vm`]).
 pub(super) fn observe(d: &mut Draft<'_>) -> Result<(VmObservation, Option<Vm>), Ask> {
     let s = d.s;
     let status = &s.status;
@@ -73,15 +73,16 @@ pub(super) fn observe(d: &mut Draft<'_>) -> Result<(VmObservation, Option<Vm>), 
         // same task.
         return Ok((VmObservation::DeployUnconfirmed, None));
     }
-    let marked = listing(
+    let Some(listed) = listing(
         &s.seen.marker_listing,
         ListingSlot::Marker,
         ListingSource::Inventory,
     )?
-    .and_then(|listed| adoptable_vm(&listed.marked, &s.machine.identity, s.machine.created))
-    .map(|vm| vm.uuid.clone());
-    if let Some(uuid) = marked {
-        let uuid = uuid.to_ascii_lowercase();
+    else {
+        return Ok((VmObservation::Missing, None));
+    };
+    if let Some(vm) = adoptable_vm(&listed.marked, &s.machine.identity, s.machine.created) {
+        let uuid = vm.uuid.to_ascii_lowercase();
         d.record(|status| status.vm_uuid = Some(uuid.clone()));
         d.event(
             false,
@@ -90,7 +91,53 @@ pub(super) fn observe(d: &mut Draft<'_>) -> Result<(VmObservation, Option<Vm>), 
         );
         return Err(Ask::Done(Next::AwaitChange));
     }
-    Ok((VmObservation::Missing, None))
+    match go_provider_vm(
+        &listed.named,
+        s.machine.infra_id.as_deref(),
+        s.machine.created,
+    ) {
+        DeployedByName::NotFound => Ok((VmObservation::Missing, None)),
+        DeployedByName::One(uuid) => {
+            d.record(|status| status.vm_uuid = Some(uuid.clone()));
+            d.event(
+                false,
+                "Adopted",
+                format!(
+                    "VM {uuid} is named after this Machine, carries the cluster's category and was made after it: the Go provider's VM for it, whose UUID it had not recorded"
+                ),
+            );
+            Err(Ask::Done(Next::AwaitChange))
+        }
+        DeployedByName::Several(uuids) => Err(ambiguous(d, &uuids)),
+    }
+}
+
+/// Several VMs fit [`go_provider_vm`]: none is taken and nothing is created; the Machine says
+/// which, until all but one are gone or one is recorded by hand.
+fn ambiguous(d: &mut Draft<'_>, uuids: &[String]) -> Ask {
+    let s = d.s;
+    let message = format!(
+        "{} VMs named {} carry the cluster's category and were made after the Machine ({}), and none is recorded on it: none is adopted and none created; delete the VMs that are not this Machine's in Prism, or write the right one's UUID in status.providerStatus.vmUUID",
+        uuids.len(),
+        s.machine.name,
+        uuids.join(", ")
+    );
+    let (condition, reason, event) = if s.machine.state.is_provisioned() {
+        (
+            conditions::MACHINE_UPDATE,
+            conditions::UPDATE_FAILED,
+            "FailedUpdate",
+        )
+    } else {
+        (
+            conditions::MACHINE_CREATION,
+            conditions::CREATION_FAILED,
+            "FailedCreate",
+        )
+    };
+    d.provider_condition(condition, false, reason, message.clone());
+    d.event(true, event, message.clone());
+    Ask::Done(Next::Retry(Failure::AmbiguousVm(message)))
 }
 
 /// What the recorded task says: `Some` observation (with the VM, when it was read), `None` to

@@ -687,6 +687,7 @@ fn a_deployed_vm_is_found_by_name_only_when_exactly_one_fits() {
         uuid: uuid.into(),
         created,
         identity,
+        categories: Default::default(),
     };
     let fresh = candidate("VM-1", at("2026-12-01T10:00:03Z"), None);
     let old = candidate("vm-0", at("2026-12-01T09:00:00Z"), None);

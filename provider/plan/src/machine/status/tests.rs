@@ -192,7 +192,7 @@ fn provider_condition_merge_keeps_transition_time() {
         &at(20),
     ));
     assert_eq!(status.conditions.len(), 1);
-    assert_eq!(status.conditions[0].last_transition_time, at(10));
+    assert_eq!(status.conditions[0].last_transition_time, Some(at(10)));
 }
 
 #[test]
