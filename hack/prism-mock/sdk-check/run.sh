@@ -2,8 +2,8 @@
 # Nutanix's official Python SDKs against a running prism-mock binary (etag_flow.py), at two versions each:
 # ntnx-vmm-py-client and ntnx-prism-py-client 4.0.1 (the v4.0 API that pc.2024.3 ships) and the newest
 # ones (upgraded on every run). The SDKs live in venvs under ${XDG_CACHE_HOME:-$HOME/.cache}/prism-mock-sdk/,
-# outside the repository. Where Python 3 with venv and pip is missing, CI (CI=true) fails, a developer gets
-# a skip message.
+# outside the repository. Where Python 3 with venv and pip is missing, or pip cannot install the SDKs, CI
+# (CI=true) fails and a developer gets a skip message.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
@@ -14,12 +14,13 @@ sets=(
     "newest|ntnx-vmm-py-client ntnx-prism-py-client"
 )
 
+# Fails under CI=true (CI can install Python and reach the package registry), else skips with the reason.
 missing() {
     if [ "${CI:-}" = "true" ]; then
-        echo "sdk-check: FAILED: $1: CI needs Python 3 with venv and pip (e.g. apt-get install python3 python3-venv python3-pip)"
+        echo "sdk-check: FAILED: $1: CI needs Python 3 with venv and pip (apt-get install python3 python3-venv python3-pip) and the package registry"
         exit 1
     fi
-    echo "sdk-check: skipped: $1 (install Python 3 with venv and pip to run it)"
+    echo "sdk-check: skipped: $1 (it needs Python 3 with venv and pip, and the package registry)"
     exit 0
 }
 
@@ -39,7 +40,8 @@ for set in "${sets[@]}"; do
     if [ "$name" = "newest" ]; then
         upgrade=(--upgrade)
     fi
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${upgrade[@]}" "${requirements[@]}"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${upgrade[@]}" "${requirements[@]}" ||
+        missing "pip could not install ${requirements[*]} (no network?)"
 done
 
 cargo build --quiet --locked -p prism-mock --bin prism-mock
