@@ -87,7 +87,9 @@ fn attributed_vm(
     }
     let last = path.rsplit('/').next().unwrap_or_default();
     match template {
-        "/api/nutanix/v3/vms/{uuid}" => Some(last.to_owned()),
+        "/api/nutanix/v3/vms/{uuid}"
+        | "/api/vmm/v4.0/ahv/config/vms/{ext_id}"
+        | "/api/vmm/v4.3/ahv/config/vms/{ext_id}" => Some(last.to_owned()),
         "/api/nutanix/v3/tasks/{uuid}"
         | "/api/prism/v4.0/config/tasks/{ext_id}"
         | "/api/prism/v4.4/config/tasks/{ext_id}" => store.task_vm(last),

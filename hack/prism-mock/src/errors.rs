@@ -145,6 +145,21 @@ impl From<Refusal> for ApiError {
             Refusal::V4Invalid { code, message } => {
                 Self::v4(StatusCode::BAD_REQUEST, "INVALID_INPUT", code, message)
             }
+            // 428 for a missing If-Match is the HTTP status for a required precondition (RFC 6585): the reports
+            // name only the code and group (nutanix/terraform-provider-nutanix#1231), not the status. The 412's
+            // group is the mock's; nutanix/nutanix.ansible#706 shows only its code and message.
+            Refusal::V4EtagMissing { message } => Self::v4(
+                StatusCode::PRECONDITION_REQUIRED,
+                "MISSING_ETAG_HEADER",
+                "PLAT-10004",
+                message,
+            ),
+            Refusal::V4EtagMismatch { message } => Self::v4(
+                StatusCode::PRECONDITION_FAILED,
+                "PRECONDITION_FAILED",
+                "PLAT-10005",
+                message,
+            ),
             Refusal::V4NotFound {
                 namespace,
                 code,

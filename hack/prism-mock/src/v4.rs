@@ -1,5 +1,5 @@
-//! v4 endpoints: VM templates (`/api/vmm/{v4.0,v4.3}/content/templates`) and tasks
-//! (`/api/prism/{v4.0,v4.4}/config/tasks`).
+//! v4 endpoints: VM templates (`/api/vmm/{v4.0,v4.3}/content/templates`), a VM's GET and PUT
+//! (`/api/vmm/{v4.0,v4.3}/ahv/config/vms/{extId}`) and tasks (`/api/prism/{v4.0,v4.4}/config/tasks`).
 //!
 //! Each path is served under v4.0 (what pc.2024.3 ships, reference/02 §8) and under the version Nutanix's current
 //! Python SDKs call: ntnx-vmm-py-client 4.3.2 (`/api/vmm/v4.3/…`, TemplatesApi) and ntnx-prism-py-client 4.4.2
@@ -65,6 +65,21 @@ pub(crate) fn routes() -> Router<App> {
                 }),
             )
             .route(
+                &format!("/api/vmm/{}/ahv/config/vms/{{ext_id}}", version.path),
+                get(move |app: State<App>, ext_id: Path<String>| async move {
+                    get_vm(app, ext_id, version)
+                })
+                .put(
+                    move |app: State<App>,
+                          d: Extension<Directives>,
+                          ext_id: Path<String>,
+                          headers: HeaderMap,
+                          body: Bytes| async move {
+                        update_vm(app, d, ext_id, &headers, &body, version)
+                    },
+                ),
+            )
+            .route(
                 &format!("{base}/{{ext_id}}/$actions/deploy"),
                 post(
                     move |app: State<App>,
@@ -102,8 +117,11 @@ pub(crate) fn routes() -> Router<App> {
     router
 }
 
-/// Every v4 GET of one entity carries an `ETag` (the SDKs copy it into `$reserved` and send it back as
-/// `If-Match`; the Ansible collection's ntnx_templates_deploy_v2 fails without one).
+/// Every v4 GET of one entity carries an `ETag` (the Ansible collection's ntnx_templates_deploy_v2 fails without
+/// one). Nutanix's Python SDKs (ntnx-vmm-py-client and ntnx-prism-py-client, 4.0.1 to 4.3.2/4.4.2,
+/// `ApiClient.__add_header_to_reserved`) copy the header into the `$reserved` of the body's `data` only when that
+/// object already has a `$reserved`, which is where `ApiClient.get_etag` then finds it and from where
+/// `__call_api` sends it back as `If-Match`: so the entity carries `$reserved` too (`V4Version::wrap`).
 fn with_etag(mut response: Response, etag: &str) -> Response {
     if let Ok(value) = HeaderValue::from_str(etag) {
         response.headers_mut().insert(header::ETAG, value);
@@ -188,4 +206,42 @@ fn get_task(
     let store = app.lock();
     let (body, etag) = store.get_task_v4(&ext_id, &version, &host)?;
     Ok(with_etag(json_ok(StatusCode::OK, body), &etag))
+}
+
+fn get_vm(State(app): State<App>, Path(ext_id): Path<String>, version: V4Version) -> Answer {
+    let store = app.lock();
+    let (body, etag) = store.get_vm_v4(&ext_id, &version)?;
+    Ok(with_etag(json_ok(StatusCode::OK, body), &etag))
+}
+
+fn update_vm(
+    State(app): State<App>,
+    Extension(d): Extension<Directives>,
+    Path(ext_id): Path<String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+    version: V4Version,
+) -> Answer {
+    let body: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::v4(
+            StatusCode::BAD_REQUEST,
+            "INVALID_INPUT",
+            "VMM-30100",
+            format!("request body is not valid JSON: {e}"),
+        )
+    })?;
+    let if_match = headers.get(header::IF_MATCH).and_then(|v| v.to_str().ok());
+    let mut store = app.lock();
+    let response = store.update_vm_v4(
+        Instant::now(),
+        &ext_id,
+        if_match,
+        &body,
+        d.fail_task,
+        &version,
+    )?;
+    Ok(attribute(
+        json_ok(StatusCode::ACCEPTED, response),
+        Some(ext_id),
+    ))
 }

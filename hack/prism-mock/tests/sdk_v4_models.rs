@@ -120,6 +120,24 @@ async fn v4_0_answers_are_read_strictly_by_the_official_v4_0_sdk_models() {
         "v3 create task through v4.0".into(),
         ended_task(&api, created.task_uuid()).await,
     ));
+    // The VM's v4.0 GET and the answer to its PUT with the GET's ETag.
+    let vm_path = format!("/api/vmm/v4.0/ahv/config/vms/{}", created.uuid());
+    let read = api.get(&vm_path).await;
+    assert_eq!(read.status, 200, "{}", read.text);
+    let etag = read.headers["etag"].to_str().unwrap().to_owned();
+    let mut changed = read.body["data"].clone();
+    changed["description"] = json!("read, then updated");
+    answers.push(("get VM".into(), read.body));
+    let updated = api
+        .call(
+            Method::PUT,
+            &vm_path,
+            Some(&changed),
+            &[("If-Match", &etag)],
+        )
+        .await;
+    assert_eq!(updated.status, 202, "{}", updated.text);
+    answers.push(("update VM".into(), updated.body));
 
     let answers: Vec<Value> = answers
         .into_iter()

@@ -17,6 +17,7 @@ pub(crate) mod subnets;
 pub(crate) mod tasks;
 pub(crate) mod templates;
 pub(crate) mod v4_shape;
+pub(crate) mod v4_vms;
 pub(crate) mod vm;
 
 use std::cmp::{Ordering, Reverse};

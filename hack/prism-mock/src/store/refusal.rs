@@ -23,6 +23,12 @@ pub(crate) enum Refusal {
     /// v4: the input is invalid (400, group `INVALID_INPUT`), with the error code (`VMM-…`).
     #[error("{code}: {message}")]
     V4Invalid { code: &'static str, message: String },
+    /// v4: an update without the `If-Match` its entity's ETag requires (PLAT-10004 `MISSING_ETAG_HEADER`).
+    #[error("PLAT-10004: {message}")]
+    V4EtagMissing { message: String },
+    /// v4: an update whose `If-Match` is not its entity's current ETag (412 PLAT-10005).
+    #[error("PLAT-10005: {message}")]
+    V4EtagMismatch { message: String },
     /// v4: no such entity (404, group `ENTITY_NOT_FOUND`) in an API namespace (`vmm`, `prism`).
     #[error("{code}: {message}")]
     V4NotFound {

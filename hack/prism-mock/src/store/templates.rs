@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 use super::Store;
 use super::refusal::Refusal;
 use super::tasks::{FailCause, FailOutcome, FailPlan, V4_TASK_PREFIX, VMM_30102_MESSAGE};
-use super::v4_shape::{V4Version, etag_of};
+use super::v4_shape::{V4Version, boot_config, etag_of};
 use crate::seed::{GuestOs, SeedError, TemplateSeed};
 
 /// Default and largest `$limit` of v4 lists.
@@ -41,14 +41,7 @@ impl Template {
     }
 
     fn v4_json(&self, username: &str, user_uuid: &str, version: &V4Version) -> Value {
-        let boot_config = match self.boot_type.as_str() {
-            "LEGACY" => {
-                json!({"$objectType": "vmm.v4.ahv.config.LegacyBoot", "bootOrder": ["CDROM", "DISK", "NETWORK"]})
-            }
-            other => {
-                json!({"$objectType": "vmm.v4.ahv.config.UefiBoot", "isSecureBootEnabled": other == "SECURE_BOOT"})
-            }
-        };
+        let boot_config = boot_config(&self.boot_type);
         let nics: Vec<Value> = self
             .subnet_uuid
             .iter()

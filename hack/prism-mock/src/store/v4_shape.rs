@@ -89,6 +89,19 @@ impl V4Version {
     }
 }
 
+/// `bootConfig` of a v4 VM (or a template's `vmSpec`) for a v3 `boot_type`: a oneOf of LegacyBoot and UefiBoot
+/// (vmm.v4.ahv.config.Vm of ntnx-vmm-py-client), Secure Boot being a UEFI boot with `isSecureBootEnabled`.
+pub(crate) fn boot_config(boot_type: &str) -> Value {
+    match boot_type {
+        "LEGACY" => {
+            json!({"$objectType": "vmm.v4.ahv.config.LegacyBoot", "bootOrder": ["CDROM", "DISK", "NETWORK"]})
+        }
+        other => {
+            json!({"$objectType": "vmm.v4.ahv.config.UefiBoot", "isSecureBootEnabled": other == "SECURE_BOOT"})
+        }
+    }
+}
+
 /// An ETag for an answer: a hash of its content, so it changes when the entity does (the value of a real ETag
 /// is opaque to clients; the SDKs only copy it back).
 pub(crate) fn etag_of(body: &Value) -> String {
