@@ -3,7 +3,7 @@
 # ntnx-vmm-py-client and ntnx-prism-py-client 4.0.1 (the v4.0 API that pc.2024.3 ships) and the newest
 # ones (upgraded on every run). The SDKs live in venvs under ${XDG_CACHE_HOME:-$HOME/.cache}/prism-mock-sdk/,
 # outside the repository. Where Python 3 with venv and pip is missing, or pip cannot install the SDKs, CI
-# (CI=true) fails and a developer gets a skip message.
+# (SDK_CHECK_REQUIRED=1, which .ci/run sets) fails and a developer gets a skip message.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
@@ -14,9 +14,9 @@ sets=(
     "newest|ntnx-vmm-py-client ntnx-prism-py-client"
 )
 
-# Fails under CI=true (CI can install Python and reach the package registry), else skips with the reason.
+# Fails under SDK_CHECK_REQUIRED=1 (CI can install Python and reach the package registry), else skips with the reason.
 missing() {
-    if [ "${CI:-}" = "true" ]; then
+    if [ "${SDK_CHECK_REQUIRED:-}" = "1" ]; then
         echo "sdk-check: FAILED: $1: CI needs Python 3 with venv and pip (apt-get install python3 python3-venv python3-pip) and the package registry"
         exit 1
     fi
