@@ -16,4 +16,5 @@ mod scenario;
 mod secret_policy;
 mod static_addresses;
 mod support;
+mod takeover;
 mod writes;

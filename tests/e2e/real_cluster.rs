@@ -61,11 +61,11 @@ pub(crate) fn kubectl(plane: &ControlPlane, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn repository(path: &str) -> PathBuf {
+pub(crate) fn repository(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
 }
 
-async fn scale(client: &Client, set: &str, replicas: i32) {
+pub(crate) async fn scale(client: &Client, set: &str, replicas: i32) {
     let sets: Api<MachineSet> = Api::namespaced(client.clone(), NAMESPACE);
     sets.patch(
         set,
@@ -84,7 +84,7 @@ fn set_of(machine: &Machine) -> Option<&str> {
 }
 
 /// What a Running, linked Machine of ours has.
-fn running_and_linked(machine: &Machine) -> bool {
+pub(crate) fn running_and_linked(machine: &Machine) -> bool {
     let status = machine.status.as_ref();
     status.and_then(|s| s.phase.as_deref()) == Some("Running")
         && status.is_some_and(|s| s.node_ref.is_some())
@@ -97,19 +97,19 @@ fn running_and_linked(machine: &Machine) -> bool {
 
 /// Everything one test runs: prism-mock, the real control plane, our controller under its
 /// ServiceAccount, and the simulated kubelets/WMCO and approver. Dropping it stops every process.
-struct RealWorld {
-    mock: prism_mock::RunningMock,
-    plane: ControlPlane,
-    admin: Client,
-    provider: RunningProvider,
+pub(crate) struct RealWorld {
+    pub(crate) mock: prism_mock::RunningMock,
+    pub(crate) plane: ControlPlane,
+    pub(crate) admin: Client,
+    pub(crate) provider: RunningProvider,
     agent: node_agent::NodeAgentHandle,
     approver: approver::ApproverHandle,
-    seed_vms: usize,
+    pub(crate) seed_vms: usize,
     _temp: Option<tempfile::TempDir>,
 }
 
 /// Which machine-api provider the world runs.
-enum Provider {
+pub(crate) enum Provider {
     /// Ours, this package's `e2e-controller`.
     Ours,
     /// openshift/machine-api-provider-nutanix's `cmd/manager`, built by whoever runs the test.
@@ -117,31 +117,44 @@ enum Provider {
 }
 
 /// The provider's process.
-struct RunningProvider {
-    launch: Box<ControllerLaunch>,
-    process: ControllerProcess,
+pub(crate) struct RunningProvider {
+    pub(crate) launch: Box<ControllerLaunch>,
+    pub(crate) process: ControllerProcess,
+    /// Stopped on purpose ([`Self::kill`]): its exit is no failure.
+    stopped: bool,
 }
 
 impl RunningProvider {
-    /// The log file, when the process has exited.
+    /// The log file, when the process has exited without being stopped.
     fn exited(&mut self) -> Option<&Path> {
+        if self.stopped {
+            return None;
+        }
         self.process
             .exited()
             .map(|_| self.launch.log_file.as_path())
     }
 
-    async fn kill(&mut self) {
+    pub(crate) async fn kill(&mut self) {
         self.process.kill().await.unwrap();
+        self.stopped = true;
+    }
+
+    /// Starts the provider again (the `start_number`th time), as a new pod would.
+    pub(crate) fn restart(&mut self, start_number: u32) {
+        self.process =
+            ControllerProcess::start(&self.launch, start_number).expect("the provider starts");
+        self.stopped = false;
     }
 }
 
 impl RealWorld {
     /// `None` (the test skipped) when the real control plane is not built.
-    async fn start(test: &str, node_agent: NodeAgentConfig) -> Option<Self> {
+    pub(crate) async fn start(test: &str, node_agent: NodeAgentConfig) -> Option<Self> {
         Self::start_with(test, node_agent, Provider::Ours).await
     }
 
-    async fn start_with(
+    pub(crate) async fn start_with(
         test: &str,
         node_agent: NodeAgentConfig,
         provider: Provider,
@@ -219,6 +232,7 @@ impl RealWorld {
         let provider = RunningProvider {
             launch: Box::new(launch),
             process,
+            stopped: false,
         };
         let agent = node_agent::start(
             admin.clone(),
@@ -251,13 +265,13 @@ impl RealWorld {
         })
     }
 
-    fn machines(&self) -> Api<Machine> {
+    pub(crate) fn machines(&self) -> Api<Machine> {
         Api::namespaced(self.admin.clone(), NAMESPACE)
     }
 
     /// Polls `probe` until it gives a value; fails when a process of the control plane or the
     /// controller has exited, or after twice the e2e timeout.
-    async fn wait_for<T>(
+    pub(crate) async fn wait_for<T>(
         &mut self,
         what: &str,
         mut probe: impl AsyncFnMut(&Self) -> Option<T>,
@@ -296,7 +310,7 @@ impl RealWorld {
         .await;
     }
 
-    async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         self.approver.stop().await;
         self.agent.stop().await;
         self.provider.kill().await;

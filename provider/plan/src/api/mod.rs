@@ -3,8 +3,7 @@
 
 mod choices;
 mod conditions;
-#[cfg(test)]
-pub(crate) mod go_shapes;
+pub mod go_provider_status;
 pub mod ipam;
 mod machine;
 mod provider;

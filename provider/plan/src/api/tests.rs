@@ -357,7 +357,7 @@ fn annotations_under_our_prefix_that_we_do_not_read_are_unknown() {
 #[test]
 fn every_providerstatus_shape_the_go_provider_writes_is_read_with_its_vm_uuid() {
     let uuid = "5c867413-e578-4052-8499-4eda74b868b4";
-    for (shape, value, vm_uuid) in super::go_shapes::all(uuid) {
+    for (shape, value, vm_uuid) in super::go_provider_status::all(uuid) {
         let status = NutanixMachineProviderStatus::from_value(Some(&value))
             .unwrap_or_else(|error| panic!("{shape}: {error}"));
         assert_eq!(status.vm_uuid, vm_uuid, "{shape}");

@@ -1,5 +1,5 @@
 //! Machines the Go provider (openshift/machine-api-provider-nutanix) made, taken over: as it
-//! leaves them (its providerStatus from [`crate::api::go_shapes`], its labels and annotations
+//! leaves them (its providerStatus from [`crate::api::go_provider_status`], its labels and annotations
 //! from `pkg/actuators/machine/reconciler.go` `updateMachineWithVMState`, its providerID
 //! `nutanix://<uuid>` from `setProviderID`) and its VMs as `vm.go` `createVM` makes them: named
 //! after the Machine, no description, the cluster's category from `utils.go` `addCategories`.
@@ -7,7 +7,7 @@
 use pretty_assertions::assert_eq;
 
 use super::*;
-use crate::api::go_shapes;
+use crate::api::go_provider_status;
 
 const GO_VM: &str = "5c867413-e578-4052-8499-4eda74b868b4";
 
@@ -93,7 +93,7 @@ fn prism_writes(log: &[String]) -> Vec<&String> {
 
 #[test]
 fn a_running_machine_of_the_go_provider_stays_running_with_no_prism_write() {
-    for (shape, provider_status, vm_uuid) in go_shapes::all(GO_VM) {
+    for (shape, provider_status, vm_uuid) in go_provider_status::all(GO_VM) {
         let Some(vm_uuid) = vm_uuid else { continue };
         let mut world = World::new("image");
         go_vm(&mut world, GO_VM, "2026-01-01T00:00:10Z", true);
@@ -132,7 +132,7 @@ fn a_running_machine_of_the_go_provider_is_written_only_where_the_two_differ() {
     go_vm(&mut world, GO_VM, "2026-01-01T00:00:10Z", true);
     go_running_machine(
         &mut world,
-        go_shapes::running(GO_VM, false),
+        go_provider_status::running(GO_VM, false),
         Some(&format!("nutanix://{GO_VM}")),
     );
     let before = world.machine.clone();
@@ -188,7 +188,7 @@ fn a_go_provider_vm_never_recorded_is_adopted_by_name_never_made_twice() {
         go_vm(&mut world, GO_VM, "2026-01-01T00:00:10Z", true);
         go_running_machine(
             &mut world,
-            go_shapes::create_failed(),
+            go_provider_status::create_failed(),
             provider_id.as_deref(),
         );
         if provider_id.is_none() {
@@ -232,7 +232,7 @@ fn two_vms_the_go_provider_could_have_made_are_an_error_on_the_machine_not_a_gue
         go_vm(&mut world, "second", "2026-01-01T00:00:20Z", true);
         go_running_machine(
             &mut world,
-            go_shapes::create_failed(),
+            go_provider_status::create_failed(),
             provider_id.as_deref(),
         );
         let mut log = Vec::new();
@@ -267,7 +267,7 @@ fn a_go_provider_machine_never_recorded_is_deleted_with_its_vm() {
     go_vm(&mut world, GO_VM, "2026-01-01T00:00:10Z", true);
     go_running_machine(
         &mut world,
-        go_shapes::create_failed(),
+        go_provider_status::create_failed(),
         Some(&format!("nutanix://{GO_VM}")),
     );
     world.delete();

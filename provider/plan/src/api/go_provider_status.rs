@@ -7,7 +7,8 @@
 //! no `lastTransitionTime` (Go's zero `metav1.Time`, written as null; the API server stored
 //! none on the real control plane); `machine_scope.go` `setProviderStatus` sets `vmUUID` only
 //! with a VM; `RawExtensionFromNutanixMachineProviderStatus` writes no apiVersion or kind.
-//! Test fixtures, shared by the API's tests and the protocol's.
+//! Fixtures for the tests of the takeover: this crate's and the end-to-end tests' (which write
+//! Machines as the Go provider leaves them on the real control plane).
 
 use serde_json::{Value, json};
 
