@@ -105,6 +105,9 @@ pub(crate) struct RealWorld {
     agent: node_agent::NodeAgentHandle,
     approver: approver::ApproverHandle,
     pub(crate) seed_vms: usize,
+    /// Ours runs with this kubeconfig (its ServiceAccount's token); the Go provider with the
+    /// administrator's.
+    controller_kubeconfig: PathBuf,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -214,7 +217,7 @@ impl RealWorld {
             Provider::Go(program) => ControllerCommand::go_provider(program),
         };
         let kubeconfig = match command.provider {
-            world::Provider::Ours => controller_kubeconfig,
+            world::Provider::Ours => controller_kubeconfig.clone(),
             world::Provider::Go => plane.admin_kubeconfig().to_owned(),
         };
         let launch = ControllerLaunch {
@@ -261,8 +264,31 @@ impl RealWorld {
             agent,
             approver,
             seed_vms,
+            controller_kubeconfig,
             _temp: temp,
         })
+    }
+
+    /// Stops the running provider and starts `provider` in its place (its log beside the
+    /// first's, named by `label`), as a switch of the machine-api-operator's image does.
+    pub(crate) async fn switch_to(&mut self, provider: Provider, label: &str) {
+        self.provider.kill().await;
+        let mut launch = (*self.provider.launch).clone();
+        (launch.command, launch.kubeconfig) = match provider {
+            Provider::Ours => (
+                ControllerCommand::binary(env!("CARGO_BIN_EXE_e2e-controller")),
+                self.controller_kubeconfig.clone(),
+            ),
+            Provider::Go(program) => (
+                ControllerCommand::go_provider(program),
+                self.plane.admin_kubeconfig().to_owned(),
+            ),
+        };
+        launch.log_file = launch
+            .log_file
+            .with_file_name(format!("controller-{label}.log"));
+        self.provider.launch = Box::new(launch);
+        self.provider.restart(1);
     }
 
     pub(crate) fn machines(&self) -> Api<Machine> {
