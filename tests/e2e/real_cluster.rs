@@ -287,7 +287,7 @@ impl RealWorld {
         launch.log_file = launch
             .log_file
             .with_file_name(format!("controller-{label}.log"));
-        self.provider.launch = Box::new(launch);
+        *self.provider.launch = launch;
         self.provider.restart(1);
     }
 
