@@ -1,4 +1,4 @@
-//! Typed v4 calls: templates, deploy, tasks.
+//! Typed v4 calls: templates, deploy, tasks, volume group detach.
 
 use reqwest::Method;
 
@@ -7,7 +7,9 @@ use crate::client::{Call, Client};
 use crate::endpoints;
 use crate::error::Error;
 use crate::observe::Api;
-use crate::v4::{Envelope, ExtIdReference, ListEnvelope, Task, Template, TemplateDeployRequest};
+use crate::v4::{
+    Envelope, ExtIdReference, ListEnvelope, Task, Template, TemplateDeployRequest, VmAttachment,
+};
 
 /// Most templates v4 returns per page.
 const V4_MAX_PAGE: u32 = 100;
@@ -122,6 +124,39 @@ impl Client {
             task_ext_id: accepted.data.ext_id,
             request_id,
         })
+    }
+
+    /// `POST /api/volumes/v4.0/config/volume-groups/{extId}/$actions/detach-vm` with `NTNX-Request-Id`: detaches VM
+    /// `vm_ext_id` from volume group `volume_group_ext_id` (the volume group itself stays); returns the task's extId.
+    ///
+    /// The path and body are those of Nutanix's ntnx-volumes-py-client 4.3.2 (`VolumeGroupsApi.detach_vm`,
+    /// `VmAttachment`), the call CAPX makes before deleting a VM (#460, #477). The action takes no `If-Match`
+    /// (the SDK sends none). Prism answers a repeat of a `request_id` with the first request's task ("as per
+    /// Nutanix API semantics", CAPX af415bf6, which derived the id from the VG and VM for that reason), so the call
+    /// is retried like a read.
+    pub async fn detach_volume_group(
+        &self,
+        volume_group_ext_id: &str,
+        vm_ext_id: &str,
+        request_id: &str,
+    ) -> Result<String, Error> {
+        let mut call = Call::new(
+            Api::VolumesV4,
+            Method::POST,
+            endpoints::VOLUME_GROUPS_DETACH_VM,
+            &[
+                "config",
+                "volume-groups",
+                volume_group_ext_id,
+                "$actions",
+                "detach-vm",
+            ],
+        )
+        .json(&VmAttachment::of_vm(vm_ext_id))?
+        .idempotent();
+        call.request_id = Some(request_id.to_owned());
+        let accepted: Envelope<ExtIdReference> = self.call_json(call).await?;
+        Ok(accepted.data.ext_id)
     }
 
     /// `GET /api/prism/v4.0/config/tasks/{extId}`, as returned.

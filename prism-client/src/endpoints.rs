@@ -1,7 +1,8 @@
 //! Endpoint templates: `"<METHOD> <path relative to the API base>"`, with `{uuid}`, `{extId}`, `{key}`,
 //! `{value}` and `{client_identifier}` for the variable parts. They label errors, logs and [`crate::RequestEvent`]s,
 //! so a metric has one series per endpoint, never one per entity. v3 paths are relative to `/api/nutanix/v3`,
-//! v4 template paths to `/api/vmm/v4.0`, v4 task paths to `/api/prism/v4.0`.
+//! v4 template paths to `/api/vmm/v4.0`, v4 task paths to `/api/prism/v4.0`, v4 volume group paths to
+//! `/api/volumes/v4.0`.
 
 pub const USERS_ME: &str = "GET /users/me";
 
@@ -40,6 +41,7 @@ pub const TEMPLATES_LIST: &str = "GET /content/templates";
 pub const TEMPLATES_GET: &str = "GET /content/templates/{extId}";
 pub const TEMPLATES_DEPLOY: &str = "POST /content/templates/{extId}/$actions/deploy";
 pub const V4_TASKS_GET: &str = "GET /config/tasks/{extId}";
+pub const VOLUME_GROUPS_DETACH_VM: &str = "POST /config/volume-groups/{extId}/$actions/detach-vm";
 
 /// Every template, for registering metric series up front.
 pub const ALL: &[&str] = &[
@@ -74,4 +76,5 @@ pub const ALL: &[&str] = &[
     TEMPLATES_GET,
     TEMPLATES_DEPLOY,
     V4_TASKS_GET,
+    VOLUME_GROUPS_DETACH_VM,
 ];

@@ -12,6 +12,8 @@ pub enum Api {
     VmmV4,
     /// `/api/prism/v4.0`
     PrismV4,
+    /// `/api/volumes/v4.0`
+    VolumesV4,
 }
 
 impl Api {
@@ -21,15 +23,17 @@ impl Api {
             Self::V3 => &["api", "nutanix", "v3"],
             Self::VmmV4 => &["api", "vmm", "v4.0"],
             Self::PrismV4 => &["api", "prism", "v4.0"],
+            Self::VolumesV4 => &["api", "volumes", "v4.0"],
         }
     }
 
-    /// A short label: `v3`, `vmm.v4`, `prism.v4`.
+    /// A short label: `v3`, `vmm.v4`, `prism.v4`, `volumes.v4`.
     pub fn label(self) -> &'static str {
         match self {
             Self::V3 => "v3",
             Self::VmmV4 => "vmm.v4",
             Self::PrismV4 => "prism.v4",
+            Self::VolumesV4 => "volumes.v4",
         }
     }
 }

@@ -43,6 +43,25 @@ pub struct VmSummary {
     pub cluster_uuid: String,
 }
 
+/// A volume group as the admin side sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeGroupSummary {
+    pub ext_id: String,
+    pub name: String,
+    /// The VMs it is attached to.
+    pub attached_vms: Vec<String>,
+}
+
+/// Body of `POST /mock/volume-groups`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NewVolumeGroup {
+    name: String,
+    #[serde(default)]
+    attached_vms: Vec<String>,
+}
+
 /// Handle on a running mock's state, usable from Rust (tests) and behind the `/mock/` HTTP API.
 #[derive(Clone, Debug)]
 pub struct Admin {
@@ -234,6 +253,25 @@ impl Admin {
             .and_then(|vm| vm.guest.clone())
     }
 
+    /// Creates a volume group attached to each of `vms`, as Nutanix CSI 3.x does for a PersistentVolume of a pod on
+    /// that VM's Node (hypervisor-attached): its extId, `None` if a VM is unknown.
+    pub fn create_volume_group(&self, name: &str, vms: &[String]) -> Option<String> {
+        self.app.lock().create_volume_group(name, vms).ok()
+    }
+
+    /// One volume group, with the VMs it is attached to; `None` if there is none with that extId.
+    pub fn volume_group(&self, ext_id: &str) -> Option<VolumeGroupSummary> {
+        let store = self.app.lock();
+        store
+            .volume_groups
+            .get(ext_id)
+            .map(|group| VolumeGroupSummary {
+                ext_id: group.ext_id.clone(),
+                name: group.name.clone(),
+                attached_vms: group.vm_attachments.iter().map(|a| a.vm.clone()).collect(),
+            })
+    }
+
     /// Deletes a VM behind the client's back (no task); false if unknown.
     pub fn delete_vm_out_of_band(&self, uuid: &str) -> bool {
         self.app.lock().remove_vm(uuid)
@@ -418,6 +456,24 @@ pub(crate) fn routes() -> Router<App> {
             "/vms/{uuid}/delete",
             post(|State(app): State<App>, Path(uuid): Path<String>| async move {
                 if admin(&app).delete_vm_out_of_band(&uuid) { StatusCode::NO_CONTENT.into_response() } else { not_found("VM") }
+            }),
+        )
+        .route(
+            "/volume-groups",
+            post(|State(app): State<App>, Json(group): Json<NewVolumeGroup>| async move {
+                match admin(&app).create_volume_group(&group.name, &group.attached_vms) {
+                    Some(ext_id) => (StatusCode::CREATED, Json(json!({"extId": ext_id}))).into_response(),
+                    None => not_found("VM"),
+                }
+            }),
+        )
+        .route(
+            "/volume-groups/{ext_id}",
+            get(|State(app): State<App>, Path(ext_id): Path<String>| async move {
+                match admin(&app).volume_group(&ext_id) {
+                    Some(group) => Json(group).into_response(),
+                    None => not_found("volume group"),
+                }
             }),
         )
         .route(

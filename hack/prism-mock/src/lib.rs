@@ -38,7 +38,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use admin::{Admin, VmSummary};
+pub use admin::{Admin, VmSummary, VolumeGroupSummary};
 pub use behaviour::{CloneBehaviour, DeployTaskShape, GuestBehaviour, Timings};
 pub use config::{Credentials, MockConfig};
 pub use faults::{

@@ -1,9 +1,10 @@
 //! v4 endpoints: VM templates (`/api/vmm/{v4.0,v4.3}/content/templates`), a VM's GET and PUT
-//! (`/api/vmm/{v4.0,v4.3}/ahv/config/vms/{extId}`) and tasks (`/api/prism/{v4.0,v4.4}/config/tasks`).
+//! (`/api/vmm/{v4.0,v4.3}/ahv/config/vms/{extId}`), tasks (`/api/prism/{v4.0,v4.4}/config/tasks`) and volume
+//! groups (`/api/volumes/{v4.0,v4.3}/config/volume-groups`: get, VM attachments, detach-vm).
 //!
 //! Each path is served under v4.0 (what pc.2024.3 ships, reference/02 §8) and under the version Nutanix's current
-//! Python SDKs call: ntnx-vmm-py-client 4.3.2 (`/api/vmm/v4.3/…`, TemplatesApi) and ntnx-prism-py-client 4.4.2
-//! (`/api/prism/v4.4/…`, TasksApi).
+//! Python SDKs call: ntnx-vmm-py-client 4.3.2 (`/api/vmm/v4.3/…`, TemplatesApi), ntnx-prism-py-client 4.4.2
+//! (`/api/prism/v4.4/…`, TasksApi) and ntnx-volumes-py-client 4.3.2 (`/api/volumes/v4.3/…`, VolumeGroupsApi).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -45,8 +46,51 @@ pub(crate) const PRISM_VERSIONS: [V4Version; 2] = [
     },
 ];
 
+pub(crate) const VOLUMES_VERSIONS: [V4Version; 2] = [
+    V4Version {
+        path: "v4.0",
+        fv: "v4.r0",
+    },
+    V4Version {
+        path: "v4.3",
+        fv: "v4.r3",
+    },
+];
+
 pub(crate) fn routes() -> Router<App> {
     let mut router = Router::new();
+    for version in VOLUMES_VERSIONS {
+        let base = format!("/api/volumes/{}/config/volume-groups", version.path);
+        router = router
+            .route(
+                &format!("{base}/{{ext_id}}"),
+                get(move |app: State<App>, ext_id: Path<String>| async move {
+                    let store = app.lock();
+                    let body = store.get_volume_group(&ext_id, &version)?;
+                    Ok::<_, ApiError>(json_ok(StatusCode::OK, body))
+                }),
+            )
+            .route(
+                &format!("{base}/{{ext_id}}/vm-attachments"),
+                get(move |app: State<App>, ext_id: Path<String>| async move {
+                    let store = app.lock();
+                    let body = store.list_vm_attachments(&ext_id, &version)?;
+                    Ok::<_, ApiError>(json_ok(StatusCode::OK, body))
+                }),
+            )
+            .route(
+                &format!("{base}/{{ext_id}}/$actions/detach-vm"),
+                post(
+                    move |app: State<App>,
+                          d: Extension<Directives>,
+                          ext_id: Path<String>,
+                          headers: HeaderMap,
+                          body: Bytes| async move {
+                        detach_vm(app, d, ext_id, headers, body, version)
+                    },
+                ),
+            );
+    }
     for version in VMM_VERSIONS {
         let base = format!("/api/vmm/{}/content/templates", version.path);
         router = router
@@ -95,7 +139,11 @@ pub(crate) fn routes() -> Router<App> {
     // Nutanix's SDKs first ask `OPTIONS /api/{namespace}/unversioned/info` for the newest version the server
     // serves (`{"data": "v4.x"}`) and use the lower of that and their own (ApiClient.negotiate_version of
     // ntnx-vmm-py-client 4.3.2 and ntnx-prism-py-client 4.4.2); the mock answers the newest it serves.
-    for (namespace, versions) in [("vmm", VMM_VERSIONS), ("prism", PRISM_VERSIONS)] {
+    for (namespace, versions) in [
+        ("vmm", VMM_VERSIONS),
+        ("prism", PRISM_VERSIONS),
+        ("volumes", VOLUMES_VERSIONS),
+    ] {
         let newest = versions[versions.len() - 1].path;
         router = router.route(
             &format!("/api/{namespace}/unversioned/info"),
@@ -150,6 +198,44 @@ fn get_template(State(app): State<App>, Path(ext_id): Path<String>, version: V4V
     Ok(with_etag(json_ok(StatusCode::OK, body), &etag))
 }
 
+/// A v4 request body: empty is `{}`, anything else must be JSON (`code` names the namespace's error code).
+fn v4_body(body: &Bytes, code: &'static str) -> Result<Value, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Object(serde_json::Map::new()));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::v4(
+            StatusCode::BAD_REQUEST,
+            "INVALID_INPUT",
+            code,
+            format!("request body is not valid JSON: {e}"),
+        )
+    })
+}
+
+fn detach_vm(
+    State(app): State<App>,
+    Extension(d): Extension<Directives>,
+    Path(ext_id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+    version: V4Version,
+) -> Answer {
+    let body = v4_body(&body, "VOL-10001")?;
+    let request_id = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok());
+    let mut store = app.lock();
+    let response = store.detach_vm(
+        Instant::now(),
+        &ext_id,
+        request_id,
+        &body,
+        d.fail_task,
+        &version,
+    )?;
+    let vm = body.get("extId").and_then(Value::as_str).map(str::to_owned);
+    Ok(attribute(json_ok(StatusCode::ACCEPTED, response), vm))
+}
+
 fn deploy_template(
     State(app): State<App>,
     Extension(d): Extension<Directives>,
@@ -158,18 +244,7 @@ fn deploy_template(
     body: Bytes,
     version: V4Version,
 ) -> Answer {
-    let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
-        Value::Object(serde_json::Map::new())
-    } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            ApiError::v4(
-                StatusCode::BAD_REQUEST,
-                "INVALID_INPUT",
-                "VMM-30100",
-                format!("request body is not valid JSON: {e}"),
-            )
-        })?
-    };
+    let body = v4_body(&body, "VMM-30100")?;
     let request_id = headers.get(REQUEST_ID_HEADER).and_then(|v| v.to_str().ok());
     let mut store = app.lock();
     let response = store.deploy_template(

@@ -77,6 +77,7 @@ use prometheus::IntGaugeVec;
 
 use crate::api::{PendingTask, TaskOperation};
 use crate::plan::machine::provision::first_task_read_after;
+use crate::plan::machine::{DetachRequest, VolumeGroupDetach};
 use crate::plan::vm::request::{FollowUpError, FollowUpUpdate, VmRequest};
 use crate::plan::vm::scope::NameClause;
 use credentials::PrismCredentials;
@@ -818,6 +819,28 @@ impl Connection {
     }
 
     /// `DELETE /vms/{uuid}`; a VM that is already gone is success.
+    /// Detaches VM `vm_uuid` from each volume group (with its request id; the groups stay) and
+    /// reads each detach's task once, without waiting for it.
+    pub async fn detach_volume_groups(
+        &self,
+        vm_uuid: &str,
+        detaches: &[DetachRequest],
+    ) -> Result<Vec<VolumeGroupDetach>, Error> {
+        self.recent_reads.forget(vm_uuid);
+        let mut detached = Vec::with_capacity(detaches.len());
+        for detach in detaches {
+            let task = self
+                .client
+                .detach_volume_group(&detach.volume_group, vm_uuid, &detach.request_id)
+                .await?;
+            detached.push(VolumeGroupDetach {
+                volume_group: detach.volume_group.clone(),
+                task: self.client.get_v4_task(&task).await?,
+            });
+        }
+        Ok(detached)
+    }
+
     pub async fn delete_vm(&self, uuid: &str) -> Result<DeleteOutcome, Error> {
         self.recent_reads.forget(uuid);
         match self.client.delete_vm(uuid).await {

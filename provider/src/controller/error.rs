@@ -66,6 +66,10 @@ pub enum Error {
         #[source]
         source: crate::api::ProviderStatusError,
     },
+    /// Prism failed to detach a volume group from the VM being deleted (the message names the
+    /// VM, the volume group and Prism's error); the deletion retries.
+    #[error("{0}")]
+    VolumeGroupDetachFailed(String),
     /// A write to the Machine was answered 404: another writer removed its last finalizer and
     /// the API server removed it. The reconcile ends there ([`crate::controller::machine`]).
     #[error("Machine {machine} is gone: {action} was answered 404")]
@@ -97,6 +101,7 @@ impl Error {
                 | Self::InvalidMachine(_)
                 | Self::VmError(_)
                 | Self::AmbiguousVm(_)
+                | Self::VolumeGroupDetachFailed(_)
         )
     }
 
@@ -171,6 +176,7 @@ impl Error {
             Self::VmError(_) => "VmError",
             Self::AmbiguousVm(_) => "AmbiguousVm",
             Self::ProviderStatus { .. } => "ProviderStatus",
+            Self::VolumeGroupDetachFailed(_) => "VolumeGroupDetachFailed",
             Self::MachineGone { .. } => "MachineGone",
         }
     }

@@ -390,6 +390,7 @@ impl Scope {
             Failure::VmError(message) => Error::VmError(message),
             Failure::DeployUnconfirmed(message) => Error::DeployUnconfirmed(message),
             Failure::AmbiguousVm(message) => Error::AmbiguousVm(message),
+            Failure::VolumeGroupDetachFailed(message) => Error::VolumeGroupDetachFailed(message),
             Failure::Environment | Failure::ActionFailed => {
                 self.failure.take().unwrap_or_else(|| {
                     Error::Configuration(format!(

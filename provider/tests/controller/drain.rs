@@ -294,3 +294,45 @@ async fn a_node_unreachable_for_long_or_gone_does_not_hold_the_vm() {
     assert_eq!(kind, "Normal");
     env.assert_no_secrets_logged(&[]);
 }
+
+/// Nutanix CSI 3.x attaches a PersistentVolume's volume group to the VM itself, and Prism refuses
+/// to delete a VM holding one (its delete task fails: terraform-provider-nutanix#568). The VM's
+/// volume groups are detached first (as CAPX #460, #477): the Machine ends with no VM, and the
+/// volume group (the PersistentVolume's data) is kept, attached to nothing.
+#[tokio::test]
+async fn a_vm_holding_a_csi_volume_group_is_deleted_after_its_detach_and_the_group_is_kept() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let _controller = env.controller("controller", &[]);
+    env.create_machine("csi-0", linux_spec(), false).await;
+    env.wait_phase("csi-0", "Running").await;
+    let vm = env.vms_named("csi-0")[0].uuid.clone();
+    let group = env
+        .mock
+        .admin()
+        .create_volume_group("pvc-5e1d", std::slice::from_ref(&vm))
+        .unwrap();
+
+    env.machines_api()
+        .delete("csi-0", &Default::default())
+        .await
+        .unwrap();
+    env.wait_machine("csi-0", "deletion", Value::is_null).await;
+    assert!(env.vms_named("csi-0").is_empty(), "no VM left");
+    let kept = env.mock.admin().volume_group(&group).unwrap();
+    assert!(kept.attached_vms.is_empty(), "{kept:?}");
+    let (_, kind, note) = env.wait_event("csi-0", "DetachVolumeGroups", &group).await;
+    assert_eq!(kind, "Normal");
+    assert!(note.contains(&vm), "{note}");
+    let detaches: u64 = env
+        .mock
+        .admin()
+        .counters()
+        .iter()
+        .filter(|c| c.method == "POST" && c.endpoint.ends_with("/$actions/detach-vm"))
+        .map(|c| c.count)
+        .sum();
+    assert!(detaches >= 1, "{:?}", env.mock.admin().counters());
+    env.assert_no_secrets_logged(&[]);
+    env.assert_permissions("controller");
+}

@@ -19,6 +19,7 @@ pub(crate) mod templates;
 pub(crate) mod v4_shape;
 pub(crate) mod v4_vms;
 pub(crate) mod vm;
+pub(crate) mod volume_groups;
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -125,6 +126,8 @@ pub(crate) struct Store {
     pub(crate) reservations: HashMap<String, Reservation>,
     pub(crate) reserved_uuids: HashMap<String, String>,
     pub(crate) v4_requests: HashMap<String, String>,
+    /// Volume groups by extId, with the VMs they are attached to.
+    pub(crate) volume_groups: BTreeMap<String, volume_groups::VolumeGroup>,
     pub(crate) sessions: HashMap<String, Instant>,
     pub(crate) faults: FaultState,
     started_instant: Instant,
@@ -170,6 +173,7 @@ impl Store {
             reservations: HashMap::new(),
             reserved_uuids: HashMap::new(),
             v4_requests: HashMap::new(),
+            volume_groups: BTreeMap::new(),
             sessions: HashMap::new(),
             faults: FaultState::default(),
             started_instant: now,

@@ -70,6 +70,10 @@ pub(crate) enum FailCause {
     /// task whose `errorMessages` carry that code, group and message, placeholders unrendered). Also the
     /// refusal of an ASSIGNED address on an unmanaged subnet, with Prism's own message (`vm::nics`).
     InvalidArgument,
+    /// Prism refuses what the task asks of an entity in its state: the task itself fails with this code and the
+    /// plan's error, no subtask (a VM delete while a volume group is attached, terraform-provider-nutanix#568;
+    /// see `volume_groups`).
+    Refused { code: &'static str },
 }
 
 /// How a task is to fail (decided when it is created: an injected fault, an exhausted address pool, an
@@ -151,6 +155,8 @@ pub(crate) enum Effect {
     },
     /// DELETE: success removes the VM.
     Delete { vm: String },
+    /// A volume group's detach-vm: success detaches the VM.
+    DetachVm { volume_group: String, vm: String },
     /// A subtask: no effect of its own.
     Subtask,
 }
@@ -311,6 +317,18 @@ impl Store {
                 ));
                 None
             }
+            Some((
+                FailPlan {
+                    cause: FailCause::Refused { code },
+                    error,
+                    ..
+                },
+                _,
+            )) => {
+                task.status = TaskStatus::Failed;
+                task.error = Some(TaskError::new(code, None, error.clone()));
+                None
+            }
             Some((plan, _)) => {
                 task.status = TaskStatus::Failed;
                 task.error = Some(TaskError::new("INTERNAL_ERROR", None, "Internal Error"));
@@ -370,7 +388,7 @@ impl Store {
         let touched: Vec<String> = match &effect {
             Effect::Create { vms } => vms.clone(),
             Effect::Update { vm, .. } => vec![vm.clone()],
-            Effect::Delete { .. } | Effect::Subtask => Vec::new(),
+            Effect::Delete { .. } | Effect::DetachVm { .. } | Effect::Subtask => Vec::new(),
         };
         let before: Vec<(String, &'static str, &'static str)> = touched
             .into_iter()
@@ -392,6 +410,9 @@ impl Store {
                 previous_nics,
             } => self.finish_vm_update(&vm, *previous_spec, previous_nics, fail.is_some(), at),
             Effect::Delete { vm } => self.finish_vm_delete(&vm, task_uuid, fail.is_some(), at),
+            Effect::DetachVm { volume_group, vm } => {
+                self.finish_detach(&volume_group, &vm, fail.is_some());
+            }
             Effect::Subtask => {}
         }
         if !self.read_lag.is_zero() {
@@ -472,6 +493,8 @@ impl Store {
             .map(|(kind, uuid)| {
                 let rel = match *kind {
                     "template" => "vmm:content:templates",
+                    // The mock's choice, in the pattern of the others: no recorded detach task shows it.
+                    "volume_group" => "volumes:config:volume-group",
                     _ => "vmm:ahv:config:vm",
                 };
                 version.object(

@@ -369,3 +369,34 @@ fn fields_the_schema_leaves_optional_may_be_absent_and_stay_absent_on_the_way_ba
     .unwrap();
     assert_eq!(task.entity_reference_list[1].uuid.as_deref(), Some("v"));
 }
+
+#[test]
+fn attached_volume_groups_are_read_from_spec_and_status_once_each() {
+    let group_disk = |uuid: &str, index: u32| {
+        json!({
+            "device_properties": {"device_type": "VOLUME_GROUP",
+                "disk_address": {"adapter_type": "SCSI", "device_index": index}},
+            "volume_group_reference": {"kind": "volume_group", "uuid": uuid},
+        })
+    };
+    let mut vm = value(VM_GET);
+    let system_disk = vm["spec"]["resources"]["disk_list"][0].clone();
+    vm["spec"]["resources"]["disk_list"] = json!([
+        system_disk,
+        group_disk("7A1C2B3D-0000-4000-8000-000000000001", 1)
+    ]);
+    vm["status"]["resources"]["disk_list"] = json!([
+        group_disk("7a1c2b3d-0000-4000-8000-000000000001", 1),
+        group_disk("7a1c2b3d-0000-4000-8000-000000000002", 2)
+    ]);
+    let vm: Vm = serde_json::from_value(vm).unwrap();
+    assert_eq!(
+        vm.attached_volume_groups(),
+        vec![
+            "7a1c2b3d-0000-4000-8000-000000000001".to_owned(),
+            "7a1c2b3d-0000-4000-8000-000000000002".to_owned(),
+        ]
+    );
+    let plain: Vm = serde_json::from_str(VM_GET).unwrap();
+    assert!(plain.attached_volume_groups().is_empty());
+}

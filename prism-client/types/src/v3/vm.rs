@@ -220,6 +220,10 @@ pub struct Disk {
     pub device_properties: Option<DeviceProperties>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_config: Option<StorageConfig>,
+    /// The volume group a `VOLUME_GROUP` disk is (prism-go-client `v3/swagger.json`, `vm_disk`): a volume group
+    /// attached to the VM itself, as Nutanix CSI 3.x attaches a PersistentVolume's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_group_reference: Option<Reference>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -389,6 +393,29 @@ impl Vm {
             .as_ref()
             .map(|spec| spec.name.as_str())
             .or_else(|| self.status.as_ref()?.name.as_deref())
+    }
+
+    /// The UUIDs of the volume groups attached to the VM (its `VOLUME_GROUP` disks), in spec and status, each
+    /// once, lower case. CAPX reads `spec.resources.disk_list[].volume_group_reference` before deleting a VM
+    /// (nutanix-cloud-native/cluster-api-provider-nutanix #473, d1217b98); status is read too, so that an
+    /// attachment either side shows is found.
+    pub fn attached_volume_groups(&self) -> Vec<String> {
+        let spec_disks = self.spec.iter().flat_map(|spec| &spec.resources.disk_list);
+        let status_disks = self
+            .status
+            .iter()
+            .filter_map(|status| status.resources.as_ref())
+            .flat_map(|resources| &resources.disk_list);
+        let mut uuids: Vec<String> = Vec::new();
+        for disk in spec_disks.chain(status_disks) {
+            if let Some(reference) = &disk.volume_group_reference {
+                let uuid = reference.uuid.to_ascii_lowercase();
+                if !uuids.contains(&uuid) {
+                    uuids.push(uuid);
+                }
+            }
+        }
+        uuids
     }
 
     /// `status.state`.

@@ -1,10 +1,12 @@
-//! Prism Central v4 shapes used for template deploy: templates, the deploy request, tasks, the `{"data": …}`
+//! Prism Central v4 shapes used for template deploy and volume group detach: templates, the deploy request, the
+//! VM attachment of a volume group, tasks, the `{"data": …}`
 //! envelope and the v4 error body. JSON names are camelCase; `$objectType` discriminators are written as Prism
 //! expects them.
 
 mod common;
 mod task;
 mod template;
+mod volumes;
 
 #[cfg(test)]
 mod tests;
@@ -17,3 +19,4 @@ pub use template::{
     Sysprep, SysprepScript, Template, TemplateDeployRequest, TemplateVersionSpec,
     UNATTEND_XML_OBJECT_TYPE, USERDATA_OBJECT_TYPE, VmConfigOverride,
 };
+pub use volumes::VmAttachment;

@@ -18,7 +18,8 @@
 //!   a `GET` instead of a task read), each of whose rules says what it saves and why it is safe;
 //! - [`create`]: validated, planned, recorded, sent, and Prism's answer read;
 //! - [`update`]: the pending follow-up, then the Machine brought up to date from its VM;
-//! - [`delete`]: drain, volumes, the VM's DELETE, the Node, an unconfirmed deploy;
+//! - [`delete`]: drain, volumes, the VM's volume groups detached, the VM's DELETE, the Node, an
+//!   unconfirmed deploy;
 //! - [`claims`] (static addresses) and [`environment`] (no Prism connection), used by them.
 
 use std::time::Duration;
@@ -39,7 +40,7 @@ mod environment;
 mod observe;
 mod update;
 
-pub use delete::deletion_sent;
+pub use delete::{deletion_sent, detach_request_id};
 use draft::{Ask, Decided, Draft, MachineFailure, fail, power_of, retry_create};
 use observe::observe;
 

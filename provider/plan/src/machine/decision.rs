@@ -76,6 +76,7 @@ impl Action {
             Self::Send(Change::Create { .. }) => "send the create",
             Self::Send(Change::FollowUp { .. }) => "send the follow-up",
             Self::Send(Change::DeleteVm { .. }) => "delete the VM",
+            Self::Send(Change::DetachVolumeGroups { .. }) => "detach the VM's volume groups",
             Self::Send(Change::Drain { .. }) => "drain",
             Self::Send(Change::DeleteNode { .. }) => "delete the Node",
             Self::Send(Change::NodeProviderId { .. }) => "set the Node's providerID",
@@ -165,6 +166,12 @@ pub enum Change {
     DeleteVm {
         uuid: String,
     },
+    /// Detaches VM `vm_uuid` from each volume group (the groups stay), each with its request id, and reads each
+    /// detach's task once → `detached`.
+    DetachVolumeGroups {
+        vm_uuid: String,
+        detaches: Vec<DetachRequest>,
+    },
     /// One drain round → `drain`.
     Drain {
         node: String,
@@ -204,6 +211,13 @@ impl Change {
     pub fn records_first(&self) -> bool {
         !matches!(self, Self::NodeProviderId { .. })
     }
+}
+
+/// One volume group to detach, with the `NTNX-Request-Id` its detach is sent with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DetachRequest {
+    pub volume_group: String,
+    pub request_id: String,
 }
 
 /// An event on the Machine.
@@ -276,6 +290,8 @@ pub enum Failure {
     DeployUnconfirmed(String),
     /// Several VMs could be the Machine's unrecorded VM; none is taken; published.
     AmbiguousVm(String),
+    /// Prism failed to detach a volume group from the VM being deleted; published.
+    VolumeGroupDetachFailed(String),
     /// The Prism connection could not be made (the executor's error).
     Environment,
     /// The action just sent failed (the executor's error).

@@ -156,6 +156,10 @@ pub mod volume_events {
     pub const TIMED_OUT: &str = "VolumeDetachTimedOut";
     /// Normal: the linked Node is gone; nothing reports its volumes any more.
     pub const NODE_GONE: &str = "VolumeCheckSkipped";
+    /// Normal: the VM's volume groups are being detached before its delete.
+    pub const DETACHING_VOLUME_GROUPS: &str = "DetachVolumeGroups";
+    /// Warning: Prism failed to detach a volume group.
+    pub const DETACH_FAILED: &str = "FailedDetachVolumeGroup";
 }
 
 /// Whether the Machine's VM may be deleted, as far as the volumes of its Node go.

@@ -178,6 +178,8 @@ pub struct Seen {
     pub sent: Option<SendOutcome>,
     pub follow_up: Option<FollowUpOutcome>,
     pub deleted: Option<DeleteOutcome>,
+    /// How each detach of the VM's volume groups went, in the order asked.
+    pub detached: Option<Vec<VolumeGroupDetach>>,
     /// The Node asked for (`Some(None)`: there is none of that name).
     pub node: Option<Option<Node>>,
     /// `node` was read from the API server, not the watch cache.
@@ -346,6 +348,14 @@ pub enum DeleteOutcome {
     Gone,
     /// Anything else, with Prism's words (the executor keeps the error).
     Failed(String),
+}
+
+/// One volume group's detach from the VM: its task as read once right after it was sent (or sent again: the
+/// same request id answers the same task).
+#[derive(Clone, Debug)]
+pub struct VolumeGroupDetach {
+    pub volume_group: String,
+    pub task: TaskProgress,
 }
 
 /// How a drain round ended.

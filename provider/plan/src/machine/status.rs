@@ -62,6 +62,10 @@ pub mod conditions {
     pub const UPDATE_FAILED: &str = "MachineUpdateFailed";
     pub const DELETION_IN_PROGRESS: &str = "MachineDeletionInProgress";
     pub const DELETION_FAILED: &str = "MachineDeletionFailed";
+    /// Reasons of `MachineDeletion=False` while the VM's volume groups are detached before its delete, and
+    /// when a detach failed (CAPX's reason, `api/v1beta1/conditions.go`).
+    pub const DETACHING_VOLUME_GROUPS: &str = "DetachingVolumeGroups";
+    pub const VOLUME_GROUP_DETACH_FAILED: &str = "VolumeGroupDetachFailed";
     pub const INSTANCE_READY: &str = "MachineInstanceReady";
     pub const INSTANCE_NOT_READY: &str = "MachineInstanceNotReady";
 

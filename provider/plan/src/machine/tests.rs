@@ -159,6 +159,12 @@ struct World {
     /// with the new intent until the task ends: the recorded `update_vm.json`) rather than
     /// applied at once.
     follow_up_runs: bool,
+    /// Detach request id → its task, and the (VM, volume group) the task detaches when it ends
+    /// (Prism answers a repeated request id with the first task).
+    detaches: BTreeMap<String, String>,
+    detach_effects: BTreeMap<String, (String, String)>,
+    /// The next detach task fails with this.
+    detach_fails: Option<TaskFailure>,
 }
 
 impl World {
@@ -198,7 +204,34 @@ impl World {
             nodes: BTreeMap::new(),
             nodes_uncached: BTreeSet::new(),
             follow_up_runs: false,
+            detaches: BTreeMap::new(),
+            detach_effects: BTreeMap::new(),
+            detach_fails: None,
         }
+    }
+
+    /// Nutanix CSI attaches volume group `group` to VM `uuid` (hypervisor-attached): a
+    /// `VOLUME_GROUP` disk in its spec and status (prism-go-client `v3/swagger.json`, `vm_disk`).
+    fn attach_volume_group(&mut self, uuid: &str, group: &str) {
+        let disk = json!({
+            "device_properties": {"device_type": "VOLUME_GROUP",
+                "disk_address": {"adapter_type": "SCSI", "device_index": 1}},
+            "volume_group_reference": {"kind": "volume_group", "uuid": group}
+        });
+        let vm = self.vms.get_mut(uuid).unwrap();
+        for part in ["spec", "status"] {
+            let disks = &mut vm[part]["resources"]["disk_list"];
+            if !disks.is_array() {
+                *disks = json!([]);
+            }
+            disks.as_array_mut().unwrap().push(disk.clone());
+        }
+    }
+
+    fn attached_volume_groups(&self, uuid: &str) -> Vec<String> {
+        self.vm(uuid)
+            .map(|vm| vm.attached_volume_groups())
+            .unwrap_or_default()
     }
 
     /// The Machine takes its address from pool `workers`, which holds `free`.
@@ -280,6 +313,26 @@ impl World {
     /// Time passes: running tasks end, deletes finish, listings catch up.
     fn tick(&mut self) {
         self.now += SignedDuration::from_secs(60);
+        for (task, (vm, group)) in std::mem::take(&mut self.detach_effects) {
+            let failure = self.detach_fails.take();
+            let detached = failure.is_none();
+            if let Some((progress, _)) = self.tasks.get_mut(&task) {
+                *progress = match failure {
+                    Some(failure) => TaskProgress::Failed(Box::new(failure)),
+                    None => TaskProgress::Succeeded {
+                        entities: Vec::new(),
+                        unread_subtasks: Vec::new(),
+                    },
+                };
+            }
+            if detached && let Some(body) = self.vms.get_mut(&vm) {
+                for part in ["spec", "status"] {
+                    if let Some(disks) = body[part]["resources"]["disk_list"].as_array_mut() {
+                        disks.retain(|disk| disk["volume_group_reference"]["uuid"] != json!(group));
+                    }
+                }
+            }
+        }
         for (progress, vm) in self.tasks.values_mut() {
             if let TaskProgress::Running { .. } = progress {
                 *progress = match self.task_fails.take() {
@@ -577,13 +630,41 @@ impl World {
             }
             Change::DeleteVm { uuid } => {
                 self.log.push("DELETE".into());
+                // Prism accepts the DELETE of a VM holding a volume group and its task fails: the
+                // VM stays as it was (terraform-provider-nutanix#568).
+                let holds_group = !self.attached_volume_groups(&uuid).is_empty();
                 seen.deleted = Some(match self.vms.get_mut(&uuid) {
+                    Some(_) if holds_group => DeleteOutcome::Accepted,
                     Some(vm) => {
                         vm["status"]["state"] = json!("DELETE_PENDING");
                         DeleteOutcome::Accepted
                     }
                     None => DeleteOutcome::Gone,
                 });
+            }
+            Change::DetachVolumeGroups { vm_uuid, detaches } => {
+                let mut detached = Vec::new();
+                for detach in detaches {
+                    self.log.push(format!("detach {}", detach.volume_group));
+                    let task = match self.detaches.get(&detach.request_id) {
+                        Some(task) => task.clone(),
+                        None => {
+                            let task = self.next_id("task");
+                            self.tasks.insert(task.clone(), (running(), None));
+                            self.detaches.insert(detach.request_id, task.clone());
+                            self.detach_effects.insert(
+                                task.clone(),
+                                (vm_uuid.clone(), detach.volume_group.clone()),
+                            );
+                            task
+                        }
+                    };
+                    detached.push(VolumeGroupDetach {
+                        volume_group: detach.volume_group,
+                        task: self.tasks[&task].0.clone(),
+                    });
+                }
+                seen.detached = Some(detached);
             }
             Change::Drain { .. } => {
                 self.log.push("drain".into());
@@ -807,6 +888,7 @@ impl World {
                     "follow-up",
                 ]
                 .contains(&step.as_str())
+                    || step.starts_with("detach ")
             })
             .count()
     }
@@ -943,6 +1025,7 @@ fn a_whole_create_from_an_image_and_a_whole_delete_in_order() {
         strings(&[
             "node",
             "env",
+            "GET",
             "DELETE",
             "write status",
             "env",
@@ -950,9 +1033,9 @@ fn a_whole_create_from_an_image_and_a_whole_delete_in_order() {
             "delete node",
             "write metadata"
         ]),
-        "no GET before the DELETE; the GET that finds it gone ends the deletion"
+        "one GET before the DELETE (for the VM's volume groups); the GET that finds it gone ends the deletion"
     );
-    assert!(World::prism_calls(&deletion) <= 3);
+    assert!(World::prism_calls(&deletion) <= 4);
     assert!(world.vms.is_empty());
 }
 
@@ -1676,7 +1759,7 @@ fn a_delete_just_sent_is_not_looked_at_before_a_poll_interval() {
     world.reconcile();
     world.reconcile();
     let (steps, _) = world.steps();
-    assert_eq!(steps, strings(&["env", "DELETE", "write status"]));
+    assert_eq!(steps, strings(&["env", "GET", "DELETE", "write status"]));
     assert!(world.status().deletion_sent.is_some());
     // The reconcile its own write triggers, at once: only the connection is looked at (for
     // how long deletes take), nothing is asked of Prism.
@@ -1706,7 +1789,7 @@ fn a_delete_is_first_looked_at_when_deletes_on_its_prism_usually_end() {
     world.reconcile();
     world.reconcile();
     let (steps, _) = world.steps();
-    assert_eq!(steps, strings(&["env", "DELETE", "write status"]));
+    assert_eq!(steps, strings(&["env", "GET", "DELETE", "write status"]));
     // Three seconds on (two, less the recorded time's second): no GET yet, a look in two.
     world.now += SignedDuration::from_secs(3);
     let (steps, outcome) = world.steps();
@@ -1736,7 +1819,7 @@ fn a_deletion_before_anything_was_recorded_needs_no_prism() {
 }
 
 #[test]
-fn a_deletion_whose_vm_is_already_gone_finishes_on_the_delete_404() {
+fn a_deletion_whose_vm_is_already_gone_finishes_on_the_404_of_its_read() {
     let mut world = World::new("image");
     world.run_until(8, |w| w.phase() == phase::PROVISIONED);
     world.vms.clear();
@@ -1744,8 +1827,145 @@ fn a_deletion_whose_vm_is_already_gone_finishes_on_the_delete_404() {
     world.reconcile();
     world.reconcile();
     let (steps, _) = world.steps();
-    assert_eq!(steps, strings(&["env", "DELETE", "write metadata"]));
+    assert_eq!(steps, strings(&["env", "GET", "write metadata"]));
     assert!(world.finalized());
+}
+
+/// Whether the providerStatus has condition `type_` with `reason`.
+fn has_provider_condition(world: &World, type_: &str, reason: &str) -> bool {
+    world
+        .status()
+        .conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.reason == reason)
+}
+
+#[test]
+fn a_vm_holding_volume_groups_is_deleted_once_they_are_detached_and_they_are_kept() {
+    let mut world = World::new("image");
+    world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+    let uuid = world.status().vm_uuid.unwrap();
+    world.attach_volume_group(&uuid, "7a1c2b3d-0000-4000-8000-00000000000a");
+    world.attach_volume_group(&uuid, "7a1c2b3d-0000-4000-8000-00000000000b");
+    world.delete();
+    world.reconcile();
+    world.reconcile();
+
+    // Read, recorded, then both detached (never the VM deleted while it holds one).
+    let (steps, outcome) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&[
+            "env",
+            "GET",
+            "write status",
+            "detach 7a1c2b3d-0000-4000-8000-00000000000a",
+            "detach 7a1c2b3d-0000-4000-8000-00000000000b",
+        ])
+    );
+    assert_eq!(outcome.events, ["DetachVolumeGroups"]);
+    assert_eq!(outcome.next, Some(Next::Requeue(Intervals::default().poll)));
+    assert!(has_provider_condition(
+        &world,
+        conditions::MACHINE_DELETION,
+        conditions::DETACHING_VOLUME_GROUPS
+    ));
+    let request_ids: Vec<String> = world.detaches.keys().cloned().collect();
+    let mut expected = vec![
+        detach_request_id(&uuid, "7a1c2b3d-0000-4000-8000-00000000000a"),
+        detach_request_id(&uuid, "7a1c2b3d-0000-4000-8000-00000000000b"),
+    ];
+    expected.sort();
+    assert_eq!(request_ids, expected);
+
+    // A look while they run (or after a restart): the same requests, answered with the same
+    // tasks; nothing new is written.
+    let tasks_before = world.tasks.len();
+    let (steps, _) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&[
+            "env",
+            "GET",
+            "detach 7a1c2b3d-0000-4000-8000-00000000000a",
+            "detach 7a1c2b3d-0000-4000-8000-00000000000b",
+        ])
+    );
+    assert_eq!(world.tasks.len(), tasks_before);
+
+    // Detached: the VM is read again, holds none, and is deleted.
+    world.tick();
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "GET", "DELETE", "write status"]));
+    assert!(world.attached_volume_groups(&uuid).is_empty());
+    world.tick();
+    world.run_until(3, World::finalized);
+    assert!(world.vms.is_empty());
+    assert!(
+        !world.log.iter().any(|step| step.starts_with("detach ")),
+        "nothing is detached again"
+    );
+}
+
+#[test]
+fn a_failed_detach_is_published_and_retried_and_the_vm_is_not_deleted() {
+    let mut world = World::new("image");
+    world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+    let uuid = world.status().vm_uuid.unwrap();
+    world.attach_volume_group(&uuid, "7a1c2b3d-0000-4000-8000-00000000000a");
+    world.detach_fails = Some(vm_failure("volume group is in use"));
+    world.delete();
+    world.reconcile();
+    world.reconcile();
+    world.reconcile();
+    world.tick();
+    let (steps, outcome) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&[
+            "env",
+            "GET",
+            "detach 7a1c2b3d-0000-4000-8000-00000000000a",
+            "write status"
+        ])
+    );
+    assert!(matches!(
+        outcome.next,
+        Some(Next::Retry(Failure::VolumeGroupDetachFailed(ref message)))
+            if message.contains("7a1c2b3d-0000-4000-8000-00000000000a")
+                && message.contains("volume group is in use")
+    ));
+    assert_eq!(outcome.events, ["FailedDetachVolumeGroup"]);
+    assert!(outcome.effects.contains(&Effect::Failure {
+        kind: FailureKind::Delete,
+        reason: "VolumeGroupDetachFailed",
+    }));
+    assert!(has_provider_condition(
+        &world,
+        conditions::MACHINE_DELETION,
+        conditions::VOLUME_GROUP_DETACH_FAILED
+    ));
+    assert!(!world.log.contains(&"DELETE".to_owned()));
+    assert!(world.vms.contains_key(&uuid));
+}
+
+#[test]
+fn a_detach_request_id_is_the_same_for_the_same_vm_and_volume_group_only() {
+    const VM: &str = "5c867413-e578-4052-8499-4eda74b868b4";
+    const GROUP: &str = "7a1c2b3d-0000-4000-8000-00000000000a";
+    let id = detach_request_id(VM, GROUP);
+    let parsed = uuid::Uuid::parse_str(&id).unwrap();
+    assert_eq!(parsed.get_version_num(), 8, "{id}");
+    for (vm, group, same) in [
+        (VM, GROUP, true),
+        ("5C867413-E578-4052-8499-4EDA74B868B4", GROUP, true),
+        (VM, "7A1C2B3D-0000-4000-8000-00000000000A", true),
+        (VM, "7a1c2b3d-0000-4000-8000-00000000000b", false),
+        ("5c867413-e578-4052-8499-4eda74b868b5", GROUP, false),
+        (GROUP, VM, false),
+    ] {
+        assert_eq!(detach_request_id(vm, group) == id, same, "{vm} {group}");
+    }
 }
 
 #[test]

@@ -317,6 +317,14 @@ impl Scope {
                 };
                 self.snapshot.seen.deleted = Some(outcome);
             }
+            Change::DetachVolumeGroups { vm_uuid, detaches } => {
+                let detached = self
+                    .connection()?
+                    .detach_volume_groups(&vm_uuid, &detaches)
+                    .await?;
+                tracing::info!(machine = %self.key, vm = %vm_uuid, count = detached.len(), "volume group detaches sent");
+                self.snapshot.seen.detached = Some(detached);
+            }
             Change::Drain { node } => {
                 let progress = drain_round(self.shared(), &node).await?;
                 self.snapshot.seen.drain = Some(progress);

@@ -106,6 +106,7 @@ impl Store {
         };
         self.vm_order.remove(&vm.seq);
         self.release_nics(&vm.nics);
+        self.forget_attachments_of(uuid);
         for (host, index) in &vm.gpus {
             self.set_gpu_consumer(host, *index, None);
         }

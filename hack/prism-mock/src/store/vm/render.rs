@@ -48,6 +48,7 @@ impl Store {
             .cloned()
             .unwrap_or_else(|| json!({}));
         let reported = vm.reported_addresses();
+        let volume_group_disks = self.volume_group_disks(&vm.uuid);
         if let Some(res) = resources.as_object_mut() {
             res.insert("power_state".to_owned(), json!(vm.power_state()));
             res.insert("hypervisor_type".to_owned(), json!("AHV"));
@@ -73,6 +74,7 @@ impl Store {
                     disk.insert("is_migration_in_progress".to_owned(), json!(false));
                 }
             }
+            append_disks(res, volume_group_disks.clone());
             if let Some(host) = &vm.host_uuid {
                 res.insert(
                     "host_reference".to_owned(),
@@ -115,7 +117,7 @@ impl Store {
         object([
             ("api_version", json!("3.1")),
             ("metadata", metadata),
-            ("spec", vm.spec.clone()),
+            ("spec", spec_with(&vm.spec, volume_group_disks)),
             ("status", status),
         ])
     }
@@ -223,4 +225,27 @@ impl Store {
         }
         body
     }
+}
+
+/// `disk_list` with `disks` appended (a volume group attached to the VM shows in its spec and status, as the
+/// disk CAPX reads, #473; the stored spec keeps only the VM's own disks).
+fn append_disks(resources: &mut serde_json::Map<String, Value>, disks: Vec<Value>) {
+    if disks.is_empty() {
+        return;
+    }
+    if let Value::Array(list) = resources
+        .entry("disk_list")
+        .or_insert_with(|| Value::Array(Vec::new()))
+    {
+        list.extend(disks);
+    }
+}
+
+/// The stored spec with the volume group disks appended to its `resources.disk_list`.
+fn spec_with(spec: &Value, disks: Vec<Value>) -> Value {
+    let mut spec = spec.clone();
+    if let Some(resources) = spec.get_mut("resources").and_then(Value::as_object_mut) {
+        append_disks(resources, disks);
+    }
+    spec
 }

@@ -266,6 +266,7 @@ impl Store {
     }
 
     /// `DELETE /vms/{uuid}`: DELETE_PENDING until the task ends, then gone. A repeated DELETE returns the same task.
+    /// With a volume group attached, the task fails and the VM stays ([`Store::delete_refusal`]).
     pub(crate) fn delete_vm(
         &mut self,
         now: Instant,
@@ -281,6 +282,9 @@ impl Store {
             Some(task) => task.clone(),
             None => {
                 let cluster = vm.cluster_uuid().to_owned();
+                // Prism accepts the DELETE of a VM holding a volume group, and its task fails
+                // (terraform-provider-nutanix#568; `volume_groups`).
+                let fail = fail.or_else(|| self.delete_refusal(uuid));
                 let task = self.create_task(
                     now,
                     "kVmDelete",

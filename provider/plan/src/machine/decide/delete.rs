@@ -1,15 +1,20 @@
-//! A deletion: the Node drained, the VM deleted once the Node lists no attached volume, the
-//! Node deleted, the claims released, the finalizer removed; and a template deploy whose answer
-//! was lost confirmed (sent again with its request id) so that its VM is not left behind.
+//! A deletion: the Node drained, the VM deleted once the Node lists no attached volume and the
+//! VM's volume groups are detached, the Node deleted, the claims released, the finalizer removed;
+//! and a template deploy whose answer was lost confirmed (sent again with its request id) so that
+//! its VM is not left behind.
 
 use std::time::Duration;
 
+use prism_types::TaskProgress;
+
 use crate::api::{DeletionSent, NutanixMachineProviderStatus, PendingTask, TaskOperation};
-use crate::machine::decision::{Change, Effect, Failure, FailureKind, MetadataChange, Next, Read};
+use crate::machine::decision::{
+    Change, DetachRequest, Effect, Failure, FailureKind, MetadataChange, Next, Read,
+};
 use crate::machine::drain::{
     UNREACHABLE_VOLUME_WAIT, VOLUME_RECHECK, VolumeCheck, check_volumes, volume_events,
 };
-use crate::machine::lifecycle::DRAINED_CONDITION;
+use crate::machine::lifecycle::{DRAINED_CONDITION, VmState};
 use crate::machine::snapshot::{DeleteOutcome, DrainProgress, SendOutcome};
 use crate::machine::status::conditions;
 use crate::vm::SourcePlan;
@@ -73,10 +78,15 @@ pub(super) fn drain(d: &mut Draft<'_>, node: String) -> Decided {
     }
 }
 
-/// Deletes the VM once its Node lists no attached volume ([`check_volumes`]); a 404 says it is
-/// gone and the deletion finishes at once (the v3 API answers `DELETE /vms/{uuid}` of a UUID it
-/// does not have with 404, "Invalid UUID provided": prism-go-client `v3/swagger.json`), so the
-/// VM is not read before its DELETE.
+/// Deletes the VM once its Node lists no attached volume ([`check_volumes`]) and the VM holds no
+/// volume group ([`detach_volume_groups`]); a 404 to its read or its DELETE says it is gone and
+/// the deletion finishes at once (the v3 API answers a UUID it does not have with 404, "Invalid
+/// UUID provided": prism-go-client `v3/swagger.json`).
+///
+/// The VM is read (as Prism has it now) just before its DELETE, for its volume groups: Prism
+/// refuses to delete a VM holding one (its delete task fails, "Volume group at scsi.1 must be
+/// detached before deleting VM.": nutanix/terraform-provider-nutanix#568), and Nutanix CSI 3.x
+/// attaches each PersistentVolume's volume group to the VM itself.
 pub(super) fn delete_vm(d: &mut Draft<'_>) -> Decided {
     let s = d.s;
     let Some(uuid) = s.status.vm_uuid.clone() else {
@@ -168,7 +178,122 @@ pub(super) fn delete_vm(d: &mut Draft<'_>) -> Decided {
         }
     }
     environment::require(d)?;
+    let vm = match &s.seen.vm {
+        None => return Err(Ask::Read(Read::Vm { uuid, fresh: true })),
+        Some(None) => return finish_deletion(d, s.machine.state.node.clone()),
+        Some(Some(vm)) => vm,
+    };
+    if VmState::of(vm) == VmState::Deleting {
+        return Ok(Next::Requeue(d.poll()));
+    }
+    let attached = vm.attached_volume_groups();
+    if !attached.is_empty() {
+        return detach_volume_groups(d, uuid, attached);
+    }
     Err(Ask::Send(Change::DeleteVm { uuid }))
+}
+
+/// Detaches the volume groups `attached` to VM `vm_uuid` before its delete, as CAPX does (#460
+/// 412d9d47; #473 reads them in the v3 VM's disk list and detaches them with the v4 volumes API,
+/// #477 sends every detach and looks again later rather than waiting). The volume groups stay:
+/// they are the PersistentVolumes' data, which the CSI driver attaches to the next Node.
+///
+/// Record before send: the decision's condition names what is detached and is written before the
+/// detaches are sent. Each detach's request id is derived from the VM and the volume group
+/// ([`detach_request_id`]), so a detach decided again (a lost answer, a restart, a detach still
+/// running) is the same request, which Prism answers with the same task. Each task is read once
+/// with its send; the VM is read again at the next look and deleted once it lists no volume
+/// group. A failed detach is published with Prism's error and retried with backoff; as Prism
+/// answers the same request with the same task, it stays failed until the volume group is
+/// detached in Prism (the deletion then goes on by itself).
+fn detach_volume_groups(d: &mut Draft<'_>, vm_uuid: String, attached: Vec<String>) -> Decided {
+    let s = d.s;
+    let Some(detached) = &s.seen.detached else {
+        let message = format!(
+            "detaching volume groups {} from VM {vm_uuid} before deleting it (the volume groups are kept)",
+            attached.join(", ")
+        );
+        d.provider_condition(
+            conditions::MACHINE_DELETION,
+            false,
+            conditions::DETACHING_VOLUME_GROUPS,
+            message.clone(),
+        );
+        // Once per detaching, not again at each look while the detaches run.
+        let detaching = s.status.conditions.iter().any(|condition| {
+            condition.type_ == conditions::MACHINE_DELETION
+                && condition.reason == conditions::DETACHING_VOLUME_GROUPS
+        });
+        if !detaching {
+            d.event(false, volume_events::DETACHING_VOLUME_GROUPS, message);
+        }
+        let detaches = attached
+            .into_iter()
+            .map(|volume_group| DetachRequest {
+                request_id: detach_request_id(&vm_uuid, &volume_group),
+                volume_group,
+            })
+            .collect();
+        return Err(Ask::Send(Change::DetachVolumeGroups { vm_uuid, detaches }));
+    };
+    let failures: Vec<String> = detached
+        .iter()
+        .filter_map(|detach| match &detach.task {
+            TaskProgress::Failed(failure) => {
+                Some(format!("volume group {}: {failure}", detach.volume_group))
+            }
+            _ => None,
+        })
+        .collect();
+    if !failures.is_empty() {
+        let message = format!(
+            "Prism failed to detach from VM {vm_uuid} {}; detach them in Prism to let the deletion go on",
+            failures.join("; ")
+        );
+        d.provider_condition(
+            conditions::MACHINE_DELETION,
+            false,
+            conditions::VOLUME_GROUP_DETACH_FAILED,
+            message.clone(),
+        );
+        d.failure_metric(FailureKind::Delete, "VolumeGroupDetachFailed");
+        d.event(true, volume_events::DETACH_FAILED, message.clone());
+        return Ok(Next::Retry(Failure::VolumeGroupDetachFailed(message)));
+    }
+    // Ended: look again at once (the VM read anew); still running: after a poll interval.
+    let running = detached.iter().any(|detach| !detach.task.is_terminal());
+    Ok(Next::Requeue(if running {
+        d.poll()
+    } else {
+        Duration::ZERO
+    }))
+}
+
+/// The `NTNX-Request-Id` of the detach of `volume_group` from VM `vm`: a version 8 UUID derived
+/// from the two (case aside), the same for every decision to detach them. CAPX derived its detach
+/// request id the same way (af415bf6) so that "the same task will be returned for the same
+/// request as per Nutanix API semantics".
+pub fn detach_request_id(vm: &str, volume_group: &str) -> String {
+    let key = format!(
+        "detach-vm/{}/{}",
+        volume_group.to_ascii_lowercase(),
+        vm.to_ascii_lowercase()
+    );
+    // FNV-1a, twice over the key with chained offsets: 128 stable bits (std's hasher is not
+    // stable across Rust releases, and a request id must be).
+    let fnv = |offset: u64| {
+        key.bytes().fold(offset, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    };
+    let high = fnv(0xcbf2_9ce4_8422_2325);
+    let low = fnv(high);
+    let mut bytes = [0_u8; 16];
+    bytes[..8].copy_from_slice(&high.to_be_bytes());
+    bytes[8..].copy_from_slice(&low.to_be_bytes());
+    uuid::Builder::from_custom_bytes(bytes)
+        .into_uuid()
+        .to_string()
 }
 
 pub(super) fn finish_deletion(d: &mut Draft<'_>, node: Option<String>) -> Decided {

@@ -23,12 +23,12 @@ use super::draft::{Ask, Draft, power_of, since};
 /// How much later than its recorded time (whole seconds) something was sent.
 const RECORDED_TIME_SLACK: Duration = Duration::from_secs(1);
 
-/// A deletion whose VM's DELETE is not sent yet takes the VM as present without reading it.
+/// A deletion whose VM's DELETE is not sent yet takes the VM as present without reading it here.
 ///
-/// Saves: a `GET` before every DELETE. Safe: the DELETE itself says whether the VM exists, as
-/// the `GET` would: the v3 API answers `DELETE /vms/{uuid}` of a UUID it does not have with
-/// 404, "Invalid UUID provided" (prism-go-client `v3/swagger.json`), and the deletion finishes
-/// on that 404. A recorded task is looked at first all the same (a create still running).
+/// Saves: a second `GET` before the DELETE: the delete step reads the VM itself, once, just
+/// before the DELETE (for the volume groups it must detach first), after the Node's volumes are
+/// checked, and a 404 there finishes the deletion as the lookup's would. A recorded task is
+/// looked at first all the same (a create still running).
 pub(super) fn delete_unread(d: &Draft<'_>) -> Option<(VmObservation, Option<Vm>)> {
     let status = &d.s.status;
     let uuid = status.vm_uuid.as_ref()?;
