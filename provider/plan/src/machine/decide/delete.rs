@@ -83,10 +83,12 @@ pub(super) fn drain(d: &mut Draft<'_>, node: String) -> Decided {
 /// the deletion finishes at once (the v3 API answers a UUID it does not have with 404, "Invalid
 /// UUID provided": prism-go-client `v3/swagger.json`).
 ///
-/// The VM is read (as Prism has it now) just before its DELETE, for its volume groups: Prism
+/// Where CSI's volume groups may still be attached (the Node gone, or given up on unreachable),
+/// the VM is read (as Prism has it now) just before its DELETE, for its volume groups: Prism
 /// refuses to delete a VM holding one (its delete task fails, "Volume group at scsi.1 must be
 /// detached before deleting VM.": nutanix/terraform-provider-nutanix#568), and Nutanix CSI 3.x
-/// attaches each PersistentVolume's volume group to the VM itself.
+/// attaches each PersistentVolume's volume group to the VM itself. Otherwise the VM is deleted
+/// without a read, as before: the Node reported every volume detached.
 pub(super) fn delete_vm(d: &mut Draft<'_>) -> Decided {
     let s = d.s;
     let Some(uuid) = s.status.vm_uuid.clone() else {
@@ -123,6 +125,13 @@ pub(super) fn delete_vm(d: &mut Draft<'_>) -> Decided {
             return Ok(Next::Retry(Failure::ActionFailed));
         }
     }
+    // Whether CSI's volume groups may still be attached to the VM: not when the Node reported
+    // every volume detached (Nutanix CSI 3.x detaches a volume group from the VM when it
+    // unpublishes the volume, which `volumesAttached` reports), and not without a Node (CSI
+    // attaches to a Node's VM); only when the Node is gone, or was given up on unreachable.
+    let mut may_hold_volume_groups = false;
+    // The round that reads the detaches' outcome has published the Node's events already.
+    let first_round = s.seen.detached.is_none();
     if let Some(node_name) = &s.machine.state.node {
         let Some(node) = &s.seen.node else {
             return Err(Ask::Read(Read::Node {
@@ -132,13 +141,18 @@ pub(super) fn delete_vm(d: &mut Draft<'_>) -> Decided {
         };
         match check_volumes(node_name, node.as_ref(), s.machine.drained_at, s.now) {
             VolumeCheck::Clear => {}
-            VolumeCheck::NodeGone { node } => d.event(
-                false,
-                volume_events::NODE_GONE,
-                format!(
-                    "Node {node} is gone: nothing reports its attached volumes any more; deleting the VM"
-                ),
-            ),
+            VolumeCheck::NodeGone { node } => {
+                may_hold_volume_groups = true;
+                if first_round {
+                    d.event(
+                    false,
+                    volume_events::NODE_GONE,
+                    format!(
+                        "Node {node} is gone: nothing reports its attached volumes any more; deleting the VM"
+                    ),
+                );
+                }
+            }
             VolumeCheck::Wait {
                 node,
                 volumes,
@@ -166,7 +180,10 @@ pub(super) fn delete_vm(d: &mut Draft<'_>) -> Decided {
                 node,
                 volumes,
                 unreachable_since,
-            } => d.event(
+            } => {
+                may_hold_volume_groups = true;
+                if first_round {
+                    d.event(
                 true,
                 volume_events::TIMED_OUT,
                 format!(
@@ -174,10 +191,15 @@ pub(super) fn delete_vm(d: &mut Draft<'_>) -> Decided {
                     volumes.join(", "),
                     UNREACHABLE_VOLUME_WAIT
                 ),
-            ),
+                );
+                }
+            }
         }
     }
     environment::require(d)?;
+    if !may_hold_volume_groups && s.seen.vm.is_none() {
+        return Err(Ask::Send(Change::DeleteVm { uuid }));
+    }
     let vm = match &s.seen.vm {
         None => return Err(Ask::Read(Read::Vm { uuid, fresh: true })),
         Some(None) => return finish_deletion(d, s.machine.state.node.clone()),
