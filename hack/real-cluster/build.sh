@@ -6,8 +6,9 @@
 #
 #   kube/  k8s.io/kubernetes v1.34.2 (kube-apiserver, kube-controller-manager, kubectl) and go.etcd.io/etcd/server/v3
 #          v3.6.4 (etcd): Kubernetes 1.34, as OpenShift 4.21 ships it
-#   mao/   github.com/openshift/machine-api-operator (machineset with its webhooks,
-#          nodelink-controller, machine-healthcheck) at a commit whose k8s.io modules are 0.34
+#   mao/   github.com/openshift/machine-api-operator (its operator, machine-api-operator; machineset
+#          with its webhooks, nodelink-controller, machine-healthcheck) at a commit whose k8s.io
+#          modules are 0.34
 #
 # The openshift/api CRD manifests the tests apply are copied, unedited, from the module cache at
 # the openshift/api version mao/go.sum pins, and the IPAM CRDs from the machine-api-operator's.
@@ -33,8 +34,9 @@ mv "$cache/bin/server" "$cache/bin/etcd"
 log "kube built in $((SECONDS - start)) s"
 
 start=$SECONDS
-log "building machineset, nodelink-controller and machine-healthcheck (mao/go.mod)"
+log "building machine-api-operator, machineset, nodelink-controller and machine-healthcheck (mao/go.mod)"
 (cd "$here/mao" && go build -o "$cache/bin/" \
+    github.com/openshift/machine-api-operator/cmd/machine-api-operator \
     github.com/openshift/machine-api-operator/cmd/machineset \
     github.com/openshift/machine-api-operator/cmd/nodelink-controller \
     github.com/openshift/machine-api-operator/cmd/machine-healthcheck)
@@ -48,6 +50,10 @@ cp "$api"/machine/v1beta1/zz_generated.crd-manifests/0000_10_machine-api_01_mach
     "$api"/config/v1/zz_generated.crd-manifests/0000_10_config-operator_01_networks.crd.yaml \
     "$api"/config/v1/zz_generated.crd-manifests/0000_10_config-operator_01_dnses.crd.yaml \
     "$api"/operator/v1/zz_generated.crd-manifests/0000_70_network_01_networks.crd.yaml \
+    "$api"/config/v1/zz_generated.crd-manifests/0000_00_cluster-version-operator_01_clusteroperators.crd.yaml \
+    "$api"/config/v1/zz_generated.crd-manifests/0000_00_cluster-version-operator_01_clusterversions-Default.crd.yaml \
+    "$api"/config/v1/zz_generated.crd-manifests/0000_10_config-operator_01_featuregates.crd.yaml \
+    "$api"/config/v1/zz_generated.crd-manifests/0000_03_config-operator_01_proxies.crd.yaml \
     "$cache/crds/"
 # The Cluster API's IPAM kinds (IPAddressClaim, IPAddress) as the machine-api-operator ships them
 # (its third_party/cluster-api/crd/), at the commit mao/go.sum pins.

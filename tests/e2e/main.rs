@@ -8,6 +8,7 @@ mod bench;
 mod chaos;
 mod doctor;
 mod examples;
+mod mao_operator;
 mod misbehaviours;
 mod node_ip_mismatch;
 mod official_samples;

@@ -107,7 +107,7 @@ pub(crate) struct RealWorld {
     pub(crate) seed_vms: usize,
     /// Ours runs with this kubeconfig (its ServiceAccount's token); the Go provider with the
     /// administrator's.
-    controller_kubeconfig: PathBuf,
+    pub(crate) controller_kubeconfig: PathBuf,
     _temp: Option<tempfile::TempDir>,
 }
 

@@ -44,13 +44,13 @@ const GO_SET: &str = "go-workers";
 const OUR_READY_REASON: &str = "MachineInstanceReady";
 
 /// prism-mock's seed as the example Linux MachineSet names it: the cluster, image and subnet.
-struct Seed {
+pub(crate) struct Seed {
     cluster: String,
     image: String,
     subnet: String,
 }
 
-async fn seed(world: &RealWorld) -> Seed {
+pub(crate) async fn seed(world: &RealWorld) -> Seed {
     let client = prism(world);
     let uuid_of = |found: Option<Value>, what: &str| -> String {
         found
@@ -122,7 +122,7 @@ async fn list_named(client: &Prism, kind: &str, name: &str) -> Option<Value> {
 }
 
 /// A VM as the Go provider's `createVM` makes it for Machine `name`; its UUID.
-async fn go_vm(world: &RealWorld, seed: &Seed, name: &str) -> String {
+pub(crate) async fn go_vm(world: &RealWorld, seed: &Seed, name: &str) -> String {
     let user_data = base64::Engine::encode(
         &base64::engine::general_purpose::STANDARD,
         b"{\"ignition\":{\"version\":\"3.2.0\"}}",
@@ -163,7 +163,7 @@ async fn go_vm(world: &RealWorld, seed: &Seed, name: &str) -> String {
 
 /// The Machine as the Go provider and MAO leave it once it runs `uuid` (`None`: in the Go
 /// provider's crash window, its spec patched, its status not: Provisioning, no vmUUID).
-async fn go_machine(
+pub(crate) async fn go_machine(
     client: &Client,
     name: &str,
     uuid: &str,
@@ -238,7 +238,7 @@ async fn go_machine_set(client: &Client, replicas: i32) {
 }
 
 /// A VM's address as its guest reports it, once it has booted.
-async fn booted(world: &mut RealWorld, uuid: &str) -> String {
+pub(crate) async fn booted(world: &mut RealWorld, uuid: &str) -> String {
     world
         .wait_for(&format!("VM {uuid} boots with an address"), async |world| {
             let vm = world.mock.admin().vm_summary(uuid)?;

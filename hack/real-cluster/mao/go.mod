@@ -3,6 +3,7 @@ module nutanix-machine-controller/hack/real-cluster/mao
 go 1.24.0
 
 tool (
+	github.com/openshift/machine-api-operator/cmd/machine-api-operator
 	github.com/openshift/machine-api-operator/cmd/machine-healthcheck
 	github.com/openshift/machine-api-operator/cmd/machineset
 	github.com/openshift/machine-api-operator/cmd/nodelink-controller
@@ -12,6 +13,7 @@ require (
 	github.com/Azure/go-ansiterm v0.0.0-20230124172434-306776ec8161 // indirect
 	github.com/MakeNowJust/heredoc v1.0.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/blang/semver v3.5.1+incompatible // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chai2010/gettext-go v1.0.2 // indirect

@@ -1947,7 +1947,10 @@ fn a_failed_detach_is_published_and_retried_and_the_vm_is_not_deleted() {
             if message.contains("7a1c2b3d-0000-4000-8000-00000000000a")
                 && message.contains("volume group is in use")
     ));
-    assert_eq!(outcome.events, ["VolumeCheckSkipped", "FailedDetachVolumeGroup"]);
+    assert_eq!(
+        outcome.events,
+        ["VolumeCheckSkipped", "FailedDetachVolumeGroup"]
+    );
     assert!(outcome.effects.contains(&Effect::Failure {
         kind: FailureKind::Delete,
         reason: "VolumeGroupDetachFailed",
