@@ -35,6 +35,7 @@ mod claims;
 mod create;
 mod delete;
 mod draft;
+mod drain;
 mod economy;
 mod environment;
 mod observe;
@@ -119,9 +120,20 @@ fn follow_step(d: &mut Draft<'_>, step: Step, vm: Option<Vm>) -> Decided {
             d.update.phase = Some(phase);
             Ok(Next::AwaitChange)
         }
-        Step::WaitForPreDrainHooks | Step::WaitForPreTerminateHooks | Step::Stop => {
+        Step::WaitForPreDrainHooks => {
+            // MAO announces the hold only where it would drain (a Node, not excluded, not
+            // drained yet: `drain_controller.go`, `Reconcile`).
+            let state = &d.s.machine.state;
+            if state.node.is_some() && !state.exclude_node_draining && !state.drained {
+                d.event(
+                    false,
+                    drain::events::BLOCKED,
+                    "Drain blocked by pre-drain hook",
+                );
+            }
             Ok(Next::AwaitChange)
         }
+        Step::WaitForPreTerminateHooks | Step::Stop => Ok(Next::AwaitChange),
         Step::MarkDrained => {
             let why = if d.s.machine.state.exclude_node_draining {
                 "draining excluded by annotation"
@@ -134,9 +146,10 @@ fn follow_step(d: &mut Draft<'_>, step: Step, vm: Option<Vm>) -> Decided {
                 Some(conditions::DRAIN_SKIPPED),
                 Some(why.into()),
             );
+            d.event(false, drain::events::SKIPPED, "Node drain skipped");
             Ok(Next::AwaitChange)
         }
-        Step::Drain { node } => delete::drain(d, node),
+        Step::Drain { node } => drain::drain(d, node),
         Step::DeleteVm => delete::delete_vm(d),
         Step::WaitForVmDeletion | Step::WaitForCreate => Ok(Next::Requeue(
             step.requeue_after(&intervals).unwrap_or(poll),

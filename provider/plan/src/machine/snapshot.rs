@@ -367,6 +367,9 @@ pub enum DrainProgress {
     InProgress { note: String },
     /// An eviction was refused (a PodDisruptionBudget); what blocks, in one line.
     Blocked { note: String },
+    /// The drain may not start: another control-plane Node is cordoned (nothing was done to
+    /// this one; [`crate::machine::drain::drain_permission`]).
+    NotPermitted { other_node: String },
 }
 
 /// What the Machine's addresses and labels are computed with besides the VM.

@@ -78,6 +78,9 @@ pub mod conditions {
     pub const DRAIN_SKIPPED: &str = "DrainSkipped";
     pub const DRAIN_IN_PROGRESS: &str = "DrainInProgress";
     pub const DRAIN_BLOCKED: &str = "DrainBlocked";
+    /// MAO's reason of `Drained=False` (openshift/api `MachineDrainError`), for a drain that
+    /// may not start ([`crate::machine::drain::drain_permission`]).
+    pub const DRAIN_ERROR: &str = "DrainError";
 }
 
 /// A providerStatus condition.

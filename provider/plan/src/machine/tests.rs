@@ -1947,7 +1947,10 @@ fn a_failed_detach_is_published_and_retried_and_the_vm_is_not_deleted() {
             if message.contains("7a1c2b3d-0000-4000-8000-00000000000a")
                 && message.contains("volume group is in use")
     ));
-    assert_eq!(outcome.events, ["VolumeCheckSkipped", "FailedDetachVolumeGroup"]);
+    assert_eq!(
+        outcome.events,
+        ["VolumeCheckSkipped", "FailedDetachVolumeGroup"]
+    );
     assert!(outcome.effects.contains(&Effect::Failure {
         kind: FailureKind::Delete,
         reason: "VolumeGroupDetachFailed",
@@ -2071,7 +2074,7 @@ fn an_unconfirmed_deploy_is_sent_again_when_deleting_and_its_vm_deleted() {
 }
 
 #[test]
-fn a_drain_blocked_by_a_budget_is_typed_and_reported() {
+fn a_drain_blocked_by_a_budget_is_typed_and_reported_with_maos_events() {
     let mut world = World::new("image");
     world.link_node();
     world.run_until(12, |w| w.phase() == phase::RUNNING);
@@ -2081,13 +2084,13 @@ fn a_drain_blocked_by_a_budget_is_typed_and_reported() {
         note: "eviction blocked: default/web: budget".into(),
     };
     let (_, outcome) = world.steps();
-    assert_eq!(outcome.events, ["FailedDrain"]);
+    assert_eq!(outcome.events, ["DrainProceeds", "DrainRequeued"]);
     assert!(has_condition(&world, "Drained", conditions::DRAIN_BLOCKED));
     world.drain = DrainProgress::InProgress {
         note: "1 pods terminating".into(),
     };
     let (_, outcome) = world.steps();
-    assert!(outcome.events.is_empty());
+    assert_eq!(outcome.events, ["DrainProceeds", "DrainRequeued"]);
     assert!(has_condition(
         &world,
         "Drained",
@@ -2095,7 +2098,44 @@ fn a_drain_blocked_by_a_budget_is_typed_and_reported() {
     ));
     world.drain = DrainProgress::Done;
     let (_, outcome) = world.steps();
-    assert_eq!(outcome.events, ["Drained"]);
+    assert_eq!(
+        outcome.events,
+        ["DrainProceeds", "Deleted", "DrainSucceeded"],
+        "MAO names the drained Node in an event it calls Deleted"
+    );
+}
+
+#[test]
+fn a_control_plane_drain_that_may_not_start_waits_twenty_seconds_as_maos_drain_error() {
+    let mut world = World::new("image");
+    world.link_node();
+    world.run_until(12, |w| w.phase() == phase::RUNNING);
+    world.delete();
+    world.reconcile();
+    world.drain = DrainProgress::NotPermitted {
+        other_node: "master-1".into(),
+    };
+    let (_, outcome) = world.steps();
+    assert_eq!(outcome.events, ["DrainProceeds", "DrainRequeued"]);
+    assert_eq!(outcome.next, Some(Next::Requeue(Duration::from_secs(20))));
+    assert!(has_condition(&world, "Drained", conditions::DRAIN_ERROR));
+    assert!(world.vms.len() == 1, "the VM waits for the drain");
+    world.drain = DrainProgress::Done;
+    world.run_until(8, World::finalized);
+}
+
+#[test]
+fn nothing_to_drain_is_maos_drain_skipped() {
+    let mut world = World::new("image");
+    world.link_node();
+    world.run_until(12, |w| w.phase() == phase::RUNNING);
+    world.machine["metadata"]["annotations"]["machine.openshift.io/exclude-node-draining"] =
+        json!("");
+    world.delete();
+    world.reconcile();
+    let (_, outcome) = world.steps();
+    assert_eq!(outcome.events, ["DrainSkipped"]);
+    assert!(has_condition(&world, "Drained", conditions::DRAIN_SKIPPED));
 }
 
 #[test]
