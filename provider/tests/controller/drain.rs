@@ -228,6 +228,74 @@ async fn control_plane_nodes_are_drained_one_at_a_time() {
     env.assert_permissions("controller");
 }
 
+/// The etcd operator's pre-drain hook on a control-plane Machine (cluster-etcd-operator
+/// `pkg/operator/ceohelpers`: `EtcdQuorumOperator`, owner `clusteroperator/etcd`): `Drainable`
+/// says so (MAO's `setLifecycleHookConditions`), the deletion holds before the cordon with MAO's
+/// `DrainBlocked` event, and drains once the operator removes the hook.
+#[tokio::test]
+async fn the_etcd_quorum_hook_holds_a_control_plane_drain_and_drainable_says_so() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let _controller = env.controller("controller", &[]);
+    let name = "master-0";
+    running_machine_with_pods(&env, name).await;
+    env.wait_node(name, |_| true).await;
+    Api::<k8s_openapi::api::core::v1::Node>::all(env.client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"node-role.kubernetes.io/master": ""}}})),
+        )
+        .await
+        .unwrap();
+    let machines = env.machines_api();
+    machines
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"lifecycleHooks": {"preDrain": [
+                {"name": "EtcdQuorumOperator", "owner": "clusteroperator/etcd"}]}}})),
+        )
+        .await
+        .unwrap();
+    let held = env
+        .wait_machine(name, "Drainable=False", |m| {
+            condition(m, "Drainable").is_some_and(|c| c["status"] == "False")
+        })
+        .await;
+    let drainable = condition(&held, "Drainable").unwrap();
+    assert_eq!(drainable["reason"], "HookPresent");
+    assert_eq!(drainable["severity"], "Warning");
+    assert_eq!(
+        drainable["message"],
+        "Drain operation currently blocked by: [{Name:EtcdQuorumOperator Owner:clusteroperator/etcd}]"
+    );
+    assert_eq!(condition(&held, "Terminable").unwrap()["status"], "True");
+
+    machines.delete(name, &Default::default()).await.unwrap();
+    env.wait_event(name, "DrainBlocked", "pre-drain hook").await;
+    let deleting = env.wait_phase(name, "Deleting").await;
+    assert!(condition(&deleting, "Drained").is_none());
+    assert!(
+        env.node(name)
+            .is_some_and(|n| n["spec"]["unschedulable"] != true),
+        "the hook holds the cordon"
+    );
+    assert_eq!(env.vms_named(name).len(), 1);
+    // The etcd operator moves the member and removes its hook.
+    machines
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"lifecycleHooks": {"preDrain": null}}})),
+        )
+        .await
+        .unwrap();
+    env.wait_machine(name, "deletion", Value::is_null).await;
+    assert!(env.vms_named(name).is_empty());
+    env.wait_event(name, "DrainSucceeded", "").await;
+}
+
 #[tokio::test]
 async fn lifecycle_hooks_hold_the_deletion_and_exclusion_skips_the_drain() {
     let mut env = Env::start().await;

@@ -29,7 +29,7 @@ use prism_types::v3::{EntityState, PowerState, Vm};
 use super::decision::{Action, Decision, Failure, FailureKind, MetadataChange, Next};
 use super::snapshot::{PAUSED_CONDITION, Snapshot};
 use crate::machine::lifecycle::{DRAINED_CONDITION, Step, VmObservation, next_step};
-use crate::machine::status::conditions;
+use crate::machine::status::{conditions, lifecycle_hook_conditions};
 
 mod claims;
 mod create;
@@ -83,6 +83,19 @@ fn decide_into(d: &mut Draft<'_>) -> Decided {
         vm = found;
     }
     let step = next_step(state, &observation, gate);
+    // MAO brings these up to date on every status write (`updateStatus`), which every path of
+    // its reconcile reaches but a paused or invalid Machine, the finalizer's addition and a
+    // Failed Machine not being deleted; written only when they change.
+    let writes_status = !matches!(
+        step,
+        Step::Paused | Step::RejectInvalidMachine { .. } | Step::AddFinalizer
+    ) && (step != Step::Stop || state.deleting);
+    if writes_status {
+        let now = d.now();
+        d.update
+            .conditions
+            .extend(lifecycle_hook_conditions(&s.machine.lifecycle_hooks, &now));
+    }
     if gate && step != Step::Paused && s.machine.paused {
         d.machine_condition(
             PAUSED_CONDITION,

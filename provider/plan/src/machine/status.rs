@@ -18,8 +18,8 @@ use prism_types::v3::Vm;
 use serde_json::{Map, Value, json};
 
 use crate::api::{
-    INSTANCE_STATE_ANNOTATION, Machine, MachineCondition, MachineStatus,
-    NutanixMachineProviderStatus, ProviderCondition, merge_condition, phase,
+    INSTANCE_STATE_ANNOTATION, LifecycleHook, LifecycleHooks, Machine, MachineCondition,
+    MachineStatus, NutanixMachineProviderStatus, ProviderCondition, merge_condition, phase,
 };
 
 /// Label: the Prism Central's name.
@@ -71,6 +71,11 @@ pub mod conditions {
 
     /// Machine (`status.conditions`) condition types of the machine-api-operator.
     pub const INSTANCE_EXISTS: &str = "InstanceExists";
+    /// Whether a pre-drain / pre-terminate lifecycle hook holds the Machine's deletion.
+    pub const DRAINABLE: &str = "Drainable";
+    pub const TERMINABLE: &str = "Terminable";
+    /// Reason of `Drainable=False` and `Terminable=False` (openshift/api `MachineHookPresent`).
+    pub const HOOK_PRESENT: &str = "HookPresent";
     /// Reason of `InstanceExists=False`.
     pub const INSTANCE_MISSING: &str = "InstanceMissing";
     /// Reasons of `Drained`.
@@ -148,6 +153,44 @@ pub fn machine_condition(
         reason: reason.map(str::to_owned),
         message,
     }
+}
+
+/// The `Drainable` and `Terminable` conditions of a Machine with these hooks, as the
+/// machine-api-operator writes them whenever it writes a Machine's status
+/// (`pkg/controller/machine/controller.go`, `setLifecycleHookConditions`, called by
+/// `updateStatus`): `False`, `HookPresent`, severity Warning, naming the hooks, while any hook of
+/// the kind is present; else `True` with no reason.
+pub fn lifecycle_hook_conditions(hooks: &LifecycleHooks, now: &Time) -> [MachineCondition; 2] {
+    let condition = |type_: &str, held: &[LifecycleHook], operation: &str| {
+        if held.is_empty() {
+            machine_condition(type_, true, None, None, now)
+        } else {
+            machine_condition(
+                type_,
+                false,
+                Some(conditions::HOOK_PRESENT),
+                Some(format!(
+                    "{operation} operation currently blocked by: {}",
+                    go_hook_list(held)
+                )),
+                now,
+            )
+        }
+    };
+    [
+        condition(conditions::DRAINABLE, &hooks.pre_drain, "Drain"),
+        condition(conditions::TERMINABLE, &hooks.pre_terminate, "Terminate"),
+    ]
+}
+
+/// The hooks as Go's `%+v` prints a `[]LifecycleHook` (MAO's message quotes them so):
+/// `[{Name:a Owner:b} {Name:c Owner:d}]`.
+fn go_hook_list(hooks: &[LifecycleHook]) -> String {
+    let items: Vec<String> = hooks
+        .iter()
+        .map(|hook| format!("{{Name:{} Owner:{}}}", hook.name, hook.owner))
+        .collect();
+    format!("[{}]", items.join(" "))
 }
 
 /// What to change in a Machine's status; `None` fields stay as they are.

@@ -1136,6 +1136,73 @@ fn a_running_machine_in_steady_state_writes_nothing_and_calls_prism_for_nothing_
     );
 }
 
+fn condition_of<'a>(world: &'a World, type_: &str) -> Option<&'a Value> {
+    world.machine["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// MAO's `setLifecycleHookConditions` (`controller.go`): `Drainable` and `Terminable` follow the
+/// hooks on every status write, at no write of their own once they are up to date.
+#[test]
+fn drainable_and_terminable_follow_the_lifecycle_hooks_as_mao_writes_them() {
+    let mut world = World::new("image");
+    world.link_node();
+    world.run_until(12, |w| w.phase() == phase::RUNNING);
+    for type_ in ["Drainable", "Terminable"] {
+        let condition = condition_of(&world, type_).unwrap();
+        assert_eq!(condition["status"], "True", "{type_}");
+        assert!(condition.get("reason").is_none() && condition.get("severity").is_none());
+    }
+    // The etcd operator's hook (cluster-etcd-operator `pkg/operator/ceohelpers`,
+    // `MachineDeletionHookName`, `MachineDeletionHookOwner`) and a pre-terminate one.
+    world.machine["spec"]["lifecycleHooks"] = json!({
+        "preDrain": [{"name": "EtcdQuorumOperator", "owner": "clusteroperator/etcd"}],
+        "preTerminate": [{"name": "backup", "owner": "tests"}, {"name": "dns", "owner": "ops"}],
+    });
+    world.tick();
+    world.reconcile();
+    let drainable = condition_of(&world, "Drainable").unwrap();
+    assert_eq!(drainable["status"], "False");
+    assert_eq!(drainable["reason"], "HookPresent");
+    assert_eq!(drainable["severity"], "Warning");
+    assert_eq!(
+        drainable["message"],
+        "Drain operation currently blocked by: [{Name:EtcdQuorumOperator Owner:clusteroperator/etcd}]"
+    );
+    assert_eq!(
+        condition_of(&world, "Terminable").unwrap()["message"],
+        "Terminate operation currently blocked by: [{Name:backup Owner:tests} {Name:dns Owner:ops}]"
+    );
+    // Up to date: nothing more to write.
+    world.tick();
+    let (steps, _) = world.steps();
+    assert!(!steps.iter().any(|s| s.starts_with("write")), "{steps:?}");
+    // The hook goes: True again.
+    world.machine["spec"]["lifecycleHooks"] = json!({});
+    world.tick();
+    world.reconcile();
+    assert_eq!(condition_of(&world, "Drainable").unwrap()["status"], "True");
+    assert_eq!(
+        condition_of(&world, "Terminable").unwrap()["status"],
+        "True"
+    );
+}
+
+/// MAO writes no status for a Failed Machine (not being deleted): nor are the hooks' conditions.
+#[test]
+fn a_failed_machine_gets_no_hook_conditions() {
+    let mut world = World::new("image");
+    world.machine["status"] = json!({"phase": "Failed", "errorMessage": "gone"});
+    world.machine["metadata"]["finalizers"] = json!(["machine.machine.openshift.io"]);
+    world.machine["spec"]["lifecycleHooks"] =
+        json!({"preDrain": [{"name": "EtcdQuorumOperator", "owner": "clusteroperator/etcd"}]});
+    let (steps, _) = world.steps();
+    assert!(!steps.iter().any(|s| s.starts_with("write")), "{steps:?}");
+    assert!(condition_of(&world, "Drainable").is_none());
+}
+
 #[test]
 fn a_windows_join_reported_timed_out_fails_the_machine_with_the_flag_while_no_node_is_linked() {
     // A Windows Machine Provisioned, as the join reconciler finds it, with `reason` in its
