@@ -28,6 +28,7 @@ use prism_types::v3::{EntityState, PowerState, Vm};
 
 use super::decision::{Action, Decision, Failure, FailureKind, MetadataChange, Next};
 use super::snapshot::{PAUSED_CONDITION, Snapshot};
+use crate::api::phase;
 use crate::machine::lifecycle::{DRAINED_CONDITION, Step, VmObservation, next_step};
 use crate::machine::status::{conditions, lifecycle_hook_conditions};
 
@@ -90,6 +91,21 @@ fn decide_into(d: &mut Draft<'_>) -> Decided {
         step,
         Step::Paused | Step::RejectInvalidMachine { .. } | Step::AddFinalizer
     ) && (step != Step::Stop || state.deleting);
+    // MAO (`controller.go`, `Reconcile`): `InstanceExists=False`, `InstanceNotCreated`, for a
+    // Machine whose instance does not exist and was never provisioned, from before its phase
+    // `Provisioning` until the VM is found (then `True`, [`update`]).
+    let not_created = matches!(
+        observation,
+        VmObservation::Missing | VmObservation::DeployUnconfirmed | VmObservation::Creating
+    );
+    if not_created && !state.deleting && !state.is_provisioned() && state.phase != phase::FAILED {
+        d.machine_condition(
+            conditions::INSTANCE_EXISTS,
+            false,
+            Some(conditions::INSTANCE_NOT_CREATED),
+            Some("Instance has not been created".into()),
+        );
+    }
     if writes_status {
         let now = d.now();
         d.update

@@ -76,8 +76,12 @@ pub mod conditions {
     pub const TERMINABLE: &str = "Terminable";
     /// Reason of `Drainable=False` and `Terminable=False` (openshift/api `MachineHookPresent`).
     pub const HOOK_PRESENT: &str = "HookPresent";
-    /// Reason of `InstanceExists=False`.
+    /// Reasons of `InstanceExists` (openshift/api `InstanceMissingReason`,
+    /// `InstanceNotCreatedReason`, `ErrorCheckingProviderReason`): `False` once the VM is gone,
+    /// `False` before it is made, `Unknown` when Prism cannot be asked.
     pub const INSTANCE_MISSING: &str = "InstanceMissing";
+    pub const INSTANCE_NOT_CREATED: &str = "InstanceNotCreated";
+    pub const ERROR_CHECKING_PROVIDER: &str = "ErrorCheckingProvider";
     /// Reasons of `Drained`.
     pub const DRAINED: &str = "Drained";
     pub const DRAIN_SKIPPED: &str = "DrainSkipped";
@@ -191,6 +195,23 @@ fn go_hook_list(hooks: &[LifecycleHook]) -> String {
         .map(|hook| format!("{{Name:{} Owner:{}}}", hook.name, hook.owner))
         .collect();
     format!("[{}]", items.join(" "))
+}
+
+/// A Machine condition of status `Unknown` (no severity, as MAO's `UnknownCondition`).
+pub fn unknown_machine_condition(
+    type_: &str,
+    reason: &str,
+    message: String,
+    now: &Time,
+) -> MachineCondition {
+    MachineCondition {
+        type_: type_.to_owned(),
+        status: "Unknown".to_owned(),
+        severity: None,
+        last_transition_time: Some(now.clone()),
+        reason: Some(reason.to_owned()),
+        message: Some(message),
+    }
 }
 
 /// What to change in a Machine's status; `None` fields stay as they are.

@@ -1190,6 +1190,31 @@ fn drainable_and_terminable_follow_the_lifecycle_hooks_as_mao_writes_them() {
     );
 }
 
+/// MAO's `InstanceExists` (`controller.go`, `Reconcile`): `False`, `InstanceNotCreated`, severity
+/// Warning, from the first status write until the VM is found, then `True`; a VM gone after
+/// that is `InstanceMissing` with MAO's message.
+#[test]
+fn instance_exists_is_not_created_until_the_vm_is_found_then_true_then_missing() {
+    let mut world = World::new("image");
+    world.run_until(4, |w| w.phase() == phase::PROVISIONING);
+    let exists = condition_of(&world, "InstanceExists").unwrap();
+    assert_eq!(exists["status"], "False");
+    assert_eq!(exists["reason"], "InstanceNotCreated");
+    assert_eq!(exists["severity"], "Warning");
+    assert_eq!(exists["message"], "Instance has not been created");
+    world.link_node();
+    world.run_until(12, |w| w.phase() == phase::RUNNING);
+    let exists = condition_of(&world, "InstanceExists").unwrap();
+    assert_eq!(exists["status"], "True");
+    assert!(exists.get("reason").is_none());
+    world.vms.clear();
+    world.tick();
+    world.run_until(4, |w| w.phase() == phase::FAILED);
+    let exists = condition_of(&world, "InstanceExists").unwrap();
+    assert_eq!(exists["reason"], "InstanceMissing");
+    assert_eq!(exists["message"], "Instance not found on provider");
+}
+
 /// MAO writes no status for a Failed Machine (not being deleted): nor are the hooks' conditions.
 #[test]
 fn a_failed_machine_gets_no_hook_conditions() {
@@ -2374,10 +2399,28 @@ fn a_connection_lost_after_the_create_leaves_the_machine_as_it_is() {
     let before = creation_condition(&world);
     world.environment = refused.clone();
     let (steps, outcome) = world.steps();
-    assert_eq!(steps, strings(&["env"]));
+    assert_eq!(
+        steps,
+        strings(&["env", "write status"]),
+        "InstanceExists turns Unknown, as MAO writes it"
+    );
     assert_eq!(outcome.next, Some(Next::Retry(Failure::Environment)));
     assert_eq!(world.phase(), phase::PROVISIONED);
     assert_eq!(creation_condition(&world), before);
+    let exists = condition_of(&world, "InstanceExists").unwrap();
+    assert_eq!(exists["status"], "Unknown");
+    assert_eq!(exists["reason"], "ErrorCheckingProvider");
+    assert!(exists.get("severity").is_none());
+    assert!(
+        exists["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Failed to check if machine exists: Prism Central refused"),
+        "{exists}"
+    );
+    // Still refused: nothing more to write.
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env"]));
 
     // A Machine being deleted is not shown as one being created.
     let mut world = World::new("image");
