@@ -30,7 +30,7 @@ use super::decision::{Action, Decision, Failure, FailureKind, MetadataChange, Ne
 use super::snapshot::{PAUSED_CONDITION, Snapshot};
 use crate::api::phase;
 use crate::machine::lifecycle::{DRAINED_CONDITION, Step, VmObservation, next_step};
-use crate::machine::status::{conditions, lifecycle_hook_conditions};
+use crate::machine::status::{conditions, lifecycle_hook_conditions, machine_condition};
 
 mod claims;
 mod create;
@@ -89,7 +89,10 @@ fn decide_into(d: &mut Draft<'_>) -> Decided {
     // Failed Machine not being deleted; written only when they change.
     let writes_status = !matches!(
         step,
-        Step::Paused | Step::RejectInvalidMachine { .. } | Step::AddFinalizer
+        Step::SetAuthoritativeApi(_)
+            | Step::Paused
+            | Step::RejectInvalidMachine { .. }
+            | Step::AddFinalizer
     ) && (step != Step::Stop || state.deleting);
     // MAO (`controller.go`, `Reconcile`): `InstanceExists=False`, `InstanceNotCreated`, for a
     // Machine whose instance does not exist and was never provisioned, from before its phase
@@ -112,15 +115,25 @@ fn decide_into(d: &mut Draft<'_>) -> Decided {
             .conditions
             .extend(lifecycle_hook_conditions(&s.machine.lifecycle_hooks, &now));
     }
-    if gate && step != Step::Paused && s.machine.paused {
-        d.machine_condition(
+    // MAO writes `Paused=False`, severity Info, whenever the status names the Machine API
+    // (`controller.go`, `Reconcile`, `ensureUpdatedPausedCondition`): written once, then kept.
+    if gate && state.authoritative_api.as_deref() == Some("MachineAPI") {
+        let mut condition = machine_condition(
             PAUSED_CONDITION,
             false,
             Some("AuthoritativeAPIMachineAPI"),
-            Some("the Machine API owns the Machine".into()),
+            Some(authority_message("MachineAPI")),
+            &d.now(),
         );
+        condition.severity = Some("Info".to_owned());
+        d.update.conditions.push(condition);
     }
     follow_step(d, step, vm)
+}
+
+/// MAO's message of the `Paused` condition.
+fn authority_message(api: &str) -> String {
+    format!("The AuthoritativeAPI status is set to '{api}'")
 }
 
 /// What the lifecycle's next `step` asks of this reconcile (`vm`: the VM as last observed).
@@ -128,12 +141,22 @@ fn follow_step(d: &mut Draft<'_>, step: Step, vm: Option<Vm>) -> Decided {
     let poll = d.poll();
     let intervals = d.s.settings.intervals;
     match step {
+        Step::SetAuthoritativeApi(api) => {
+            d.update.authoritative_api = Some(api);
+            Ok(Next::AwaitChange)
+        }
         Step::Paused => {
+            let api =
+                d.s.machine
+                    .state
+                    .authoritative_api
+                    .clone()
+                    .unwrap_or_default();
             d.machine_condition(
                 PAUSED_CONDITION,
                 true,
                 Some("AuthoritativeAPINotMachineAPI"),
-                Some("the Machine is owned by another API".into()),
+                Some(authority_message(&api)),
             );
             Ok(Next::AwaitChange)
         }

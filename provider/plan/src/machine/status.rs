@@ -218,6 +218,8 @@ pub fn unknown_machine_condition(
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StatusUpdate {
     pub phase: Option<&'static str>,
+    /// `status.authoritativeAPI`.
+    pub authoritative_api: Option<String>,
     /// `errorReason` (optional) and `errorMessage`, for phase Failed.
     pub error: Option<(Option<String>, String)>,
     pub addresses: Option<Vec<NodeAddress>>,
@@ -232,6 +234,7 @@ impl StatusUpdate {
     /// reconcile's pending change with this, and the protocol's simulated world does the same.
     pub fn absorb(&mut self, later: StatusUpdate) {
         self.phase = later.phase.or(self.phase);
+        self.authoritative_api = later.authoritative_api.or(self.authoritative_api.take());
         self.error = later.error.or(self.error.take());
         self.addresses = later.addresses.or(self.addresses.take());
         self.provider_status = later.provider_status.or(self.provider_status.take());
@@ -258,6 +261,9 @@ pub fn status_patch(machine: &Machine, update: &StatusUpdate, now: &Time) -> Opt
     let mut desired = current.clone();
     if let Some(phase) = update.phase {
         desired.phase = Some(phase.to_owned());
+    }
+    if let Some(api) = &update.authoritative_api {
+        desired.authoritative_api = Some(api.clone());
     }
     if desired.phase.as_deref() == Some(phase::FAILED) {
         if let Some((reason, message)) = &update.error {

@@ -2235,23 +2235,55 @@ fn a_paused_machine_gets_its_condition_and_nothing_else() {
     let mut world = World::new("image");
     world.gate = true;
     world.machine["spec"]["authoritativeAPI"] = json!("ClusterAPI");
+    // MAO: the spec's authority is copied to the empty status, and nothing else is done.
     let (steps, outcome) = world.steps();
     assert_eq!(steps, strings(&["write status"]));
     assert_eq!(outcome.next, Some(Next::AwaitChange));
-    assert!(has_condition(
-        &world,
-        "Paused",
-        "AuthoritativeAPINotMachineAPI"
-    ));
+    assert_eq!(world.machine["status"]["authoritativeAPI"], "ClusterAPI");
+    assert!(condition_of(&world, "Paused").is_none());
+    let (steps, outcome) = world.steps();
+    assert_eq!(steps, strings(&["write status"]));
+    assert_eq!(outcome.next, Some(Next::AwaitChange));
+    let paused = condition_of(&world, "Paused").unwrap();
+    assert_eq!(paused["status"], "True");
+    assert_eq!(paused["reason"], "AuthoritativeAPINotMachineAPI");
+    assert_eq!(
+        paused["message"],
+        "The AuthoritativeAPI status is set to 'ClusterAPI'"
+    );
     let (steps, _) = world.steps();
     assert!(steps.is_empty(), "written once");
+    // The status decides (the migration controller changes it, not the spec alone).
     world.machine["spec"]["authoritativeAPI"] = json!("MachineAPI");
+    let (steps, _) = world.steps();
+    assert!(steps.is_empty(), "{steps:?}");
+    world.machine["status"]["authoritativeAPI"] = json!("MachineAPI");
     world.reconcile();
-    assert!(has_condition(
-        &world,
-        "Paused",
-        "AuthoritativeAPIMachineAPI"
-    ));
+    let unpaused = condition_of(&world, "Paused").unwrap();
+    assert_eq!(unpaused["status"], "False");
+    assert_eq!(unpaused["reason"], "AuthoritativeAPIMachineAPI");
+    assert_eq!(unpaused["severity"], "Info", "MAO's severity, not Warning");
+}
+
+/// MAO writes `Paused=False` for a Machine the Machine API owns even when it was never paused.
+#[test]
+fn a_machine_api_machine_gets_paused_false_once_and_its_status_authority() {
+    let mut world = World::new("image");
+    world.gate = true;
+    world.machine["spec"]["authoritativeAPI"] = json!("MachineAPI");
+    world.link_node();
+    world.run_until(14, |w| w.phase() == phase::RUNNING);
+    assert_eq!(world.machine["status"]["authoritativeAPI"], "MachineAPI");
+    let unpaused = condition_of(&world, "Paused").unwrap();
+    assert_eq!(unpaused["status"], "False");
+    assert_eq!(unpaused["severity"], "Info");
+    assert_eq!(
+        unpaused["message"],
+        "The AuthoritativeAPI status is set to 'MachineAPI'"
+    );
+    world.tick();
+    let (steps, _) = world.steps();
+    assert!(!steps.iter().any(|s| s.starts_with("write")), "{steps:?}");
 }
 
 #[test]
