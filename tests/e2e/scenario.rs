@@ -288,7 +288,7 @@ async fn scenario_holds_step_by_step(world: World) {
         pods.get_opt("workload").await.unwrap().is_none(),
         "the drain evicted the workload"
     );
-    for reason in ["Drained", "Delete"] {
+    for reason in ["DrainSucceeded", "Delete"] {
         wait_event(&world, &victim, reason, "Normal").await;
     }
     let snapshot = world.snapshot();

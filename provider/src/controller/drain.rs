@@ -2,6 +2,12 @@
 //! [`crate::plan::machine::drain`] for which pods), one round per reconcile. A round that leaves pods
 //! behind (an eviction blocked by a PodDisruptionBudget, pods still terminating) reports what
 //! blocks and is tried again later; nothing waits inside a reconcile.
+//!
+//! A control-plane Node is cordoned only while no other control-plane Node is
+//! ([`crate::plan::machine::drain::drain_permission`], MAO's `isDrainAllowed`). The check reads
+//! the control-plane Nodes from the API server, not the watch cache, and it and the cordon are
+//! made under [`ControlPlaneCordon`], so two Machines reconciled at once cannot both pass it
+//! before either's cordon is seen (MAO's drain controller runs one reconcile at a time).
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -11,10 +17,21 @@ use kube::api::{DeleteParams, EvictParams, ListParams};
 use super::error::Error;
 use super::shared::Shared;
 use crate::plan::machine::DrainProgress;
-use crate::plan::machine::drain::{is_unreachable, plan_drain};
+use crate::plan::machine::drain::{
+    CONTROL_PLANE_NODE_LABELS, DrainPermission, drain_permission, is_unreachable,
+    needs_control_plane_check, plan_drain,
+};
+
+/// Held while a control-plane Node's drain is allowed and its Node cordoned.
+#[derive(Debug, Default)]
+pub struct ControlPlaneCordon(tokio::sync::Mutex<()>);
 
 /// One drain round on `node_name`.
-pub async fn drain_round(shared: &Shared, node_name: &str) -> Result<DrainProgress, Error> {
+pub async fn drain_round(
+    shared: &Shared,
+    cordon_lock: &ControlPlaneCordon,
+    node_name: &str,
+) -> Result<DrainProgress, Error> {
     let nodes: Api<Node> = Api::all(shared.client.clone());
     let Some(node) = nodes
         .get_opt(node_name)
@@ -28,6 +45,23 @@ pub async fn drain_round(shared: &Shared, node_name: &str) -> Result<DrainProgre
         .as_ref()
         .and_then(|s| s.unschedulable)
         .unwrap_or(false);
+    let _held = if needs_control_plane_check(&node) {
+        let held = cordon_lock.0.lock().await;
+        let control_plane = control_plane_nodes(&nodes).await?;
+        if let DrainPermission::OtherControlPlaneCordoned { node: other_node } =
+            drain_permission(&node, &control_plane)
+        {
+            tracing::info!(
+                node = node_name,
+                other = other_node,
+                "drain not permitted: another control-plane Node is cordoned"
+            );
+            return Ok(DrainProgress::NotPermitted { other_node });
+        }
+        Some(held)
+    } else {
+        None
+    };
     if !cordoned {
         nodes
             .cordon(node_name)
@@ -89,4 +123,17 @@ pub async fn drain_round(shared: &Shared, node_name: &str) -> Result<DrainProgre
     Ok(DrainProgress::Blocked {
         note: parts.join("; "),
     })
+}
+
+/// The Nodes carrying either control-plane label, as the API server has them now.
+async fn control_plane_nodes(nodes: &Api<Node>) -> Result<Vec<Node>, Error> {
+    let mut found = Vec::new();
+    for label in CONTROL_PLANE_NODE_LABELS {
+        let listed = nodes
+            .list(&ListParams::default().labels(label))
+            .await
+            .map_err(|e| Error::kube(format!("list Nodes labelled {label}"), e))?;
+        found.extend(listed.items);
+    }
+    Ok(found)
 }

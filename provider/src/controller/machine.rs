@@ -26,7 +26,7 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use super::drain::drain_round;
+use super::drain::{ControlPlaneCordon, drain_round};
 use super::error::Error;
 use super::inputs::{
     Environment, connection_problem, environment, environment_problem, secrets_named_by,
@@ -75,6 +75,8 @@ pub struct Context {
     /// Whether `nodes` has its first full list (until then a Node is read from the API server).
     nodes_ready: StoresReady,
     superseded: Superseded,
+    /// One control-plane drain allowed and cordoned at a time ([`super::drain`]).
+    control_plane_cordon: ControlPlaneCordon,
 }
 
 /// How soon a reconcile that saw a stale Machine looks again (the write's event normally
@@ -108,6 +110,7 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
         nodes,
         nodes_ready,
         superseded: Superseded::default(),
+        control_plane_cordon: ControlPlaneCordon::default(),
     });
     let claim_changes =
         claims::claim_changes(client.clone(), context.shared.settings.namespace.clone()).await;

@@ -91,7 +91,7 @@ async fn delete_waits_for_a_pdb_blocked_eviction_then_completes() {
         1,
         "the VM waits for the drain"
     );
-    env.wait_event("drain-0", "FailedDrain", "web-0-drain-0")
+    env.wait_event("drain-0", "DrainRequeued", "web-0-drain-0")
         .await;
 
     // Relaxing the budget lets the eviction through: drain, delete the VM, the Node, the Machine.
@@ -122,6 +122,178 @@ async fn delete_waits_for_a_pdb_blocked_eviction_then_completes() {
     );
     env.assert_no_secrets_logged(&[]);
     env.assert_permissions("controller");
+}
+
+fn cordoned(env: &Env, node: &str) -> bool {
+    env.node(node)
+        .is_some_and(|n| n["spec"]["unschedulable"] == true)
+}
+
+/// MAO's `isDrainAllowed` (`drain_controller.go`): two control-plane Machines deleted at once
+/// are drained one after the other, whichever label their Nodes carry; the second waits, with
+/// MAO's `DrainError` and `DrainRequeued`, until the first's Node is gone.
+#[tokio::test]
+async fn control_plane_nodes_are_drained_one_at_a_time() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let _controller = env.controller("controller", &[]);
+    let masters = ["master-0", "master-1"];
+    for (name, label) in masters.iter().zip([
+        "node-role.kubernetes.io/master",
+        "node-role.kubernetes.io/control-plane",
+    ]) {
+        running_machine_with_pods(&env, name).await;
+        env.wait_node(name, |_| true).await;
+        Api::<k8s_openapi::api::core::v1::Node>::all(env.client.clone())
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {label: ""}}})),
+            )
+            .await
+            .unwrap();
+        // Each drain holds on a budget until the test lets it through.
+        env.sim
+            .create(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": format!("web-{name}"), "namespace": "default"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": format!("web-{name}")}}}}))
+            .unwrap();
+    }
+    for name in masters {
+        env.machines_api()
+            .delete(name, &Default::default())
+            .await
+            .unwrap();
+    }
+    let refused = |m: &Value| {
+        condition(m, "Drained")
+            .is_some_and(|c| c["status"] == "False" && c["reason"] == "DrainError")
+    };
+    let (mut first, mut second) = (masters[0], masters[1]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (a, b) = (env.machine(first).unwrap(), env.machine(second).unwrap());
+        if refused(&a) {
+            (first, second) = (second, first);
+            break;
+        }
+        if refused(&b) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no drain was refused");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // The first is draining (cordoned, held by its budget); the second is not even cordoned.
+    env.wait_machine(first, "the first drain under way", |m| {
+        condition(m, "Drained").is_some_and(|c| c["reason"] == "DrainBlocked")
+    })
+    .await;
+    assert!(cordoned(&env, first));
+    assert!(!cordoned(&env, second), "one control-plane Node at a time");
+    let (_, kind, note) = env.wait_event(second, "DrainRequeued", first).await;
+    assert_eq!(kind, "Normal");
+    assert!(note.contains("drain not permitted"), "{note}");
+    assert!(
+        env.sim
+            .get("", "pods", "default", &format!("web-0-{second}"))
+            .is_ok(),
+        "nothing of the second was evicted"
+    );
+
+    // The first drain ends and its Machine goes; only then does the second drain.
+    Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(
+        env.client.clone(),
+        "default",
+    )
+    .delete(&format!("web-{first}"), &Default::default())
+    .await
+    .unwrap();
+    env.wait_machine(first, "the first deletion", Value::is_null)
+        .await;
+    assert!(!cordoned(&env, second));
+    env.wait_machine(second, "the second drain under way", |m| {
+        condition(m, "Drained").is_some_and(|c| c["reason"] == "DrainBlocked")
+    })
+    .await;
+    assert!(cordoned(&env, second));
+    Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(
+        env.client.clone(),
+        "default",
+    )
+    .delete(&format!("web-{second}"), &Default::default())
+    .await
+    .unwrap();
+    env.wait_machine(second, "the second deletion", Value::is_null)
+        .await;
+    env.assert_permissions("controller");
+}
+
+/// The etcd operator's pre-drain hook on a control-plane Machine (cluster-etcd-operator
+/// `pkg/operator/ceohelpers`: `EtcdQuorumOperator`, owner `clusteroperator/etcd`): `Drainable`
+/// says so (MAO's `setLifecycleHookConditions`), the deletion holds before the cordon with MAO's
+/// `DrainBlocked` event, and drains once the operator removes the hook.
+#[tokio::test]
+async fn the_etcd_quorum_hook_holds_a_control_plane_drain_and_drainable_says_so() {
+    let mut env = Env::start().await;
+    env.start_nodelink();
+    let _controller = env.controller("controller", &[]);
+    let name = "master-0";
+    running_machine_with_pods(&env, name).await;
+    env.wait_node(name, |_| true).await;
+    Api::<k8s_openapi::api::core::v1::Node>::all(env.client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"node-role.kubernetes.io/master": ""}}})),
+        )
+        .await
+        .unwrap();
+    let machines = env.machines_api();
+    machines
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"lifecycleHooks": {"preDrain": [
+                {"name": "EtcdQuorumOperator", "owner": "clusteroperator/etcd"}]}}})),
+        )
+        .await
+        .unwrap();
+    let held = env
+        .wait_machine(name, "Drainable=False", |m| {
+            condition(m, "Drainable").is_some_and(|c| c["status"] == "False")
+        })
+        .await;
+    let drainable = condition(&held, "Drainable").unwrap();
+    assert_eq!(drainable["reason"], "HookPresent");
+    assert_eq!(drainable["severity"], "Warning");
+    assert_eq!(
+        drainable["message"],
+        "Drain operation currently blocked by: [{Name:EtcdQuorumOperator Owner:clusteroperator/etcd}]"
+    );
+    assert_eq!(condition(&held, "Terminable").unwrap()["status"], "True");
+
+    machines.delete(name, &Default::default()).await.unwrap();
+    env.wait_event(name, "DrainBlocked", "pre-drain hook").await;
+    let deleting = env.wait_phase(name, "Deleting").await;
+    assert!(condition(&deleting, "Drained").is_none());
+    assert!(
+        env.node(name)
+            .is_some_and(|n| n["spec"]["unschedulable"] != true),
+        "the hook holds the cordon"
+    );
+    assert_eq!(env.vms_named(name).len(), 1);
+    // The etcd operator moves the member and removes its hook.
+    machines
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"lifecycleHooks": {"preDrain": null}}})),
+        )
+        .await
+        .unwrap();
+    env.wait_machine(name, "deletion", Value::is_null).await;
+    assert!(env.vms_named(name).is_empty());
+    env.wait_event(name, "DrainSucceeded", "").await;
 }
 
 #[tokio::test]

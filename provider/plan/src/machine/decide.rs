@@ -28,13 +28,15 @@ use prism_types::v3::{EntityState, PowerState, Vm};
 
 use super::decision::{Action, Decision, Failure, FailureKind, MetadataChange, Next};
 use super::snapshot::{PAUSED_CONDITION, Snapshot};
+use crate::api::phase;
 use crate::machine::lifecycle::{DRAINED_CONDITION, Step, VmObservation, next_step};
-use crate::machine::status::conditions;
+use crate::machine::status::{conditions, lifecycle_hook_conditions, machine_condition};
 
 mod claims;
 mod create;
 mod delete;
 mod draft;
+mod drain;
 mod economy;
 mod environment;
 mod observe;
@@ -82,15 +84,56 @@ fn decide_into(d: &mut Draft<'_>) -> Decided {
         vm = found;
     }
     let step = next_step(state, &observation, gate);
-    if gate && step != Step::Paused && s.machine.paused {
+    // MAO brings these up to date on every status write (`updateStatus`), which every path of
+    // its reconcile reaches but a paused or invalid Machine, the finalizer's addition and a
+    // Failed Machine not being deleted; written only when they change.
+    let writes_status = !matches!(
+        step,
+        Step::SetAuthoritativeApi(_)
+            | Step::Paused
+            | Step::RejectInvalidMachine { .. }
+            | Step::AddFinalizer
+    ) && (step != Step::Stop || state.deleting);
+    // MAO (`controller.go`, `Reconcile`): `InstanceExists=False`, `InstanceNotCreated`, for a
+    // Machine whose instance does not exist and was never provisioned, from before its phase
+    // `Provisioning` until the VM is found (then `True`, [`update`]).
+    let not_created = matches!(
+        observation,
+        VmObservation::Missing | VmObservation::DeployUnconfirmed | VmObservation::Creating
+    );
+    if not_created && !state.deleting && !state.is_provisioned() && state.phase != phase::FAILED {
         d.machine_condition(
+            conditions::INSTANCE_EXISTS,
+            false,
+            Some(conditions::INSTANCE_NOT_CREATED),
+            Some("Instance has not been created".into()),
+        );
+    }
+    if writes_status {
+        let now = d.now();
+        d.update
+            .conditions
+            .extend(lifecycle_hook_conditions(&s.machine.lifecycle_hooks, &now));
+    }
+    // MAO writes `Paused=False`, severity Info, whenever the status names the Machine API
+    // (`controller.go`, `Reconcile`, `ensureUpdatedPausedCondition`): written once, then kept.
+    if gate && state.authoritative_api.as_deref() == Some("MachineAPI") {
+        let mut condition = machine_condition(
             PAUSED_CONDITION,
             false,
             Some("AuthoritativeAPIMachineAPI"),
-            Some("the Machine API owns the Machine".into()),
+            Some(authority_message("MachineAPI")),
+            &d.now(),
         );
+        condition.severity = Some("Info".to_owned());
+        d.update.conditions.push(condition);
     }
     follow_step(d, step, vm)
+}
+
+/// MAO's message of the `Paused` condition.
+fn authority_message(api: &str) -> String {
+    format!("The AuthoritativeAPI status is set to '{api}'")
 }
 
 /// What the lifecycle's next `step` asks of this reconcile (`vm`: the VM as last observed).
@@ -98,12 +141,22 @@ fn follow_step(d: &mut Draft<'_>, step: Step, vm: Option<Vm>) -> Decided {
     let poll = d.poll();
     let intervals = d.s.settings.intervals;
     match step {
+        Step::SetAuthoritativeApi(api) => {
+            d.update.authoritative_api = Some(api);
+            Ok(Next::AwaitChange)
+        }
         Step::Paused => {
+            let api =
+                d.s.machine
+                    .state
+                    .authoritative_api
+                    .clone()
+                    .unwrap_or_default();
             d.machine_condition(
                 PAUSED_CONDITION,
                 true,
                 Some("AuthoritativeAPINotMachineAPI"),
-                Some("the Machine is owned by another API".into()),
+                Some(authority_message(&api)),
             );
             Ok(Next::AwaitChange)
         }
@@ -119,9 +172,20 @@ fn follow_step(d: &mut Draft<'_>, step: Step, vm: Option<Vm>) -> Decided {
             d.update.phase = Some(phase);
             Ok(Next::AwaitChange)
         }
-        Step::WaitForPreDrainHooks | Step::WaitForPreTerminateHooks | Step::Stop => {
+        Step::WaitForPreDrainHooks => {
+            // MAO announces the hold only where it would drain (a Node, not excluded, not
+            // drained yet: `drain_controller.go`, `Reconcile`).
+            let state = &d.s.machine.state;
+            if state.node.is_some() && !state.exclude_node_draining && !state.drained {
+                d.event(
+                    false,
+                    drain::events::BLOCKED,
+                    "Drain blocked by pre-drain hook",
+                );
+            }
             Ok(Next::AwaitChange)
         }
+        Step::WaitForPreTerminateHooks | Step::Stop => Ok(Next::AwaitChange),
         Step::MarkDrained => {
             let why = if d.s.machine.state.exclude_node_draining {
                 "draining excluded by annotation"
@@ -134,9 +198,10 @@ fn follow_step(d: &mut Draft<'_>, step: Step, vm: Option<Vm>) -> Decided {
                 Some(conditions::DRAIN_SKIPPED),
                 Some(why.into()),
             );
+            d.event(false, drain::events::SKIPPED, "Node drain skipped");
             Ok(Next::AwaitChange)
         }
-        Step::Drain { node } => delete::drain(d, node),
+        Step::Drain { node } => drain::drain(d, node),
         Step::DeleteVm => delete::delete_vm(d),
         Step::WaitForVmDeletion | Step::WaitForCreate => Ok(Next::Requeue(
             step.requeue_after(&intervals).unwrap_or(poll),

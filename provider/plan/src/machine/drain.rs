@@ -135,6 +135,76 @@ pub fn plan_drain(pods: &[Pod], unreachable: bool, now: Timestamp) -> DrainPlan 
     plan
 }
 
+/// Node labels that make a Node a control-plane Node for the drain (MAO
+/// `pkg/controller/machine/drain_controller.go`, `nodeControlPlaneLabel`, `nodeMasterLabel` and
+/// `isControlPlaneNode`: either label, whatever its value).
+pub const CONTROL_PLANE_NODE_LABELS: [&str; 2] = [
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+];
+
+/// How long a control-plane drain that may not start waits before asking again (MAO
+/// `isDrainAllowed`: `RequeueAfterError{RequeueAfter: 20 * time.Second}`).
+pub const CONTROL_PLANE_DRAIN_RETRY: Duration = Duration::from_secs(20);
+
+/// Whether the Node carries a control-plane label ([`CONTROL_PLANE_NODE_LABELS`]).
+pub fn is_control_plane(node: &Node) -> bool {
+    node.metadata.labels.as_ref().is_some_and(|labels| {
+        CONTROL_PLANE_NODE_LABELS
+            .iter()
+            .any(|l| labels.contains_key(*l))
+    })
+}
+
+/// Whether the Node is cordoned (`spec.unschedulable`): to MAO, a Node being drained.
+pub fn is_cordoned(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+/// Whether the drain of `node` must first look at the other Nodes: it is a control-plane Node
+/// not cordoned yet (a cordoned one continues its drain, a worker always drains).
+pub fn needs_control_plane_check(node: &Node) -> bool {
+    !is_cordoned(node) && is_control_plane(node)
+}
+
+/// Whether a drain may start now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DrainPermission {
+    Allowed,
+    /// Another control-plane Node is cordoned (this one's drain would take a second
+    /// control-plane Node, and an etcd member, out at once): wait until it is gone or uncordoned.
+    OtherControlPlaneCordoned {
+        node: String,
+    },
+}
+
+/// One control-plane Node drained at a time, as MAO's drain controller decides it
+/// (`drain_controller.go`, `isDrainAllowed`): a Node already cordoned continues its drain; a
+/// worker always drains; a control-plane Node drains only while no control-plane Node among
+/// `nodes` is cordoned. MAO tells "being drained" by the cordon alone, so a control-plane Node
+/// cordoned by hand or by an update holds the drain as well; the other Machines are not looked at.
+pub fn drain_permission<'a>(
+    node: &Node,
+    nodes: impl IntoIterator<Item = &'a Node>,
+) -> DrainPermission {
+    if !needs_control_plane_check(node) {
+        return DrainPermission::Allowed;
+    }
+    let own = node.metadata.name.as_deref();
+    nodes
+        .into_iter()
+        .filter(|other| other.metadata.name.as_deref() != own)
+        .filter(|other| is_control_plane(other) && is_cordoned(other))
+        .filter_map(|other| other.metadata.name.clone())
+        .min()
+        .map_or(DrainPermission::Allowed, |node| {
+            DrainPermission::OtherControlPlaneCordoned { node }
+        })
+}
+
 /// How soon a deletion waiting for volumes looks again (the Go provider's requeue; a change of
 /// the Node triggers it sooner).
 pub const VOLUME_RECHECK: Duration = Duration::from_secs(20);
@@ -460,6 +530,64 @@ mod tests {
             ),
             VolumeCheck::Wait { .. }
         ));
+    }
+
+    fn labelled_node(name: &str, label: Option<&str>, cordoned: bool) -> Node {
+        let labels: serde_json::Map<String, serde_json::Value> = label
+            .map(|l| (l.to_owned(), json!("")))
+            .into_iter()
+            .collect();
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels},
+            "spec": {"unschedulable": cordoned}}))
+        .unwrap()
+    }
+
+    const MASTER: &str = "node-role.kubernetes.io/master";
+    const CONTROL_PLANE: &str = "node-role.kubernetes.io/control-plane";
+
+    #[test]
+    fn one_control_plane_node_is_drained_at_a_time() {
+        let master_0 = labelled_node("master-0", Some(MASTER), false);
+        let master_1_draining = labelled_node("master-1", Some(CONTROL_PLANE), true);
+        let master_2 = labelled_node("master-2", Some(MASTER), false);
+        let worker_draining =
+            labelled_node("worker-0", Some("node-role.kubernetes.io/worker"), true);
+        let worker = labelled_node("worker-1", None, false);
+        let all = [
+            &master_0,
+            &master_1_draining,
+            &master_2,
+            &worker_draining,
+            &worker,
+        ];
+        // Another control-plane Node is cordoned: wait for it, whichever label it carries.
+        assert_eq!(
+            drain_permission(&master_0, all),
+            DrainPermission::OtherControlPlaneCordoned {
+                node: "master-1".into()
+            }
+        );
+        // A cordoned worker does not hold a control-plane drain.
+        assert_eq!(
+            drain_permission(&master_0, [&master_0, &master_2, &worker_draining]),
+            DrainPermission::Allowed
+        );
+        // The one cordoned already continues its drain.
+        assert_eq!(
+            drain_permission(&master_1_draining, all),
+            DrainPermission::Allowed
+        );
+        // Workers always drain.
+        assert_eq!(drain_permission(&worker, all), DrainPermission::Allowed);
+        assert!(!needs_control_plane_check(&worker));
+        assert!(!needs_control_plane_check(&master_1_draining));
+        assert!(needs_control_plane_check(&master_0));
+        // The Node itself, as listed, is not "another" (a list read after its cordon).
+        let master_0_listed_cordoned = labelled_node("master-0", Some(MASTER), true);
+        assert_eq!(
+            drain_permission(&master_0, [&master_0_listed_cordoned, &master_2]),
+            DrainPermission::Allowed
+        );
     }
 
     #[test]

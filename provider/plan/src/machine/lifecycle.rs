@@ -4,8 +4,8 @@
 //! Machine in this order, and [`next_step`] keeps it, one step per call: the controller performs
 //! the step (patching status, calling Prism), then asks again.
 //!
-//! 1. With the `MachineAPIMigration` gate on, a Machine whose authoritative API is `ClusterAPI`
-//!    or `Migrating` is paused.
+//! 1. With the `MachineAPIMigration` gate on, an empty `status.authoritativeAPI` is set from the
+//!    spec; a Machine whose status names `ClusterAPI` or `Migrating` is paused.
 //! 2. A Machine without the cluster label or without `providerSpec.value` is rejected
 //!    (`FailedValidate` event) and retried.
 //! 3. A Machine that is not being deleted gets the finalizer first.
@@ -51,8 +51,10 @@ pub struct MachineState {
     pub phase: String,
     pub has_cluster_label: bool,
     pub has_provider_spec: bool,
-    /// `status.authoritativeAPI`, else `spec.authoritativeAPI`.
+    /// `status.authoritativeAPI` (empty: none).
     pub authoritative_api: Option<String>,
+    /// `spec.authoritativeAPI` (empty: none), copied to the status while that is empty.
+    pub spec_authoritative_api: Option<String>,
     pub provider_id: Option<String>,
     pub has_addresses: bool,
     /// `status.nodeRef.name`.
@@ -84,7 +86,12 @@ impl MachineState {
             has_provider_spec: machine.spec.provider_spec.value.is_some(),
             authoritative_api: status
                 .and_then(|s| s.authoritative_api.clone())
-                .or_else(|| machine.spec.authoritative_api.clone()),
+                .filter(|api| !api.is_empty()),
+            spec_authoritative_api: machine
+                .spec
+                .authoritative_api
+                .clone()
+                .filter(|api| !api.is_empty()),
             provider_id: machine.spec.provider_id.clone().filter(|id| !id.is_empty()),
             has_addresses: status.is_some_and(|s| !s.addresses.is_empty()),
             node: status
@@ -171,6 +178,9 @@ pub fn provider_id(vm_uuid: &str) -> String {
 /// The next thing to do for a Machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
+    /// `status.authoritativeAPI` is empty: write `spec.authoritativeAPI` there and do nothing
+    /// else (MAO `controller.go`, `Reconcile`, `patchStatusAuthoritativeAPI`).
+    SetAuthoritativeApi(String),
     /// Another API owns the Machine: set the `Paused` condition and do nothing else.
     Paused,
     /// The Machine lacks what every Machine needs: emit `FailedValidate`, retry with backoff.
@@ -276,13 +286,14 @@ impl Step {
 /// The next step for a Machine in `state`, given what Prism says about its VM.
 /// `migration_gate` is the `MachineAPIMigration` feature gate.
 pub fn next_step(state: &MachineState, vm: &VmObservation, migration_gate: bool) -> Step {
-    if migration_gate
-        && matches!(
-            state.authoritative_api.as_deref(),
-            Some("ClusterAPI" | "Migrating")
-        )
-    {
-        return Step::Paused;
+    if migration_gate {
+        match (&state.authoritative_api, &state.spec_authoritative_api) {
+            (None, Some(spec)) => return Step::SetAuthoritativeApi(spec.clone()),
+            (Some(api), _) if matches!(api.as_str(), "ClusterAPI" | "Migrating") => {
+                return Step::Paused;
+            }
+            _ => {}
+        }
     }
     if !state.has_cluster_label {
         return Step::RejectInvalidMachine {

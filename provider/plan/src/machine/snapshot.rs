@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use prism_types::TaskProgress;
 use prism_types::v3::Vm;
 
-use crate::api::{Machine, NutanixMachineProviderStatus};
+use crate::api::{LifecycleHooks, Machine, NutanixMachineProviderStatus};
 use crate::machine::drain::drained_at;
 use crate::machine::ipam::{
     ClaimReading, IpPoolError, NameserversError, PoolRef, machine_ip_pools, machine_nameservers,
@@ -79,6 +79,8 @@ pub struct MachineFacts {
     pub drained_at: Option<Timestamp>,
     /// Condition `Paused` is `True`.
     pub paused: bool,
+    /// `spec.lifecycleHooks`.
+    pub lifecycle_hooks: LifecycleHooks,
     /// `status.addresses`.
     pub addresses: Vec<NodeAddress>,
     /// The providerSpec, read once: what the executor's reads and the plan of the VM use.
@@ -123,6 +125,7 @@ impl MachineFacts {
                     .any(|c| c.type_ == PAUSED_CONDITION && c.status == "True")
             }),
             addresses: status.map(|s| s.addresses.clone()).unwrap_or_default(),
+            lifecycle_hooks: machine.spec.lifecycle_hooks.clone(),
             spec,
             join_timed_out: timed_out_join(machine, provider_status),
             windows_join: applies_to(machine),
@@ -367,6 +370,9 @@ pub enum DrainProgress {
     InProgress { note: String },
     /// An eviction was refused (a PodDisruptionBudget); what blocks, in one line.
     Blocked { note: String },
+    /// The drain may not start: another control-plane Node is cordoned (nothing was done to
+    /// this one; [`crate::machine::drain::drain_permission`]).
+    NotPermitted { other_node: String },
 }
 
 /// What the Machine's addresses and labels are computed with besides the VM.

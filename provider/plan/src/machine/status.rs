@@ -18,8 +18,8 @@ use prism_types::v3::Vm;
 use serde_json::{Map, Value, json};
 
 use crate::api::{
-    INSTANCE_STATE_ANNOTATION, Machine, MachineCondition, MachineStatus,
-    NutanixMachineProviderStatus, ProviderCondition, merge_condition, phase,
+    INSTANCE_STATE_ANNOTATION, LifecycleHook, LifecycleHooks, Machine, MachineCondition,
+    MachineStatus, NutanixMachineProviderStatus, ProviderCondition, merge_condition, phase,
 };
 
 /// Label: the Prism Central's name.
@@ -71,13 +71,25 @@ pub mod conditions {
 
     /// Machine (`status.conditions`) condition types of the machine-api-operator.
     pub const INSTANCE_EXISTS: &str = "InstanceExists";
-    /// Reason of `InstanceExists=False`.
+    /// Whether a pre-drain / pre-terminate lifecycle hook holds the Machine's deletion.
+    pub const DRAINABLE: &str = "Drainable";
+    pub const TERMINABLE: &str = "Terminable";
+    /// Reason of `Drainable=False` and `Terminable=False` (openshift/api `MachineHookPresent`).
+    pub const HOOK_PRESENT: &str = "HookPresent";
+    /// Reasons of `InstanceExists` (openshift/api `InstanceMissingReason`,
+    /// `InstanceNotCreatedReason`, `ErrorCheckingProviderReason`): `False` once the VM is gone,
+    /// `False` before it is made, `Unknown` when Prism cannot be asked.
     pub const INSTANCE_MISSING: &str = "InstanceMissing";
+    pub const INSTANCE_NOT_CREATED: &str = "InstanceNotCreated";
+    pub const ERROR_CHECKING_PROVIDER: &str = "ErrorCheckingProvider";
     /// Reasons of `Drained`.
     pub const DRAINED: &str = "Drained";
     pub const DRAIN_SKIPPED: &str = "DrainSkipped";
     pub const DRAIN_IN_PROGRESS: &str = "DrainInProgress";
     pub const DRAIN_BLOCKED: &str = "DrainBlocked";
+    /// MAO's reason of `Drained=False` (openshift/api `MachineDrainError`), for a drain that
+    /// may not start ([`crate::machine::drain::drain_permission`]).
+    pub const DRAIN_ERROR: &str = "DrainError";
 }
 
 /// A providerStatus condition.
@@ -147,10 +159,67 @@ pub fn machine_condition(
     }
 }
 
+/// The `Drainable` and `Terminable` conditions of a Machine with these hooks, as the
+/// machine-api-operator writes them whenever it writes a Machine's status
+/// (`pkg/controller/machine/controller.go`, `setLifecycleHookConditions`, called by
+/// `updateStatus`): `False`, `HookPresent`, severity Warning, naming the hooks, while any hook of
+/// the kind is present; else `True` with no reason.
+pub fn lifecycle_hook_conditions(hooks: &LifecycleHooks, now: &Time) -> [MachineCondition; 2] {
+    let condition = |type_: &str, held: &[LifecycleHook], operation: &str| {
+        if held.is_empty() {
+            machine_condition(type_, true, None, None, now)
+        } else {
+            machine_condition(
+                type_,
+                false,
+                Some(conditions::HOOK_PRESENT),
+                Some(format!(
+                    "{operation} operation currently blocked by: {}",
+                    go_hook_list(held)
+                )),
+                now,
+            )
+        }
+    };
+    [
+        condition(conditions::DRAINABLE, &hooks.pre_drain, "Drain"),
+        condition(conditions::TERMINABLE, &hooks.pre_terminate, "Terminate"),
+    ]
+}
+
+/// The hooks as Go's `%+v` prints a `[]LifecycleHook` (MAO's message quotes them so):
+/// `[{Name:a Owner:b} {Name:c Owner:d}]`.
+fn go_hook_list(hooks: &[LifecycleHook]) -> String {
+    let items: Vec<String> = hooks
+        .iter()
+        .map(|hook| format!("{{Name:{} Owner:{}}}", hook.name, hook.owner))
+        .collect();
+    format!("[{}]", items.join(" "))
+}
+
+/// A Machine condition of status `Unknown` (no severity, as MAO's `UnknownCondition`).
+pub fn unknown_machine_condition(
+    type_: &str,
+    reason: &str,
+    message: String,
+    now: &Time,
+) -> MachineCondition {
+    MachineCondition {
+        type_: type_.to_owned(),
+        status: "Unknown".to_owned(),
+        severity: None,
+        last_transition_time: Some(now.clone()),
+        reason: Some(reason.to_owned()),
+        message: Some(message),
+    }
+}
+
 /// What to change in a Machine's status; `None` fields stay as they are.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StatusUpdate {
     pub phase: Option<&'static str>,
+    /// `status.authoritativeAPI`.
+    pub authoritative_api: Option<String>,
     /// `errorReason` (optional) and `errorMessage`, for phase Failed.
     pub error: Option<(Option<String>, String)>,
     pub addresses: Option<Vec<NodeAddress>>,
@@ -165,6 +234,7 @@ impl StatusUpdate {
     /// reconcile's pending change with this, and the protocol's simulated world does the same.
     pub fn absorb(&mut self, later: StatusUpdate) {
         self.phase = later.phase.or(self.phase);
+        self.authoritative_api = later.authoritative_api.or(self.authoritative_api.take());
         self.error = later.error.or(self.error.take());
         self.addresses = later.addresses.or(self.addresses.take());
         self.provider_status = later.provider_status.or(self.provider_status.take());
@@ -191,6 +261,9 @@ pub fn status_patch(machine: &Machine, update: &StatusUpdate, now: &Time) -> Opt
     let mut desired = current.clone();
     if let Some(phase) = update.phase {
         desired.phase = Some(phase.to_owned());
+    }
+    if let Some(api) = &update.authoritative_api {
+        desired.authoritative_api = Some(api.clone());
     }
     if desired.phase.as_deref() == Some(phase::FAILED) {
         if let Some((reason, message)) = &update.error {

@@ -1136,6 +1136,98 @@ fn a_running_machine_in_steady_state_writes_nothing_and_calls_prism_for_nothing_
     );
 }
 
+fn condition_of<'a>(world: &'a World, type_: &str) -> Option<&'a Value> {
+    world.machine["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// MAO's `setLifecycleHookConditions` (`controller.go`): `Drainable` and `Terminable` follow the
+/// hooks on every status write, at no write of their own once they are up to date.
+#[test]
+fn drainable_and_terminable_follow_the_lifecycle_hooks_as_mao_writes_them() {
+    let mut world = World::new("image");
+    world.link_node();
+    world.run_until(12, |w| w.phase() == phase::RUNNING);
+    for type_ in ["Drainable", "Terminable"] {
+        let condition = condition_of(&world, type_).unwrap();
+        assert_eq!(condition["status"], "True", "{type_}");
+        assert!(condition.get("reason").is_none() && condition.get("severity").is_none());
+    }
+    // The etcd operator's hook (cluster-etcd-operator `pkg/operator/ceohelpers`,
+    // `MachineDeletionHookName`, `MachineDeletionHookOwner`) and a pre-terminate one.
+    world.machine["spec"]["lifecycleHooks"] = json!({
+        "preDrain": [{"name": "EtcdQuorumOperator", "owner": "clusteroperator/etcd"}],
+        "preTerminate": [{"name": "backup", "owner": "tests"}, {"name": "dns", "owner": "ops"}],
+    });
+    world.tick();
+    world.reconcile();
+    let drainable = condition_of(&world, "Drainable").unwrap();
+    assert_eq!(drainable["status"], "False");
+    assert_eq!(drainable["reason"], "HookPresent");
+    assert_eq!(drainable["severity"], "Warning");
+    assert_eq!(
+        drainable["message"],
+        "Drain operation currently blocked by: [{Name:EtcdQuorumOperator Owner:clusteroperator/etcd}]"
+    );
+    assert_eq!(
+        condition_of(&world, "Terminable").unwrap()["message"],
+        "Terminate operation currently blocked by: [{Name:backup Owner:tests} {Name:dns Owner:ops}]"
+    );
+    // Up to date: nothing more to write.
+    world.tick();
+    let (steps, _) = world.steps();
+    assert!(!steps.iter().any(|s| s.starts_with("write")), "{steps:?}");
+    // The hook goes: True again.
+    world.machine["spec"]["lifecycleHooks"] = json!({});
+    world.tick();
+    world.reconcile();
+    assert_eq!(condition_of(&world, "Drainable").unwrap()["status"], "True");
+    assert_eq!(
+        condition_of(&world, "Terminable").unwrap()["status"],
+        "True"
+    );
+}
+
+/// MAO's `InstanceExists` (`controller.go`, `Reconcile`): `False`, `InstanceNotCreated`, severity
+/// Warning, from the first status write until the VM is found, then `True`; a VM gone after
+/// that is `InstanceMissing` with MAO's message.
+#[test]
+fn instance_exists_is_not_created_until_the_vm_is_found_then_true_then_missing() {
+    let mut world = World::new("image");
+    world.run_until(4, |w| w.phase() == phase::PROVISIONING);
+    let exists = condition_of(&world, "InstanceExists").unwrap();
+    assert_eq!(exists["status"], "False");
+    assert_eq!(exists["reason"], "InstanceNotCreated");
+    assert_eq!(exists["severity"], "Warning");
+    assert_eq!(exists["message"], "Instance has not been created");
+    world.link_node();
+    world.run_until(12, |w| w.phase() == phase::RUNNING);
+    let exists = condition_of(&world, "InstanceExists").unwrap();
+    assert_eq!(exists["status"], "True");
+    assert!(exists.get("reason").is_none());
+    world.vms.clear();
+    world.tick();
+    world.run_until(4, |w| w.phase() == phase::FAILED);
+    let exists = condition_of(&world, "InstanceExists").unwrap();
+    assert_eq!(exists["reason"], "InstanceMissing");
+    assert_eq!(exists["message"], "Instance not found on provider");
+}
+
+/// MAO writes no status for a Failed Machine (not being deleted): nor are the hooks' conditions.
+#[test]
+fn a_failed_machine_gets_no_hook_conditions() {
+    let mut world = World::new("image");
+    world.machine["status"] = json!({"phase": "Failed", "errorMessage": "gone"});
+    world.machine["metadata"]["finalizers"] = json!(["machine.machine.openshift.io"]);
+    world.machine["spec"]["lifecycleHooks"] =
+        json!({"preDrain": [{"name": "EtcdQuorumOperator", "owner": "clusteroperator/etcd"}]});
+    let (steps, _) = world.steps();
+    assert!(!steps.iter().any(|s| s.starts_with("write")), "{steps:?}");
+    assert!(condition_of(&world, "Drainable").is_none());
+}
+
 #[test]
 fn a_windows_join_reported_timed_out_fails_the_machine_with_the_flag_while_no_node_is_linked() {
     // A Windows Machine Provisioned, as the join reconciler finds it, with `reason` in its
@@ -2074,7 +2166,7 @@ fn an_unconfirmed_deploy_is_sent_again_when_deleting_and_its_vm_deleted() {
 }
 
 #[test]
-fn a_drain_blocked_by_a_budget_is_typed_and_reported() {
+fn a_drain_blocked_by_a_budget_is_typed_and_reported_with_maos_events() {
     let mut world = World::new("image");
     world.link_node();
     world.run_until(12, |w| w.phase() == phase::RUNNING);
@@ -2084,13 +2176,13 @@ fn a_drain_blocked_by_a_budget_is_typed_and_reported() {
         note: "eviction blocked: default/web: budget".into(),
     };
     let (_, outcome) = world.steps();
-    assert_eq!(outcome.events, ["FailedDrain"]);
+    assert_eq!(outcome.events, ["DrainProceeds", "DrainRequeued"]);
     assert!(has_condition(&world, "Drained", conditions::DRAIN_BLOCKED));
     world.drain = DrainProgress::InProgress {
         note: "1 pods terminating".into(),
     };
     let (_, outcome) = world.steps();
-    assert!(outcome.events.is_empty());
+    assert_eq!(outcome.events, ["DrainProceeds", "DrainRequeued"]);
     assert!(has_condition(
         &world,
         "Drained",
@@ -2098,7 +2190,44 @@ fn a_drain_blocked_by_a_budget_is_typed_and_reported() {
     ));
     world.drain = DrainProgress::Done;
     let (_, outcome) = world.steps();
-    assert_eq!(outcome.events, ["Drained"]);
+    assert_eq!(
+        outcome.events,
+        ["DrainProceeds", "Deleted", "DrainSucceeded"],
+        "MAO names the drained Node in an event it calls Deleted"
+    );
+}
+
+#[test]
+fn a_control_plane_drain_that_may_not_start_waits_twenty_seconds_as_maos_drain_error() {
+    let mut world = World::new("image");
+    world.link_node();
+    world.run_until(12, |w| w.phase() == phase::RUNNING);
+    world.delete();
+    world.reconcile();
+    world.drain = DrainProgress::NotPermitted {
+        other_node: "master-1".into(),
+    };
+    let (_, outcome) = world.steps();
+    assert_eq!(outcome.events, ["DrainProceeds", "DrainRequeued"]);
+    assert_eq!(outcome.next, Some(Next::Requeue(Duration::from_secs(20))));
+    assert!(has_condition(&world, "Drained", conditions::DRAIN_ERROR));
+    assert!(world.vms.len() == 1, "the VM waits for the drain");
+    world.drain = DrainProgress::Done;
+    world.run_until(8, World::finalized);
+}
+
+#[test]
+fn nothing_to_drain_is_maos_drain_skipped() {
+    let mut world = World::new("image");
+    world.link_node();
+    world.run_until(12, |w| w.phase() == phase::RUNNING);
+    world.machine["metadata"]["annotations"]["machine.openshift.io/exclude-node-draining"] =
+        json!("");
+    world.delete();
+    world.reconcile();
+    let (_, outcome) = world.steps();
+    assert_eq!(outcome.events, ["DrainSkipped"]);
+    assert!(has_condition(&world, "Drained", conditions::DRAIN_SKIPPED));
 }
 
 #[test]
@@ -2106,23 +2235,55 @@ fn a_paused_machine_gets_its_condition_and_nothing_else() {
     let mut world = World::new("image");
     world.gate = true;
     world.machine["spec"]["authoritativeAPI"] = json!("ClusterAPI");
+    // MAO: the spec's authority is copied to the empty status, and nothing else is done.
     let (steps, outcome) = world.steps();
     assert_eq!(steps, strings(&["write status"]));
     assert_eq!(outcome.next, Some(Next::AwaitChange));
-    assert!(has_condition(
-        &world,
-        "Paused",
-        "AuthoritativeAPINotMachineAPI"
-    ));
+    assert_eq!(world.machine["status"]["authoritativeAPI"], "ClusterAPI");
+    assert!(condition_of(&world, "Paused").is_none());
+    let (steps, outcome) = world.steps();
+    assert_eq!(steps, strings(&["write status"]));
+    assert_eq!(outcome.next, Some(Next::AwaitChange));
+    let paused = condition_of(&world, "Paused").unwrap();
+    assert_eq!(paused["status"], "True");
+    assert_eq!(paused["reason"], "AuthoritativeAPINotMachineAPI");
+    assert_eq!(
+        paused["message"],
+        "The AuthoritativeAPI status is set to 'ClusterAPI'"
+    );
     let (steps, _) = world.steps();
     assert!(steps.is_empty(), "written once");
+    // The status decides (the migration controller changes it, not the spec alone).
     world.machine["spec"]["authoritativeAPI"] = json!("MachineAPI");
+    let (steps, _) = world.steps();
+    assert!(steps.is_empty(), "{steps:?}");
+    world.machine["status"]["authoritativeAPI"] = json!("MachineAPI");
     world.reconcile();
-    assert!(has_condition(
-        &world,
-        "Paused",
-        "AuthoritativeAPIMachineAPI"
-    ));
+    let unpaused = condition_of(&world, "Paused").unwrap();
+    assert_eq!(unpaused["status"], "False");
+    assert_eq!(unpaused["reason"], "AuthoritativeAPIMachineAPI");
+    assert_eq!(unpaused["severity"], "Info", "MAO's severity, not Warning");
+}
+
+/// MAO writes `Paused=False` for a Machine the Machine API owns even when it was never paused.
+#[test]
+fn a_machine_api_machine_gets_paused_false_once_and_its_status_authority() {
+    let mut world = World::new("image");
+    world.gate = true;
+    world.machine["spec"]["authoritativeAPI"] = json!("MachineAPI");
+    world.link_node();
+    world.run_until(14, |w| w.phase() == phase::RUNNING);
+    assert_eq!(world.machine["status"]["authoritativeAPI"], "MachineAPI");
+    let unpaused = condition_of(&world, "Paused").unwrap();
+    assert_eq!(unpaused["status"], "False");
+    assert_eq!(unpaused["severity"], "Info");
+    assert_eq!(
+        unpaused["message"],
+        "The AuthoritativeAPI status is set to 'MachineAPI'"
+    );
+    world.tick();
+    let (steps, _) = world.steps();
+    assert!(!steps.iter().any(|s| s.starts_with("write")), "{steps:?}");
 }
 
 #[test]
@@ -2270,10 +2431,28 @@ fn a_connection_lost_after_the_create_leaves_the_machine_as_it_is() {
     let before = creation_condition(&world);
     world.environment = refused.clone();
     let (steps, outcome) = world.steps();
-    assert_eq!(steps, strings(&["env"]));
+    assert_eq!(
+        steps,
+        strings(&["env", "write status"]),
+        "InstanceExists turns Unknown, as MAO writes it"
+    );
     assert_eq!(outcome.next, Some(Next::Retry(Failure::Environment)));
     assert_eq!(world.phase(), phase::PROVISIONED);
     assert_eq!(creation_condition(&world), before);
+    let exists = condition_of(&world, "InstanceExists").unwrap();
+    assert_eq!(exists["status"], "Unknown");
+    assert_eq!(exists["reason"], "ErrorCheckingProvider");
+    assert!(exists.get("severity").is_none());
+    assert!(
+        exists["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Failed to check if machine exists: Prism Central refused"),
+        "{exists}"
+    );
+    // Still refused: nothing more to write.
+    let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env"]));
 
     // A Machine being deleted is not shown as one being created.
     let mut world = World::new("image");

@@ -326,7 +326,8 @@ impl Scope {
                 self.snapshot.seen.detached = Some(detached);
             }
             Change::Drain { node } => {
-                let progress = drain_round(self.shared(), &node).await?;
+                let progress =
+                    drain_round(self.shared(), &self.context.control_plane_cordon, &node).await?;
                 self.snapshot.seen.drain = Some(progress);
             }
             Change::DeleteNode { node } => {

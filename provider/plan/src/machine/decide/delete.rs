@@ -14,8 +14,8 @@ use crate::machine::decision::{
 use crate::machine::drain::{
     UNREACHABLE_VOLUME_WAIT, VOLUME_RECHECK, VolumeCheck, check_volumes, volume_events,
 };
-use crate::machine::lifecycle::{DRAINED_CONDITION, VmState};
-use crate::machine::snapshot::{DeleteOutcome, DrainProgress, SendOutcome};
+use crate::machine::lifecycle::VmState;
+use crate::machine::snapshot::{DeleteOutcome, SendOutcome};
 use crate::machine::status::conditions;
 use crate::vm::SourcePlan;
 use crate::vm::request::build_request;
@@ -38,44 +38,6 @@ pub fn deletion_sent(status: &NutanixMachineProviderStatus, uuid: &str) -> bool 
             && condition.reason == conditions::DELETION_IN_PROGRESS
             && condition.message.contains(uuid)
     })
-}
-
-pub(super) fn drain(d: &mut Draft<'_>, node: String) -> Decided {
-    let Some(progress) = &d.s.seen.drain else {
-        return Err(Ask::Send(Change::Drain { node }));
-    };
-    match progress {
-        DrainProgress::Done => {
-            let note = format!("Node {node} drained");
-            d.machine_condition(
-                DRAINED_CONDITION,
-                true,
-                Some(conditions::DRAINED),
-                Some(note.clone()),
-            );
-            d.event(false, "Drained", note);
-            Ok(Next::AwaitChange)
-        }
-        DrainProgress::InProgress { note } => {
-            d.machine_condition(
-                DRAINED_CONDITION,
-                false,
-                Some(conditions::DRAIN_IN_PROGRESS),
-                Some(note.clone()),
-            );
-            Ok(Next::Requeue(d.poll()))
-        }
-        DrainProgress::Blocked { note } => {
-            d.machine_condition(
-                DRAINED_CONDITION,
-                false,
-                Some(conditions::DRAIN_BLOCKED),
-                Some(note.clone()),
-            );
-            d.event(true, "FailedDrain", format!("Node {node}: {note}"));
-            Ok(Next::Requeue(d.poll()))
-        }
-    }
 }
 
 /// Deletes the VM once its Node lists no attached volume ([`check_volumes`]) and the VM holds no

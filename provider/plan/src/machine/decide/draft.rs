@@ -220,11 +220,12 @@ pub(super) fn fail(d: &mut Draft<'_>, failure: MachineFailure) -> Next {
     let (reason, message) = match failure {
         MachineFailure::InstanceMissing => {
             let message = INSTANCE_MISSING_MESSAGE.to_owned();
+            // MAO's condition message (`controller.go`, `Reconcile`), not its errorMessage.
             d.machine_condition(
                 conditions::INSTANCE_EXISTS,
                 false,
                 Some(conditions::INSTANCE_MISSING),
-                Some(message.clone()),
+                Some("Instance not found on provider".to_owned()),
             );
             d.failure_metric(FailureKind::Update, "InstanceMissing");
             d.event(true, "FailedUpdate", message.clone());

@@ -8,12 +8,23 @@ use super::draft::{Ask, Draft};
 use crate::api::{CREDENTIALS_KEY, phase};
 use crate::machine::decision::{Failure, Next};
 use crate::machine::snapshot::EnvironmentProblem;
-use crate::machine::status::conditions;
+use crate::machine::status::{conditions, unknown_machine_condition};
 
 /// What a reconcile without a Prism connection does: explain it on a Machine still to be
 /// created, then fail (retried with backoff; a changed Secret is reconciled at once).
 pub(super) fn unavailable(d: &mut Draft<'_>, problem: &EnvironmentProblem) -> Ask {
     let state = &d.s.machine.state;
+    if !d.deleting() {
+        // MAO: an `Exists` that fails leaves `InstanceExists` Unknown (`controller.go`,
+        // `Reconcile`, "Failed to check if machine exists").
+        let condition = unknown_machine_condition(
+            conditions::INSTANCE_EXISTS,
+            conditions::ERROR_CHECKING_PROVIDER,
+            format!("Failed to check if machine exists: {}", explain(problem).1),
+            &d.now(),
+        );
+        d.update.conditions.push(condition);
+    }
     let before_create = !d.deleting()
         && !state.is_provisioned()
         && (state.phase.is_empty() || state.phase == phase::PROVISIONING);

@@ -86,6 +86,41 @@ fn steps_in_the_machine_api_operator_order() {
                 phase: phase::RUNNING,
             },
         ),
+        (
+            "status empty: the spec's written there first, as MAO",
+            MachineState {
+                spec_authoritative_api: Some("ClusterAPI".into()),
+                ..deleting()
+            },
+            OK,
+            true,
+            Step::SetAuthoritativeApi("ClusterAPI".into()),
+        ),
+        (
+            "the status decides, not a spec changed since",
+            MachineState {
+                authoritative_api: Some("MachineAPI".into()),
+                spec_authoritative_api: Some("ClusterAPI".into()),
+                ..running()
+            },
+            OK,
+            true,
+            Step::UpdateFromVm {
+                phase: phase::RUNNING,
+            },
+        ),
+        (
+            "gate off: the status is left alone",
+            MachineState {
+                spec_authoritative_api: Some("MachineAPI".into()),
+                ..running()
+            },
+            OK,
+            false,
+            Step::UpdateFromVm {
+                phase: phase::RUNNING,
+            },
+        ),
         // 2. What every Machine needs, checked before deletion too.
         (
             "no cluster label",
@@ -473,6 +508,7 @@ fn state_is_read_from_the_machine() {
             has_cluster_label: true,
             has_provider_spec: true,
             authoritative_api: Some("Migrating".into()),
+            spec_authoritative_api: Some("MachineAPI".into()),
             provider_id: Some("nutanix://u".into()),
             has_addresses: true,
             node: Some("n".into()),
