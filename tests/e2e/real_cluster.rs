@@ -629,3 +629,170 @@ async fn side_by_side_round_trip(test: &str, provider: Provider) {
     );
     world.stop().await;
 }
+
+/// MAO's machine contract on the real control plane (`pkg/controller/machine`): the etcd quorum
+/// guard's pre-drain hook holds a drain and `Drainable` says so (`setLifecycleHookConditions`),
+/// and two control-plane Nodes are never drained at once (`drain_controller.go`,
+/// `isDrainAllowed`). The first Node's drain is held by a PodDisruptionBudget the real
+/// kube-controller-manager computes (its pod has no kubelet to run it, so it is unhealthy and
+/// the API server's eviction refuses it while the budget is unmet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn control_plane_machines_drain_one_at_a_time_and_the_etcd_hook_holds_a_drain() {
+    let Some(mut world) = RealWorld::start("drain_contract", NodeAgentConfig::default()).await
+    else {
+        return;
+    };
+    let admin = world.admin.clone();
+    scale(&admin, manifests::LINUX_SET, 2).await;
+    let names: Vec<String> = world
+        .wait_for("2 Machines Running and linked", async |world| {
+            let list = world.machines().list(&ListParams::default()).await.ok()?;
+            let linked: Vec<String> = list
+                .items
+                .iter()
+                .filter(|m| running_and_linked(m))
+                .map(ResourceExt::name_any)
+                .collect();
+            (linked.len() == 2).then_some(linked)
+        })
+        .await;
+    let (first, second) = (names[0].clone(), names[1].clone());
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let machines = world.machines();
+    // Both control plane (the installer's role label on their Nodes); the etcd operator's hook
+    // on the second (cluster-etcd-operator `pkg/operator/ceohelpers`).
+    for name in [&first, &second] {
+        nodes
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"labels": {"node-role.kubernetes.io/master": ""}}}),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    machines
+        .patch(
+            &second,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"lifecycleHooks": {"preDrain": [
+                {"name": "EtcdQuorumOperator", "owner": "clusteroperator/etcd"}]}}})),
+        )
+        .await
+        .unwrap();
+    // A pod on the first Node, guarded by a budget it cannot meet.
+    real_cluster::create(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "guarded", "namespace": "default", "labels": {"app": "guarded"}},
+               "spec": {"nodeName": first, "containers": [{"name": "c", "image": "registry.example.com/app:1"}]}}),
+    )
+    .await
+    .unwrap();
+    real_cluster::create(
+        &admin,
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+               "metadata": {"name": "guarded", "namespace": "default"},
+               "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}}),
+    )
+    .await
+    .unwrap();
+    // Running and Ready, as its kubelet would report it: a Pending pod is evicted whatever its
+    // budget (kubernetes `pkg/registry/core/pod/storage/eviction.go`, `canIgnorePDB`).
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), "default");
+    pods.patch_status(
+        "guarded",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True"}, {"type": "PodScheduled", "status": "True"}]}})),
+    )
+    .await
+    .unwrap();
+    let budgets: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(admin.clone(), "default");
+    world
+        .wait_for("the budget computed: no disruption allowed", async |_| {
+            let status = budgets.get("guarded").await.ok()?.status?;
+            (status.current_healthy == 1 && status.disruptions_allowed == 0).then_some(())
+        })
+        .await;
+
+    let condition = |machine: &Machine, type_: &str| {
+        machine
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_).cloned())
+    };
+    world
+        .wait_for(
+            "Drainable=False, HookPresent on the hooked Machine",
+            async |world| {
+                let machine = world.machines().get(&second).await.ok()?;
+                condition(&machine, "Drainable")
+                    .filter(|c| c.status == "False" && c.reason.as_deref() == Some("HookPresent"))
+                    .map(|_| ())
+            },
+        )
+        .await;
+
+    // Both deleted at once, as a scale-down to 0 deletes them.
+    scale(&admin, manifests::LINUX_SET, 0).await;
+    let cordoned = async |name: &str| {
+        nodes
+            .get(name)
+            .await
+            .ok()
+            .and_then(|n| n.spec?.unschedulable)
+            .unwrap_or(false)
+    };
+    world
+        .wait_for(
+            "the first drain under way, held by the budget",
+            async |_| cordoned(&first).await.then_some(()),
+        )
+        .await;
+    // The hook holds the second's drain: not cordoned.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!cordoned(&second).await, "the etcd hook holds the drain");
+    // The hook gone, the second may drain only once the first's drain has ended.
+    machines
+        .patch(
+            &second,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"lifecycleHooks": {"preDrain": null}}})),
+        )
+        .await
+        .unwrap();
+    world
+        .wait_for(
+            "the second's drain refused while the first drains",
+            async |world| {
+                let machine = world.machines().get(&second).await.ok()?;
+                condition(&machine, "Drained")
+                    .filter(|c| c.status == "False" && c.reason.as_deref() == Some("DrainError"))
+                    .map(|_| ())
+            },
+        )
+        .await;
+    assert!(cordoned(&first).await);
+    assert!(!cordoned(&second).await, "one control-plane Node at a time");
+
+    // The budget gone: both drains end and both Machines go, with their VMs.
+    let budgets: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(admin.clone(), "default");
+    budgets
+        .delete("guarded", &Default::default())
+        .await
+        .unwrap();
+    scale(&admin, manifests::LINUX_SET, 0).await;
+    world
+        .wait_for("no Machine and no VM left", async |world| {
+            let list = world.machines().list(&ListParams::default()).await.ok()?;
+            (list.items.is_empty() && world.mock.admin().vms().len() == world.seed_vms)
+                .then_some(())
+        })
+        .await;
+    world.stop().await;
+}
