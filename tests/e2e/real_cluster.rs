@@ -796,3 +796,42 @@ async fn control_plane_machines_drain_one_at_a_time_and_the_etcd_hook_holds_a_dr
         .await;
     world.stop().await;
 }
+
+/// A Machine whose VM holds a Nutanix CSI volume group (attached to the VM itself, as CSI 3.x
+/// attaches a PersistentVolume's) is scaled away on the real control plane: no VM is left, the
+/// volume group is kept, detached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_machine_whose_vm_holds_a_volume_group_is_deleted_and_the_group_kept() {
+    let Some(mut world) = RealWorld::start("volume_group", NodeAgentConfig::default()).await else {
+        return;
+    };
+    let admin = world.admin.clone();
+    scale(&admin, manifests::LINUX_SET, 1).await;
+    let vm = world
+        .wait_for("a Machine Running and linked", async |world| {
+            let list = world.machines().list(&ListParams::default()).await.ok()?;
+            let machine = list.items.into_iter().find(running_and_linked)?;
+            machine.provider_status().ok()?.vm_uuid
+        })
+        .await;
+    let group = world
+        .mock
+        .admin()
+        .create_volume_group("pvc-3f2a", std::slice::from_ref(&vm))
+        .expect("a volume group attached to the VM");
+    scale(&admin, manifests::LINUX_SET, 0).await;
+    world
+        .wait_for("no Machine and no VM left", async |world| {
+            let list = world.machines().list(&ListParams::default()).await.ok()?;
+            (list.items.is_empty() && world.mock.admin().vms().len() == world.seed_vms)
+                .then_some(())
+        })
+        .await;
+    let kept = world
+        .mock
+        .admin()
+        .volume_group(&group)
+        .expect("the volume group kept");
+    assert!(kept.attached_vms.is_empty(), "{kept:?}");
+    world.stop().await;
+}
