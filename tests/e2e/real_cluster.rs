@@ -324,10 +324,15 @@ impl RealWorld {
     }
 
     /// Every set scaled to 0; waits until no Machine and no VM of ours is left.
-    async fn scale_all_to_zero(&mut self) {
+    pub(crate) async fn scale_all_to_zero(&mut self) {
         for set in manifests::MACHINE_SETS {
             scale(&self.admin, set, 0).await;
         }
+        self.wait_until_all_gone().await;
+    }
+
+    /// Waits until no Machine and no VM but prism-mock's seed is left.
+    pub(crate) async fn wait_until_all_gone(&mut self) {
         self.wait_for("no Machine and no VM left", async |world| {
             let list = world.machines().list(&ListParams::default()).await.ok()?;
             (list.items.is_empty() && world.mock.admin().vms().len() == world.seed_vms)
@@ -787,13 +792,7 @@ async fn control_plane_machines_drain_one_at_a_time_and_the_etcd_hook_holds_a_dr
         .await
         .unwrap();
     scale(&admin, manifests::LINUX_SET, 0).await;
-    world
-        .wait_for("no Machine and no VM left", async |world| {
-            let list = world.machines().list(&ListParams::default()).await.ok()?;
-            (list.items.is_empty() && world.mock.admin().vms().len() == world.seed_vms)
-                .then_some(())
-        })
-        .await;
+    world.wait_until_all_gone().await;
     world.stop().await;
 }
 
@@ -820,13 +819,7 @@ async fn a_machine_whose_vm_holds_a_volume_group_is_deleted_and_the_group_kept()
         .create_volume_group("pvc-3f2a", std::slice::from_ref(&vm))
         .expect("a volume group attached to the VM");
     scale(&admin, manifests::LINUX_SET, 0).await;
-    world
-        .wait_for("no Machine and no VM left", async |world| {
-            let list = world.machines().list(&ListParams::default()).await.ok()?;
-            (list.items.is_empty() && world.mock.admin().vms().len() == world.seed_vms)
-                .then_some(())
-        })
-        .await;
+    world.wait_until_all_gone().await;
     let kept = world
         .mock
         .admin()

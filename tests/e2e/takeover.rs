@@ -332,15 +332,7 @@ async fn machines_the_go_provider_made_stay_running_and_linked_with_no_prism_wri
     for (name, uuid) in names.iter().zip(&vms) {
         linked(&mut world, name, uuid).await;
     }
-    let before: Vec<Value> = world
-        .machines()
-        .list(&ListParams::default().labels(&format!("{}={GO_SET}", manifests::MACHINE_SET_LABEL)))
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(kept)
-        .collect();
+    let before = machine_states(&world).await;
     assert_eq!(before.len(), 2);
     let calls_before = world.mock.admin().request_count();
 
@@ -362,15 +354,7 @@ async fn machines_the_go_provider_made_stay_running_and_linked_with_no_prism_wri
     // Long enough for a wrong decision to show (the tests' poll interval is well under this).
     tokio::time::sleep(Duration::from_secs(5)).await;
 
-    let after: Vec<Value> = world
-        .machines()
-        .list(&ListParams::default().labels(&format!("{}={GO_SET}", manifests::MACHINE_SET_LABEL)))
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(kept)
-        .collect();
+    let after = machine_states(&world).await;
     assert_eq!(
         after, before,
         "phase, addresses, providerID, labels, annotations, Node link kept"
@@ -407,13 +391,7 @@ async fn machines_the_go_provider_made_stay_running_and_linked_with_no_prism_wri
             .await
             .unwrap_or_else(|e| panic!("delete {name}: {e}"));
     }
-    world
-        .wait_for("the Go provider's Machines and VMs gone", async |world| {
-            let list = world.machines().list(&ListParams::default()).await.ok()?;
-            (list.items.is_empty() && world.mock.admin().vms().len() == world.seed_vms)
-                .then_some(())
-        })
-        .await;
+    world.wait_until_all_gone().await;
     world.stop().await;
 }
 
@@ -571,16 +549,7 @@ async fn switch(world: &mut RealWorld, second: Provider, label: &str, reason: &'
         "{label}: 3 Machines taken over with {} Prism calls, none a write",
         requests.len()
     );
-    for set in manifests::MACHINE_SETS {
-        scale(&world.admin, set, 0).await;
-    }
-    world
-        .wait_for("no Machine and no VM left", async |world| {
-            let list = world.machines().list(&ListParams::default()).await.ok()?;
-            (list.items.is_empty() && world.mock.admin().vms().len() == world.seed_vms)
-                .then_some(())
-        })
-        .await;
+    world.scale_all_to_zero().await;
 }
 
 /// The real Go provider makes the Machines, ours takes them over and scales them to 0; then
