@@ -250,3 +250,46 @@ async fn a_failure_domain_replaces_cluster_and_subnets() {
     );
     env.assert_no_secrets_logged(&[]);
 }
+
+/// A providerStatus whose `vmUUID` is not a string records a VM in a shape this controller
+/// cannot read: the Machine is left as it is, with an event saying how to fix it; no VM is made
+/// and it is never failed.
+#[tokio::test]
+async fn a_vm_uuid_that_cannot_be_read_leaves_the_machine_alone_with_an_event() {
+    let mut env = Env::start().await;
+    env.create_machine("odd-0", linux_spec(), false).await;
+    env.machines_api()
+        .patch_status(
+            "odd-0",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {"phase": "Running",
+                "providerStatus": {"vmUUID": 42}}})),
+        )
+        .await
+        .unwrap();
+    let _controller = env.controller("controller", &[]);
+    let (_, kind, note) = env
+        .wait_event(
+            "odd-0",
+            "FailedUpdate",
+            "status.providerStatus.vmUUID cannot be read",
+        )
+        .await;
+    assert_eq!(kind, "Warning");
+    assert!(
+        note.contains("Fix: write status.providerStatus.vmUUID"),
+        "{note}"
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(env.vms_named("odd-0").is_empty(), "no VM made");
+    let machine = env.machine("odd-0").unwrap();
+    assert_eq!(machine["status"]["phase"], "Running", "never failed");
+    assert_eq!(
+        machine["status"]["providerStatus"]["vmUUID"], 42,
+        "left as it is"
+    );
+    assert!(
+        machine["metadata"]["finalizers"].is_null(),
+        "nothing written"
+    );
+}
