@@ -37,7 +37,7 @@ use nutanix_machine_controller::plan::vm::resolve::{
 use nutanix_machine_controller::plan::vm::secret::{AdminPassword, UserData};
 use nutanix_machine_controller::plan::vm::unattend::{PasswordValue, UNATTEND_BASE64_LIMIT};
 use nutanix_machine_controller::plan::vm::spec::ParsedSpec;
-use nutanix_machine_controller::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
+use nutanix_machine_controller::plan::vm::validate::{ClaimedAddresses, PlanContext, UnreadUserData, plan_vm};
 use nutanix_machine_controller::plan::vm::{EntityRef, GuestPlan};
 use nutanix_machine_controller::render::render;
 use prism_client::v3::{GpuMode, GpuVendor, HostGpu};
@@ -195,6 +195,7 @@ fn resolved_references(
                     1 => Some(seed.uuid("another cluster", 1)),
                     _ => cluster_uuid.clone().map(|uuid| uuid.to_ascii_uppercase()),
                 },
+                ipam: None,
             })
             .map(|lookup| (key.to_owned(), lookup))
         })
@@ -403,6 +404,7 @@ fn run_machine(
             UnreadUserData::NotChecked
         },
         admin_password: match (flags >> 4) & 0b11 {
+        claims: ClaimedAddresses::NotClaimed,
             0 => None,
             1 => Some(PasswordValue::Placeholder),
             _ => Some(PasswordValue::Secret(&password)),

@@ -19,7 +19,7 @@ use crate::plan::vm::resolve::{ResolutionMode, ResolvedReferences};
 use crate::plan::vm::secret::UserData;
 use crate::plan::vm::spec::ParsedSpec;
 use crate::plan::vm::unattend::PasswordValue;
-use crate::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
+use crate::plan::vm::validate::{ClaimedAddresses, PlanContext, UnreadUserData, plan_vm};
 
 /// Shown wherever Kubernetes or Prism would assign a UUID.
 pub const PLACEHOLDER_UUID: &str = "00000000-0000-0000-0000-000000000000";
@@ -101,6 +101,7 @@ pub fn render(
         user_data: user_data.as_ref(),
         unread_user_data: UnreadUserData::NotChecked,
         admin_password: Some(PasswordValue::Placeholder),
+        claims: ClaimedAddresses::NotClaimed,
     };
     let plan =
         plan_vm(&machine, &ParsedSpec::of(&machine), &context).map_err(RenderError::Invalid)?;

@@ -20,7 +20,9 @@ use nutanix_machine_controller::plan::vm::scope::NameClause;
 use nutanix_machine_controller::plan::vm::secret::AdminPassword;
 use nutanix_machine_controller::plan::vm::spec::ParsedSpec;
 use nutanix_machine_controller::plan::vm::unattend::PasswordValue;
-use nutanix_machine_controller::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
+use nutanix_machine_controller::plan::vm::validate::{
+    ClaimedAddresses, PlanContext, UnreadUserData, plan_vm,
+};
 use prism_client::TaskProgress;
 use prism_mock::{FaultKind, FaultRule, MockConfig, MockPrism, RunningMock};
 use serde_json::json;
@@ -111,6 +113,7 @@ async fn plan_for(connection: &Connection, machine: &Machine) -> VmPlan {
             user_data: None,
             unread_user_data: UnreadUserData::Unresolved,
             admin_password: Some(PasswordValue::Secret(&password)),
+            claims: ClaimedAddresses::NotClaimed,
         },
     )
     .unwrap_or_else(|errors| panic!("{errors}"))
@@ -483,6 +486,7 @@ async fn a_missing_name_is_unresolved_not_invalid() {
             user_data: None,
             unread_user_data: UnreadUserData::Unresolved,
             admin_password: None,
+            claims: ClaimedAddresses::NotClaimed,
         },
     )
     .unwrap_err();

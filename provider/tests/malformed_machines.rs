@@ -34,7 +34,9 @@ use nutanix_machine_controller::plan::vm::spec::ParsedSpec;
 use nutanix_machine_controller::plan::vm::unattend::{
     ENCODED_SCRIPT_PATH, PasswordValue, landing_commands, powershell_body,
 };
-use nutanix_machine_controller::plan::vm::validate::{PlanContext, UnreadUserData, plan_vm};
+use nutanix_machine_controller::plan::vm::validate::{
+    ClaimedAddresses, PlanContext, UnreadUserData, plan_vm,
+};
 use nutanix_machine_controller::plan::vm::{GuestPlan, VmPlan};
 use prism_client::v3::{GpuMode, GpuVendor, HostGpu};
 use quick_xml::escape::resolve_predefined_entity;
@@ -178,6 +180,7 @@ fn prism_that_has_everything(
                 let subnet = ResolvedSubnet {
                     uuid: uuid(100 + i),
                     cluster_uuid: Some(cluster_uuid.clone()),
+                    ipam: None,
                 };
                 (k, Lookup::Found(subnet))
             })
@@ -242,6 +245,7 @@ fn plan(case: &Case) -> Result<VmPlan, ValidationErrors> {
         user_data: Some(&user_data),
         unread_user_data: UnreadUserData::Unresolved,
         admin_password: Some(PasswordValue::Secret(&password)),
+        claims: ClaimedAddresses::NotClaimed,
     };
     plan_vm(&machine, &ParsedSpec::of(&machine), &context)
 }

@@ -29,7 +29,7 @@ use crate::api::{BootType, IdentifierType, NutanixResourceIdentifier};
 use crate::plan::machine::addresses::subnet_cidr;
 use crate::plan::vm::resolve::{
     FailureDomain, Lookup, RequiredLookups, ResolvedEntity, ResolvedReferences, ResolvedSource,
-    ResolvedSubnet,
+    ResolvedSubnet, SubnetIpam,
 };
 
 /// Characters of a list of same-named entities' UUIDs kept in a message: ten UUIDs, then a cut.
@@ -240,10 +240,19 @@ impl LookupCache {
                 .await;
             for id in &lookups.subnets {
                 let lookup = find(&listing, id, "subnet", |s: &Subnet| {
-                    entity(s.uuid(), s.name())
-                        .map(|(uuid, name)| (uuid, name, s.cluster_uuid().map(str::to_owned)))
+                    entity(s.uuid(), s.name()).map(|(uuid, name)| {
+                        let ipam = match subnet_cidr(s) {
+                            Some(cidr) => SubnetIpam::Managed { cidr },
+                            None => SubnetIpam::Unmanaged,
+                        };
+                        (uuid, name, (s.cluster_uuid().map(str::to_owned), ipam))
+                    })
                 })
-                .map(|(uuid, cluster_uuid)| ResolvedSubnet { uuid, cluster_uuid });
+                .map(|(uuid, (cluster_uuid, ipam))| ResolvedSubnet {
+                    uuid,
+                    cluster_uuid,
+                    ipam: Some(ipam),
+                });
                 insert(&mut resolved.subnets, id, lookup);
             }
         }

@@ -35,7 +35,7 @@ use super::kit::{self, BackoffKey, Kit, key_of};
 use super::machine_cache::MachineFeed;
 use super::node_link::{machine_to_requeue, set_provider_id};
 use super::nodes::watch_nodes;
-use super::prepare::{create_password_secret, prepare};
+use super::prepare::{create_password_secret, read_create_inputs};
 use super::shared::Shared;
 use super::stores_ready::StoresReady;
 use crate::actuator::inventory::InventorySnapshot;
@@ -50,11 +50,10 @@ use crate::plan::machine::status::{
 use crate::plan::machine::{
     self as protocol, AddressContext, Change, Decision, DeleteOutcome, Effect, EnvironmentSeen,
     Event, Failure, FailureKind, FollowUpOutcome, Listing, ListingSlot, ListingSource,
-    MetadataChange, Next, Read, SendOutcome, Settings, Snapshot, decide,
+    MetadataChange, Next, PasswordSecretOutcome, Read, SendOutcome, Settings, Snapshot, decide,
 };
 use crate::plan::vm::identity::identity_of;
 use crate::plan::vm::scope::NameClause;
-use crate::plan::vm::secret::AdminPassword;
 use crate::plan::vm::spec::ParsedSpec;
 
 /// Label of this controller in metrics.
@@ -225,9 +224,6 @@ struct Scope {
     effects: Vec<Effect>,
     /// Whether this reconcile wrote the Machine.
     wrote: bool,
-    /// The Administrator password this reconcile generated and stored in its Secret, which
-    /// the Secret cache may not show yet.
-    generated_password: Option<AdminPassword>,
 }
 
 impl Scope {
@@ -257,7 +253,6 @@ impl Scope {
             events: Vec::new(),
             effects: Vec::new(),
             wrote: false,
-            generated_password: None,
         }
     }
 

@@ -20,7 +20,6 @@ use super::validate::PrismUnusable;
 use crate::actuator::credentials::{CREDENTIALS_KEY, PrismCredentials};
 use crate::actuator::infrastructure::{parse_infrastructure, prism_endpoint};
 use crate::actuator::{Actuator, Connection};
-use crate::api::IP_POOL_ANNOTATION;
 use crate::api::MachineSet;
 use crate::controller::prepare::{USER_DATA_KEY, random_admin_password, resolve_and_plan};
 use crate::metrics::Metrics;
@@ -29,15 +28,11 @@ use crate::plan::doctor::{
     Finding, HealthCheckFacts, MachineSetFacts, PrismReach, Read, Report, SecretShape, Severity,
     SubnetFacts, SubnetUsage, WINDOWS_USER_DATA_SECRET, WMCO_NAMESPACE, examine,
 };
-use crate::plan::machine::ipam::{
-    GuestAddressing, PoolRef, StaticAddressError, check_nic_count, guest_addressing_of,
-    machine_ip_pools,
-};
 use crate::plan::vm::EntityRef;
 use crate::plan::vm::resolve::FailureDomain;
 use crate::plan::vm::secret::UserData;
 use crate::plan::vm::spec::ParsedSpec;
-use crate::plan::vm::validate::UnreadUserData;
+use crate::plan::vm::validate::{UnreadUserData, invalid_in_itself};
 use crate::render::preview_machine;
 
 /// Flags of `doctor`.
@@ -474,16 +469,13 @@ async fn prism_facts(
     let mut reach = None;
     // Subnet UUID → the sets using it.
     let mut subnets: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    // (set index, NIC, subnet UUID, pool) of every NIC that takes a static address.
-    // (MachineSet index, NIC, subnet UUID, pool, what its guest can do on an unmanaged subnet)
-    let mut static_nics: Vec<(usize, usize, String, PoolRef, GuestAddressing)> = Vec::new();
     let mut subnet_connection = None;
-    for (index, (set, fact)) in sets.into_iter().zip(facts.iter_mut()).enumerate() {
+    for (set, fact) in sets.into_iter().zip(facts.iter_mut()) {
         let Some(Ok(config)) = set.provider_config() else {
             // A providerSpec that does not parse: the plan says why, without Prism.
             let machine = preview_machine(set);
             let spec = ParsedSpec::of(&machine);
-            if let Some(errors) = crate::controller::prepare::invalid_in_itself(&machine, &spec) {
+            if let Some(errors) = invalid_in_itself(&machine, &spec) {
                 fact.plan = Some(Err(errors.lines().collect()));
             }
             continue;
@@ -553,38 +545,7 @@ async fn prism_facts(
                                 .push(fact.name.clone());
                         }
                     }
-                    // Static addresses: what the controller checks before it claims any.
-                    match machine_ip_pools(&machine).map(|pools| {
-                        pools.and_then(|pools| {
-                            check_nic_count(&pools, plan.subnets.len()).map(|()| pools)
-                        })
-                    }) {
-                        None => Ok(plan.warnings),
-                        Some(Err(error)) => Err(vec![format!(
-                            "metadata.annotations[{IP_POOL_ANNOTATION}]: {error}"
-                        )]),
-                        Some(Ok(pools)) => {
-                            let guest = guest_addressing_of(
-                                &machine,
-                                &ParsedSpec::of(&machine),
-                                plan.subnets.len(),
-                            );
-                            for (nic, pool) in pools.into_iter().enumerate() {
-                                if let (Some(pool), Some(EntityRef::Uuid(uuid))) =
-                                    (pool, plan.subnets.get(nic))
-                                {
-                                    static_nics.push((
-                                        index,
-                                        nic,
-                                        uuid.clone(),
-                                        pool,
-                                        guest.clone(),
-                                    ));
-                                }
-                            }
-                            Ok(plan.warnings)
-                        }
-                    }
+                    Ok(plan.warnings)
                 }
                 Err(errors) => Err(errors.lines().collect()),
             },
@@ -592,7 +553,6 @@ async fn prism_facts(
         subnet_connection.get_or_insert(connection);
     }
     let mut subnet_facts = Vec::new();
-    let mut unmanaged = Vec::new();
     if let Some(connection) = subnet_connection {
         for (uuid, used_by) in subnets {
             let fact = match connection.client().get::<Subnet>(&uuid).await {
@@ -613,33 +573,7 @@ async fn prism_facts(
                     usage: SubnetUsage::Unreadable(format!("subnet {uuid}: {error}")),
                 },
             };
-            if fact.usage == SubnetUsage::Unmanaged {
-                unmanaged.push((uuid, fact.name.clone()));
-            }
             subnet_facts.push(fact);
-        }
-    }
-    // A static address needs a subnet whose addresses Prism manages, or a guest that sets it
-    // itself: the controller refuses the Machine otherwise (`plan::machine::ipam::nic_addressing`).
-    for (index, nic, uuid, pool, guest) in static_nics {
-        let Some((_, subnet)) = unmanaged.iter().find(|(u, _)| *u == uuid) else {
-            continue;
-        };
-        let GuestAddressing::Unsupported(why) = guest else {
-            continue;
-        };
-        let error = StaticAddressError::UnmanagedSubnet {
-            nic,
-            subnet: subnet.clone(),
-            pool,
-            why,
-        }
-        .to_string();
-        if let Some(fact) = facts.get_mut(index) {
-            match &mut fact.plan {
-                Some(Err(errors)) => errors.push(error),
-                plan => *plan = Some(Err(vec![error])),
-            }
         }
     }
     let reach = reach

@@ -16,7 +16,8 @@
 //! - [`observe`]: finding the Machine's VM (the recorded task, the recorded UUID, the identity
 //!   marker), with the Prism-call [`economy`] (a listing instead of a read, first-look delays,
 //!   a `GET` instead of a task read), each of whose rules says what it saves and why it is safe;
-//! - [`create`]: validated, planned, recorded, sent, and Prism's answer read;
+//! - [`create`]: checked in itself, its inputs read, planned (once a round), recorded, sent,
+//!   and Prism's answer read;
 //! - [`update`]: the pending follow-up, then the Machine brought up to date from its VM;
 //! - [`delete`]: drain, volumes, the VM's volume groups detached, the VM's DELETE, the Node, an
 //!   unconfirmed deploy;
@@ -28,9 +29,13 @@ use prism_types::v3::{EntityState, PowerState, Vm};
 
 use super::decision::{Action, Decision, Failure, FailureKind, MetadataChange, Next};
 use super::snapshot::{PAUSED_CONDITION, Snapshot};
-use crate::api::phase;
+use crate::api::{Machine, phase};
 use crate::machine::lifecycle::{DRAINED_CONDITION, Step, VmObservation, next_step};
 use crate::machine::status::{conditions, lifecycle_hook_conditions, machine_condition};
+use crate::vm::VmPlan;
+use crate::vm::errors::ValidationErrors;
+use crate::vm::spec::ParsedSpec;
+use crate::vm::validate::{PlanContext, plan_vm};
 
 mod claims;
 mod create;
@@ -53,9 +58,40 @@ pub const DEPLOY_CONFIRM_PATIENCE: Duration = Duration::from_secs(600);
 /// How soon a follow-up refused for a changed VM is tried again (with the VM read again).
 pub const FOLLOW_UP_CONFLICT_RETRY: Duration = Duration::from_secs(1);
 
+/// Makes the VM's plan for [`decide`]: [`plan_vm`] itself ([`PlanVm`]), or a test's stand-in
+/// that counts the calls (a round makes at most one).
+pub trait Planner {
+    fn plan(
+        &self,
+        machine: &Machine,
+        spec: &ParsedSpec,
+        context: &PlanContext<'_>,
+    ) -> Result<VmPlan, ValidationErrors>;
+}
+
+/// [`plan_vm`].
+#[derive(Debug)]
+pub struct PlanVm;
+
+impl Planner for PlanVm {
+    fn plan(
+        &self,
+        machine: &Machine,
+        spec: &ParsedSpec,
+        context: &PlanContext<'_>,
+    ) -> Result<VmPlan, ValidationErrors> {
+        plan_vm(machine, spec, context)
+    }
+}
+
 /// The next step of the reconcile `snapshot` describes.
 pub fn decide(snapshot: &Snapshot) -> Decision {
-    let mut draft = Draft::new(snapshot);
+    decide_with(snapshot, &PlanVm)
+}
+
+/// [`decide`], with the VM's plan made by `planner`.
+pub fn decide_with(snapshot: &Snapshot, planner: &dyn Planner) -> Decision {
+    let mut draft = Draft::new(snapshot, planner);
     match decide_into(&mut draft) {
         Ok(next) => draft.finish(next, None),
         Err(Ask::Read(read)) => Decision {

@@ -65,9 +65,8 @@ impl Action {
             Self::Read(Read::Confirm { .. }) => "read the VM to confirm",
             Self::Read(Read::Node { .. }) => "read the Node",
             Self::Read(Read::AddressContext { .. }) => "read the address context",
-            Self::Read(Read::Prepare) => "plan the VM",
+            Self::Read(Read::CreateInputs { .. }) => "read what the VM is planned from",
             Self::Read(Read::Claims { .. }) => "read the IP address claims",
-            Self::Read(Read::Subnets { .. }) => "read the subnets' IPAM",
             Self::Send(Change::CreateClaims { .. }) => "create IP address claims",
             Self::Send(Change::AdoptClaims { .. }) => "adopt IP address claims",
             Self::Send(Change::ReleaseClaims) => "release the IP address claims",
@@ -86,8 +85,8 @@ impl Action {
 
 /// How many times one reconcile asks [`super::decide`] at most: a bound against a loop, above
 /// the longest path, a create with static addresses whose claim is adopted (environment,
-/// identity marker, claims, adoption, plan, subnets, UUID, create, a GET after a 409, then the
-/// outcome: 10 asks). The executor stops there and looks again later.
+/// identity marker, claims, adoption, the plan's inputs, UUID, create, a GET after a 409, then
+/// the outcome: 9 asks). The executor stops there and looks again later.
 pub const MAX_ROUNDS: usize = 12;
 
 /// A read; its result fills the [`super::Seen`] slot named.
@@ -111,12 +110,21 @@ pub enum Read {
     Node { name: String, cached: bool },
     /// Subnet CIDR, networks, region → `address_context`.
     AddressContext { primary_subnet: Option<String> },
-    /// Secrets, lookups and the VM plan → `prepared`.
-    Prepare,
+    /// The lookups in Prism of what the providerSpec refers to, and the Secrets named here (in
+    /// the Machine's namespace), each as it is → `create_inputs`.
+    CreateInputs {
+        user_data: Option<SecretKey>,
+        admin_password: Option<SecretKey>,
+    },
     /// The claims named (by NIC index), each with the `IPAddress` it is bound to → `claims`.
     Claims { names: BTreeMap<usize, String> },
-    /// Whether Prism manages each subnet's addresses, and its CIDR → `subnets`.
-    Subnets { uuids: Vec<String> },
+}
+
+/// One key of a Secret in the Machine's namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecretKey {
+    pub name: String,
+    pub key: &'static str,
 }
 
 /// Which slot a listing fills.

@@ -25,17 +25,17 @@ mod decision;
 mod snapshot;
 
 pub use decide::{
-    DEPLOY_CONFIRM_PATIENCE, FOLLOW_UP_CONFLICT_RETRY, decide, deletion_sent, detach_request_id,
-    vm_ready,
+    DEPLOY_CONFIRM_PATIENCE, FOLLOW_UP_CONFLICT_RETRY, PlanVm, Planner, decide, decide_with,
+    deletion_sent, detach_request_id, vm_ready,
 };
 pub use decision::{
     Action, Change, Decision, DetachRequest, Effect, Event, Failure, FailureKind, ListingSlot,
-    ListingSource, MAX_ROUNDS, MetadataChange, Next, Read,
+    ListingSource, MAX_ROUNDS, MetadataChange, Next, Read, SecretKey,
 };
 pub use snapshot::{
-    AddressContext, DeleteOutcome, DrainProgress, EnvironmentProblem, EnvironmentSeen,
-    FollowUpOutcome, Listing, MachineFacts, PAUSED_CONDITION, PasswordSecretOutcome, Prepared,
-    Seen, SendOutcome, Settings, Snapshot, VolumeGroupDetach,
+    AddressContext, CreateInputs, DeleteOutcome, DrainProgress, EnvironmentProblem,
+    EnvironmentSeen, FollowUpOutcome, Listing, MachineFacts, PAUSED_CONDITION,
+    PasswordSecretOutcome, SecretRead, Seen, SendOutcome, Settings, Snapshot, VolumeGroupDetach,
 };
 
 #[cfg(test)]

@@ -13,15 +13,13 @@ use prism_types::v3::Vm;
 
 use crate::api::{LifecycleHooks, Machine, NutanixMachineProviderStatus};
 use crate::machine::drain::drained_at;
-use crate::machine::ipam::{
-    ClaimReading, IpPoolError, NameserversError, PoolRef, machine_ip_pools, machine_nameservers,
-};
+use crate::machine::ipam::{ClaimReading, IpPoolError, PoolRef, machine_ip_pools};
 use crate::machine::join_report::{applies_to, timed_out_join};
 use crate::machine::lifecycle::{Intervals, MachineState};
 use crate::machine::provision::{CreateCallOutcome, DeployCandidate, classify_create_error};
-use crate::vm::VmPlan;
-use crate::vm::errors::ValidationErrors;
 use crate::vm::identity::{MachineIdentity, MarkedVm};
+use crate::vm::resolve::ResolvedReferences;
+use crate::vm::secret::{AdminPassword, SecretValue};
 use crate::vm::spec::ParsedSpec;
 
 /// Machine condition of a paused Machine (migration to the Cluster API).
@@ -85,6 +83,8 @@ pub struct MachineFacts {
     pub addresses: Vec<NodeAddress>,
     /// The providerSpec, read once: what the executor's reads and the plan of the VM use.
     pub spec: ParsedSpec,
+    /// The Machine as the reconcile read it: what its VM is planned from (with `spec`).
+    pub object: Machine,
     /// The `errorMessage` for a Windows join the join reconciler reported timed out
     /// ([`timed_out_join`]).
     pub join_timed_out: Option<String>,
@@ -94,11 +94,6 @@ pub struct MachineFacts {
     /// The IP pools of its NICs ([`crate::api::IP_POOL_ANNOTATION`]); `None` without the
     /// annotation.
     pub ip_pools: Option<Result<Vec<Option<PoolRef>>, IpPoolError>>,
-    /// Labelled Windows (`machine.openshift.io/os-id`).
-    pub windows: bool,
-    /// The DNS servers of a guest that sets its own static address
-    /// ([`crate::api::NAMESERVERS_ANNOTATION`]); `None` without the annotation.
-    pub nameservers: Option<Result<Vec<std::net::IpAddr>, NameserversError>>,
     /// The cluster's infrastructure ID, from the Machine's label
     /// ([`crate::api::CLUSTER_ID_LABEL`]), as the Go provider reads it (`getClusterID`).
     pub infra_id: Option<String>,
@@ -127,11 +122,10 @@ impl MachineFacts {
             addresses: status.map(|s| s.addresses.clone()).unwrap_or_default(),
             lifecycle_hooks: machine.spec.lifecycle_hooks.clone(),
             spec,
+            object: machine.clone(),
             join_timed_out: timed_out_join(machine, provider_status),
             windows_join: applies_to(machine),
             ip_pools: machine_ip_pools(machine),
-            windows: machine.is_windows(),
-            nameservers: machine_nameservers(machine),
             infra_id: machine
                 .labels()
                 .get(crate::api::CLUSTER_ID_LABEL)
@@ -174,7 +168,8 @@ pub struct Seen {
     pub marker_listing: Option<Option<Listing>>,
     /// `GET /vms/{uuid}` confirming what a send or a failed task left.
     pub confirm: Option<Option<Vm>>,
-    pub prepared: Option<Prepared>,
+    /// What a create's plan is made from, as the executor read it.
+    pub create_inputs: Option<CreateInputs>,
     pub password_secret: Option<PasswordSecretOutcome>,
     /// A UUID reserved for the create.
     pub reserved: Option<String>,
@@ -195,8 +190,6 @@ pub struct Seen {
     pub claims: Option<BTreeMap<usize, ClaimReading>>,
     /// The missing claims were created (or found made by an earlier attempt).
     pub claims_created: bool,
-    /// The plan's subnets in NIC order, each with the CIDR Prism manages (`None`: unmanaged).
-    pub subnets: Option<Vec<(String, Option<ipnet::IpNet>)>>,
     /// The Machine's claims were released.
     pub claims_released: bool,
 }
@@ -255,26 +248,35 @@ pub struct Listing {
     pub marked: Vec<MarkedVm>,
 }
 
-/// What a create needs, or why it cannot be made now.
+/// What the executor read for a create, as it found it: it judges none of it (the plan does).
 #[derive(Clone, Debug)]
-pub enum Prepared {
-    Ready(Box<VmPlan>),
-    /// Validation refused the Machine (wrong in itself, or a lookup that failed).
-    Refused(ValidationErrors),
-    /// A Secret the create needs is missing or unusable: retry later.
-    Unresolved(String),
-    /// Sysprep generates the VM's Administrator password, and its Secret (named here) does not
-    /// exist yet: creating it is a change of its own ([`crate::machine::Change::CreatePasswordSecret`]).
-    PasswordSecretMissing {
-        secret: String,
+pub struct CreateInputs {
+    /// The lookups in Prism of what the providerSpec refers to.
+    pub resolved: ResolvedReferences,
+    /// The user-data Secret the providerSpec names (`None`: it names none).
+    pub user_data: Option<SecretRead>,
+    /// The Secret of the Administrator password, named or generated (`None`: none is needed).
+    pub admin_password: Option<SecretRead>,
+}
+
+/// One key of a Secret in the Machine's namespace, as the executor's Secret cache has it.
+#[derive(Clone, Debug)]
+pub enum SecretRead {
+    /// There is no Secret of that name.
+    Missing,
+    Found {
+        /// The uids of the Secret's owners.
+        owners: Vec<String>,
+        /// The key's value (`None`: the Secret has no such key).
+        value: Option<SecretValue>,
     },
 }
 
 /// How the creation of the generated Administrator password's Secret went.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PasswordSecretOutcome {
-    /// Created; the executor plans with the password it generated.
-    Created,
+    /// Created, with the password generated (which the Secret cache may not show yet).
+    Created(AdminPassword),
     /// It exists already (made by an earlier attempt) but the Secret cache has not seen it
     /// yet: wait for it, never generate a second password.
     NotYetCached,

@@ -22,10 +22,10 @@ use crate::machine::status::{
 };
 use crate::vm::identity::{MarkedVm, identity_of};
 use crate::vm::request::VmRequest;
-use crate::vm::resolve::{ResolutionMode, ResolvedReferences};
-use crate::vm::secret::UserData;
+use crate::vm::resolve::{Lookup, ResolvedReferences, SubnetIpam};
+use crate::vm::secret::{AdminPassword, SecretValue};
 use crate::vm::spec::ParsedSpec;
-use crate::vm::validate::{PlanContext, UnreadUserData, plan_vm};
+use crate::vm::validate::{PlanContext, plan_vm};
 
 const UID: &str = "11111111-2222-4333-8444-555555555555";
 const NAME: &str = "worker-0";
@@ -64,12 +64,9 @@ fn machine_json(source: &str) -> Value {
     value
 }
 
-fn plan_of(machine: &Value) -> Prepared {
-    plan_with_user_data(machine, br#"{"ignition":{"version":"3.2.0"}}"#)
-}
-
-fn plan_with_user_data(machine: &Value, user_data: &[u8]) -> Prepared {
-    let resolved: ResolvedReferences = serde_json::from_value(json!({
+/// What the world's Prism resolves the Machine's references to.
+fn resolved() -> ResolvedReferences {
+    serde_json::from_value(json!({
         "clusters": {CLUSTER: {"uuid": CLUSTER}},
         "images": {"rhcos": {"uuid": "f2a1c0de-0000-4000-8000-000000000001", "sizeBytes": 16u64 << 30}},
         "templates": {"win-template": {"uuid": "7e3b0d9a-1111-4000-8000-000000000002", "sizeBytes": 64u64 << 30, "bootType": "UEFI"}},
@@ -77,22 +74,34 @@ fn plan_with_user_data(machine: &Value, user_data: &[u8]) -> Prepared {
         "subnets": {SUBNET: {"uuid": SUBNET, "clusterUuid": CLUSTER}},
         "categories": {"kubernetes-io-cluster-ocp-7x2kq": {"owned": true}}
     }))
-    .unwrap();
-    let machine: Machine = serde_json::from_value(machine.clone()).unwrap();
-    let user_data = UserData::new(user_data.to_vec());
-    let plan = plan_vm(
-        &machine,
-        &ParsedSpec::of(&machine),
-        &PlanContext {
-            resolved: &resolved,
-            mode: ResolutionMode::Strict,
-            user_data: Some(&user_data),
-            unread_user_data: UnreadUserData::Unresolved,
-            admin_password: None,
-        },
-    )
-    .unwrap();
-    Prepared::Ready(Box::new(plan))
+    .unwrap()
+}
+
+/// The password the world's API server keeps in the generated password's Secret.
+const GENERATED_PASSWORD: &str = "Generated-Passw0rd!";
+
+/// [`plan_vm`], counting the calls of each round, with the warnings a test gives in place of
+/// the plan's own.
+#[derive(Default)]
+struct CountingPlanner {
+    calls: std::cell::Cell<usize>,
+    warnings: Option<Vec<String>>,
+}
+
+impl Planner for CountingPlanner {
+    fn plan(
+        &self,
+        machine: &Machine,
+        spec: &ParsedSpec,
+        context: &PlanContext<'_>,
+    ) -> Result<crate::vm::VmPlan, crate::vm::errors::ValidationErrors> {
+        self.calls.set(self.calls.get() + 1);
+        let mut plan = plan_vm(machine, spec, context)?;
+        if let Some(warnings) = &self.warnings {
+            plan.warnings.clone_from(warnings);
+        }
+        Ok(plan)
+    }
 }
 
 /// How Prism answers the next create, clone or deploy.
@@ -120,7 +129,10 @@ struct World {
     listing_pays: bool,
     environment: EnvironmentSeen,
     now: Timestamp,
-    prepared: Prepared,
+    /// The `userData` of the Machine's user-data Secret.
+    user_data_secret: Vec<u8>,
+    /// Makes the plan in [`decide_with`].
+    planner: CountingPlanner,
     gate: bool,
     /// `--fail-timed-out-windows-joins`.
     fail_timed_out_joins: bool,
@@ -171,7 +183,8 @@ impl World {
     fn new(source: &str) -> Self {
         let machine = machine_json(source);
         Self {
-            prepared: plan_of(&machine),
+            user_data_secret: br#"{"ignition":{"version":"3.2.0"}}"#.to_vec(),
+            planner: CountingPlanner::default(),
             machine,
             vms: BTreeMap::new(),
             unlisted: BTreeSet::new(),
@@ -208,6 +221,24 @@ impl World {
             detach_effects: BTreeMap::new(),
             detach_fails: None,
         }
+    }
+
+    /// Makes the Machine a Windows one, with WMCO's user data.
+    fn make_windows(&mut self) {
+        self.machine["metadata"]["labels"]["machine.openshift.io/os-id"] = json!("Windows");
+        self.machine["spec"]["providerSpec"]["value"]["userDataSecret"] =
+            json!({"name": "windows-user-data"});
+        self.user_data_secret = b"<powershell>\nWrite-Output wmco\n</powershell>\n".to_vec();
+    }
+
+    /// A Windows Machine customised by Sysprep with a generated Administrator password, whose
+    /// Secret does not exist yet.
+    fn sysprep(mut self) -> Self {
+        self.make_windows();
+        self.machine["metadata"]["annotations"] =
+            json!({crate::api::GUEST_CUSTOMIZATION_ANNOTATION: "Sysprep"});
+        self.password_secret = Some(false);
+        self
     }
 
     /// Nutanix CSI attaches volume group `group` to VM `uuid` (hypervisor-attached): a
@@ -427,9 +458,8 @@ impl World {
             Read::Confirm { .. } => "GET confirm".into(),
             Read::Node { .. } => "node".into(),
             Read::AddressContext { .. } => "addresses".into(),
-            Read::Prepare => "prepare".into(),
+            Read::CreateInputs { .. } => "inputs".into(),
             Read::Claims { .. } => "claims".into(),
-            Read::Subnets { .. } => "subnets".into(),
         });
         self.log.retain(|step| !step.is_empty());
         match read {
@@ -457,12 +487,32 @@ impl World {
                 seen.node_fresh = !cached;
             }
             Read::AddressContext { .. } => seen.address_context = Some(AddressContext::default()),
-            Read::Prepare => {
-                seen.prepared = Some(match self.password_secret {
-                    Some(false) => Prepared::PasswordSecretMissing {
-                        secret: "openshift-machine-api/worker-0-admin-password".into(),
-                    },
-                    _ => self.prepared.clone(),
+            Read::CreateInputs {
+                user_data,
+                admin_password,
+            } => {
+                let mut resolved = resolved();
+                for lookup in resolved.subnets.values_mut() {
+                    if let Lookup::Found(subnet) = lookup {
+                        subnet.ipam = Some(match self.subnet_cidr {
+                            Some(cidr) => SubnetIpam::Managed { cidr },
+                            None => SubnetIpam::Unmanaged,
+                        });
+                    }
+                }
+                seen.create_inputs = Some(CreateInputs {
+                    resolved,
+                    user_data: user_data.map(|_| SecretRead::Found {
+                        owners: Vec::new(),
+                        value: Some(SecretValue::new(self.user_data_secret.clone())),
+                    }),
+                    admin_password: admin_password.map(|_| match self.password_secret {
+                        Some(true) => SecretRead::Found {
+                            owners: vec![UID.to_owned()],
+                            value: Some(SecretValue::new(GENERATED_PASSWORD)),
+                        },
+                        _ => SecretRead::Missing,
+                    }),
                 });
             }
             Read::Claims { names } => {
@@ -484,10 +534,6 @@ impl World {
                     .collect();
                 seen.claims = Some(readings);
             }
-            Read::Subnets { uuids } => {
-                let cidr = self.subnet_cidr;
-                seen.subnets = Some(uuids.into_iter().map(|u| (u, cidr)).collect());
-            }
         }
     }
 
@@ -496,11 +542,10 @@ impl World {
         match change {
             Change::CreatePasswordSecret => {
                 self.log.push("create password Secret".into());
-                let outcome = self
-                    .password_secret_answer
-                    .take()
-                    .unwrap_or(PasswordSecretOutcome::Created);
-                if outcome == PasswordSecretOutcome::Created {
+                let outcome = self.password_secret_answer.take().unwrap_or_else(|| {
+                    PasswordSecretOutcome::Created(AdminPassword::new(GENERATED_PASSWORD).unwrap())
+                });
+                if matches!(outcome, PasswordSecretOutcome::Created(_)) {
                     self.password_secret = Some(true);
                 }
                 seen.password_secret = Some(outcome);
@@ -766,7 +811,13 @@ impl World {
         let mut events = Vec::new();
         let writes_before = self.writes();
         for _ in 0..super::MAX_ROUNDS {
-            let decision = decide(&snapshot);
+            self.planner.calls.set(0);
+            let decision = decide_with(&snapshot, &self.planner);
+            assert!(
+                self.planner.calls.get() <= 1,
+                "{} plans in one round",
+                self.planner.calls.get()
+            );
             if let Some(status) = &decision.status.provider_status {
                 snapshot.recorded = Some(status.clone());
             }
@@ -965,7 +1016,7 @@ fn a_whole_create_from_an_image_and_a_whole_delete_in_order() {
         strings(&[
             "env",
             "list Marker",
-            "prepare",
+            "inputs",
             "reserve",
             "write status",
             "create",
@@ -1044,7 +1095,7 @@ fn a_whole_create_from_an_image_and_a_whole_delete_in_order() {
 #[test]
 fn the_nodes_provider_id_is_set_before_the_link_only_on_the_machines_node() {
     let registered = |world: &mut World, annotations: Value, provider_id: Option<&str>| {
-        world.machine["metadata"]["labels"]["machine.openshift.io/os-id"] = json!("Windows");
+        world.make_windows();
         world.run_until(12, |w| w.phase() == phase::PROVISIONED);
         // The VM reports its address, and the Machine takes it.
         let uuid = world.status().vm_uuid.unwrap();
@@ -1234,7 +1285,7 @@ fn a_windows_join_reported_timed_out_fails_the_machine_with_the_flag_while_no_no
     // `windowsJoin` condition (the key only that reconciler writes).
     let provisioned = |reason: &str| {
         let mut world = World::new("template");
-        world.machine["metadata"]["labels"]["machine.openshift.io/os-id"] = json!("Windows");
+        world.make_windows();
         world.run_until(12, |w| w.phase() == phase::PROVISIONED);
         world.machine["status"]["providerStatus"]["windowsJoin"] = json!({
             "type": "WindowsJoin", "status": "False", "reason": reason,
@@ -1403,7 +1454,7 @@ fn a_409_on_create_is_confirmed_by_a_get() {
     let (steps, outcome) = world.steps();
     assert_eq!(
         steps,
-        strings(&["env", "GET", "prepare", "create", "GET confirm"])
+        strings(&["env", "GET", "inputs", "create", "GET confirm"])
     );
     assert_eq!(outcome.next, Some(Next::Requeue(Intervals::default().poll)));
     assert!(outcome.events.is_empty());
@@ -1422,7 +1473,7 @@ fn a_409_on_create_is_confirmed_by_a_get() {
         strings(&[
             "env",
             "list Marker",
-            "prepare",
+            "inputs",
             "reserve",
             "write status",
             "create",
@@ -1454,7 +1505,7 @@ fn a_rejected_reservation_is_replaced_once_no_vm_has_it() {
         strings(&[
             "env",
             "list Marker",
-            "prepare",
+            "inputs",
             "reserve",
             "write status",
             "create",
@@ -1698,8 +1749,7 @@ fn a_generated_password_secret_is_created_as_a_change_before_the_create_and_once
             .filter(|step| *step == "create password Secret")
             .count()
     };
-    let mut world = World::new("image");
-    world.password_secret = Some(false);
+    let mut world = World::new("image").sysprep();
     world.run_until(6, |w| w.status().pending_task.is_some());
     assert_eq!(made(&world), 1, "{:?}", world.log);
     let secret_at = world
@@ -1711,8 +1761,7 @@ fn a_generated_password_secret_is_created_as_a_change_before_the_create_and_once
 
     // Stopped right after the Secret's creation (the first send of its reconcile): the next
     // reconcile plans with it.
-    let mut world = World::new("image");
-    world.password_secret = Some(false);
+    let mut world = World::new("image").sysprep();
     for _ in 0..6 {
         if world.password_secret == Some(true) {
             break;
@@ -1730,8 +1779,7 @@ fn a_generated_password_secret_is_created_as_a_change_before_the_create_and_once
 /// password, no VM, a retry with the reason.
 #[test]
 fn a_password_secret_not_yet_cached_is_waited_for() {
-    let mut world = World::new("image");
-    world.password_secret = Some(false);
+    let mut world = World::new("image").sysprep();
     world.password_secret_answer = Some(PasswordSecretOutcome::NotYetCached);
     let retried = (0..4).find_map(|_| match world.reconcile().next {
         Some(Next::Retry(Failure::CreateRetry(message))) => Some(message),
@@ -2153,7 +2201,7 @@ fn an_unconfirmed_deploy_is_sent_again_when_deleting_and_its_vm_deleted() {
     let (steps, _) = world.steps();
     assert_eq!(
         steps,
-        strings(&["env", "prepare", "deploy", "write status"]),
+        strings(&["env", "inputs", "deploy", "write status"]),
         "the same request id: the same task"
     );
     assert_eq!(world.tasks.len(), 1);
@@ -2464,10 +2512,7 @@ fn a_connection_lost_after_the_create_leaves_the_machine_as_it_is() {
 }
 
 fn with_warnings(world: &mut World, warnings: &[&str]) {
-    let Prepared::Ready(plan) = &mut world.prepared else {
-        panic!("the world's Machine plans");
-    };
-    plan.warnings = warnings.iter().map(|w| (*w).to_owned()).collect();
+    world.planner.warnings = Some(warnings.iter().map(|w| (*w).to_owned()).collect());
 }
 
 fn configuration_warning(world: &World) -> Option<(String, String, String)> {
@@ -2667,8 +2712,7 @@ fn a_machine_with_a_pool_claims_first_waits_for_the_bind_then_creates_with_the_a
             "env",
             "list Marker",
             "claims",
-            "prepare",
-            "subnets",
+            "inputs",
             "write status",
             "reserve",
             "write status",
@@ -2790,7 +2834,7 @@ fn a_windows_guest_sets_its_claimed_address_on_an_unmanaged_subnet() {
             world.machine["metadata"]["annotations"][crate::api::NAMESERVERS_ANNOTATION] =
                 json!(servers);
         }
-        world.prepared = plan_with_user_data(&world.machine, WMCO);
+        world.user_data_secret = WMCO.to_vec();
         world.subnet_cidr = None;
         world.auto_bind = true;
         world

@@ -54,6 +54,12 @@ impl ValidationErrors {
         }
     }
 
+    /// Only the errors of `class`, if there are any.
+    pub fn of_class(self, class: ErrorClass) -> Option<Self> {
+        let kept: Vec<FieldError> = self.0.into_iter().filter(|e| e.class == class).collect();
+        (!kept.is_empty()).then_some(Self(kept))
+    }
+
     /// The errors, one per line, for `status.errorMessage`, events and stderr.
     pub fn lines(&self) -> impl Iterator<Item = String> + '_ {
         self.0.iter().map(ToString::to_string)

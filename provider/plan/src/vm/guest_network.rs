@@ -1,5 +1,5 @@
 //! A static IPv4 address a Windows guest sets itself, on a subnet whose addresses Prism does not
-//! manage (`crate::machine::ipam::guest` decides when).
+//! manage (`crate::vm::addressing::guest` decides when).
 //!
 //! cloudbase-init runs the user data from the config drive, before the guest needs the network.
 //! Data that starts with `#ps1`, `#ps1_sysnative` or `#ps1_x86` and whitespace is one PowerShell
@@ -22,12 +22,7 @@
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use prism_types::Sensitive;
-
-use super::GuestPlan;
-use super::cloud_init::{self, CloudInitError, CloudbaseForm, cloudbase_form};
+use super::cloud_init::{CloudbaseForm, cloudbase_form};
 
 /// The address a guest sets: the claimed address, its prefix and gateway, and the DNS servers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,10 +50,6 @@ pub enum GuestAddressError {
         "the user data is neither a #ps1 script nor <powershell> blocks (WMCO's is a <powershell> block), so the static address cannot be added to it"
     )]
     NotPowerShell,
-    #[error("the user data with the static address: {0}")]
-    Encoding(#[from] CloudInitError),
-    #[error("the user data planned for the VM is not base64: {0}")]
-    PlannedNotBase64(String),
 }
 
 /// The PowerShell that sets `address` on the VM's one network adapter, one command per line.
@@ -134,30 +125,6 @@ pub fn with_guest_address(
         | CloudbaseForm::Cmd
         | CloudbaseForm::Shebang
         | CloudbaseForm::Unsupported => Err(GuestAddressError::NotPowerShell),
-    }
-}
-
-/// The guest customization `guest` with `address` set by the guest first.
-pub fn guest_plan_with_address(
-    guest: &GuestPlan,
-    address: &GuestAddress,
-) -> Result<GuestPlan, GuestAddressError> {
-    match guest {
-        GuestPlan::None => Err(GuestAddressError::NoUserData),
-        GuestPlan::Sysprep(_) => Err(GuestAddressError::Sysprep),
-        GuestPlan::CloudInit {
-            user_data,
-            meta_data,
-        } => {
-            let raw = STANDARD
-                .decode(user_data.expose())
-                .map_err(|error| GuestAddressError::PlannedNotBase64(error.to_string()))?;
-            let with_address = with_guest_address(&raw, address)?;
-            Ok(GuestPlan::CloudInit {
-                user_data: Sensitive::new(cloud_init::encode_user_data(&with_address)?),
-                meta_data: meta_data.clone(),
-            })
-        }
     }
 }
 

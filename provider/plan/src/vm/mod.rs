@@ -3,6 +3,7 @@
 //! resolved and decided, ready to be written as a Prism request by [`request`] (the guest's
 //! [`unattend`] or [`cloud_init`] with it).
 
+pub mod addressing;
 pub mod cloud_init;
 pub mod errors;
 pub mod guest;

@@ -127,6 +127,31 @@ pub struct ResolvedSubnet {
     /// `None` for overlay (VPC) subnets, which belong to no single cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_uuid: Option<String>,
+    /// Whether Prism manages the subnet's addresses (what a static address from a pool needs);
+    /// `None`: not known (a `--resolve` file that does not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipam: Option<SubnetIpam>,
+}
+
+/// Whether Prism manages a subnet's addresses (IPAM: its `ip_config`), and in which CIDR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SubnetIpam {
+    Managed {
+        cidr: ipnet::IpNet,
+    },
+    /// The network's own DHCP, or none, hands out addresses.
+    Unmanaged,
+}
+
+impl SubnetIpam {
+    /// The CIDR Prism manages (`None`: unmanaged).
+    pub fn managed_cidr(&self) -> Option<ipnet::IpNet> {
+        match self {
+            Self::Managed { cidr } => Some(*cidr),
+            Self::Unmanaged => None,
+        }
+    }
 }
 
 /// A failure domain of `Infrastructure/cluster`: its cluster and subnets replace the

@@ -26,6 +26,32 @@ impl fmt::Debug for UserData {
     }
 }
 
+/// The value of one key of a Secret, as read; `Debug` shows only its length.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretValue(Vec<u8>);
+
+impl SecretValue {
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
+        Self(bytes.into())
+    }
+
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SecretValue(<{} bytes redacted>)", self.0.len())
+    }
+}
+
+/// Key of the user data in its Secret.
+pub const USER_DATA_KEY: &str = "userData";
+/// Key of the Administrator password in its Secret (`guestCustomization.adminPasswordSecret`,
+/// or the one generated).
+pub const ADMIN_PASSWORD_KEY: &str = "password";
+
 /// The Windows Administrator password set through Sysprep.
 #[derive(Clone, PartialEq, Eq)]
 pub struct AdminPassword(String);
@@ -41,6 +67,8 @@ pub enum AdminPasswordError {
     TooLong { length: usize, max: usize },
     #[error("the Administrator password contains a control character")]
     ControlCharacter,
+    #[error("the Administrator password is not UTF-8")]
+    NotUtf8,
 }
 
 /// Character classes of generated passwords; one of each satisfies Windows' complexity rule.
@@ -87,6 +115,13 @@ impl AdminPassword {
             return Err(AdminPasswordError::ControlCharacter);
         }
         Ok(Self(password))
+    }
+
+    /// The password a Secret's key holds: UTF-8, one trailing newline dropped (`echo` into a
+    /// file).
+    pub fn from_secret(value: &SecretValue) -> Result<Self, AdminPasswordError> {
+        let text = std::str::from_utf8(value.expose()).map_err(|_| AdminPasswordError::NotUtf8)?;
+        Self::new(text.strip_suffix('\n').unwrap_or(text))
     }
 
     /// A 20-character password drawn from `random` (which the caller takes from a CSPRNG), with

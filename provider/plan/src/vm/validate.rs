@@ -13,12 +13,15 @@ use prism_types::Sensitive;
 use prism_types::quote::quoted;
 use prism_types::v3::HostGpu;
 
+use super::addressing::{
+    BoundAddress, IpPoolError, NameserversError, PoolRef, machine_ip_pools, machine_nameservers,
+};
 use super::cloud_init::{self, CloudInitError};
-use super::errors::{Collector, Path, ValidationErrors};
+use super::errors::{Collector, ErrorClass, Path, ValidationErrors};
 use super::guest::customization_of;
 use super::identity::MachineIdentity;
 use super::resolve::{
-    Lookup, Resolution, ResolutionMode, ResolvedReferences, ResolvedSource, resolve,
+    Lookup, Resolution, ResolutionMode, ResolvedReferences, ResolvedSource, SubnetIpam, resolve,
 };
 use super::secret::UserData;
 use super::spec::{ParsedSpec, secure_boot_customized};
@@ -60,6 +63,43 @@ pub struct PlanContext<'a> {
     /// The Administrator password for Sysprep. In [`ResolutionMode::Strict`] a placeholder is
     /// refused: a VM never gets one.
     pub admin_password: Option<PasswordValue<'a>>,
+    /// The static addresses the Machine's claims are bound to, when they are.
+    pub claims: ClaimedAddresses<'a>,
+}
+
+/// The addresses bound to a Machine's IP address claims ([`crate::api::IP_POOL_ANNOTATION`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimedAddresses<'a> {
+    /// Not claimed (yet): the rules that need the addresses themselves are not checked, and no
+    /// NIC is given one; the rules that need only the pools and the subnets are.
+    NotClaimed,
+    /// Every claim is bound: the addresses by NIC index (`None`: a NIC without a pool).
+    Bound(&'a [Option<BoundAddress>]),
+}
+
+impl PlanContext<'_> {
+    /// The context of the check of a Machine in itself: nothing looked up, no Secret read. The
+    /// errors it gives that are [`ErrorClass::Invalid`] no lookup or Secret can change.
+    pub fn in_itself() -> PlanContext<'static> {
+        static NOTHING: std::sync::LazyLock<ResolvedReferences> =
+            std::sync::LazyLock::new(ResolvedReferences::default);
+        PlanContext {
+            resolved: &NOTHING,
+            mode: ResolutionMode::Strict,
+            user_data: None,
+            unread_user_data: UnreadUserData::Unresolved,
+            admin_password: None,
+            claims: ClaimedAddresses::NotClaimed,
+        }
+    }
+}
+
+/// The errors of a Machine that is wrong in itself (no lookup, Secret or claim can change
+/// them), if any: the first step of every plan, made before anything is read for it.
+pub fn invalid_in_itself(machine: &Machine, spec: &ParsedSpec) -> Option<ValidationErrors> {
+    plan_vm(machine, spec, &PlanContext::in_itself())
+        .err()?
+        .of_class(ErrorClass::Invalid)
 }
 
 /// What a user-data Secret that the providerSpec names but that was not given means.
@@ -152,6 +192,8 @@ pub fn plan_vm(
         spec: spec_path,
         config,
         choices,
+        pools: machine_ip_pools(machine),
+        nameservers: machine_nameservers(machine),
     };
     let plan = validator.plan(identity, infra_id, machine.is_windows());
     let Validator {
@@ -313,6 +355,11 @@ struct Validator<'c, 'a> {
     /// What the annotations chose (already applied to `config`): errors about a choice are
     /// reported where it was made.
     choices: &'c AnnotatedChoices,
+    /// The IP pools of the NICs (`None`: no [`crate::api::IP_POOL_ANNOTATION`]).
+    pools: Option<Result<Vec<Option<PoolRef>>, IpPoolError>>,
+    /// The DNS servers of a guest that sets its own address
+    /// ([`crate::api::NAMESERVERS_ANNOTATION`]).
+    nameservers: Option<Result<Vec<std::net::IpAddr>, NameserversError>>,
 }
 
 impl Validator<'_, '_> {
@@ -353,7 +400,12 @@ impl Validator<'_, '_> {
         {
             self.clone_lands_on(found, cluster, &cluster_path);
         }
+        let nics_written = subnet_ids.len();
         let subnets = self.subnets(subnet_ids, cluster.as_ref());
+        let addressing =
+            self.static_addresses(&identity.name, nics_written, subnets.as_deref(), windows);
+        let subnets =
+            subnets.map(|subnets| subnets.into_iter().map(|(subnet, _)| subnet).collect());
 
         let num_sockets = self.positive(config.vcpu_sockets, "vcpuSockets");
         let vcpus_per_socket = self.positive(config.vcpus_per_socket, "vcpusPerSocket");
@@ -376,7 +428,10 @@ impl Validator<'_, '_> {
         let project = self.project();
         let categories = self.categories(infra_id);
         self.secrets();
-        let guest = self.guest(&identity, windows);
+        let guest_address = addressing
+            .as_ref()
+            .and_then(|addressing| addressing.guest.as_ref());
+        let guest = self.guest(&identity, windows, guest_address);
         let source = source.and_then(|(source, resolved)| {
             self.source_plan(source, resolved.as_ref(), system_disk)
         });
@@ -394,7 +449,7 @@ impl Validator<'_, '_> {
             cluster: cluster?,
             source: source?,
             subnets: subnets?,
-            assigned_ips: Vec::new(),
+            assigned_ips: addressing?.assigned,
             num_sockets: num_sockets?,
             vcpus_per_socket: vcpus_per_socket?,
             memory_mib: mib_floor(memory?),
@@ -447,6 +502,7 @@ fn as_written(id: &NutanixResourceIdentifier) -> EntityRef {
     }
 }
 
+mod addresses;
 mod annotated;
 mod disks;
 mod gpus;

@@ -164,39 +164,31 @@ impl Scope {
                 let context = self.address_context(primary_subnet.as_deref()).await?;
                 self.snapshot.seen.address_context = Some(context);
             }
-            Read::Prepare => {
+            Read::CreateInputs {
+                user_data,
+                admin_password,
+            } => {
                 let environment = self.environment.as_ref().ok_or_else(|| {
                     Error::Configuration(format!(
                         "Machine {}: a create was planned before the connection",
                         self.key
                     ))
                 })?;
-                let prepared = prepare(
+                let inputs = read_create_inputs(
                     self.shared(),
                     &self.machine,
                     &self.snapshot.machine.spec,
                     environment,
-                    self.generated_password.as_ref(),
+                    user_data.as_ref(),
+                    admin_password.as_ref(),
                 )
                 .await;
-                self.snapshot.seen.prepared = Some(prepared);
+                self.snapshot.seen.create_inputs = Some(inputs);
             }
             Read::Claims { names } => {
                 let readings =
                     claims::read_claims(&self.shared().client, &self.machine, &names).await?;
                 self.snapshot.seen.claims = Some(readings);
-            }
-            Read::Subnets { uuids } => {
-                let connection = self.connection()?;
-                let mut subnets = Vec::with_capacity(uuids.len());
-                for uuid in uuids {
-                    let cidr = connection
-                        .lookups
-                        .subnet_cidr(connection.client(), &uuid)
-                        .await?;
-                    subnets.push((uuid, cidr));
-                }
-                self.snapshot.seen.subnets = Some(subnets);
             }
         }
         Ok(())
@@ -247,12 +239,9 @@ impl Scope {
     pub(super) async fn send(&mut self, change: Change) -> Result<(), Error> {
         match change {
             Change::CreatePasswordSecret => {
-                let (outcome, password, error) =
-                    create_password_secret(self.shared(), &self.machine).await;
-                self.generated_password = password;
-                if let Some(error) = error {
-                    self.failure = Some(error);
-                }
+                let outcome = create_password_secret(self.shared(), &self.machine)
+                    .await
+                    .unwrap_or_else(|error| PasswordSecretOutcome::Failed(error.to_string()));
                 self.snapshot.seen.password_secret = Some(outcome);
             }
             Change::ReserveUuid => {

@@ -1,19 +1,15 @@
 //! Static addresses in the create and the deletion (`plan::machine::ipam`): the claims are made
 //! and bound before anything is asked of Prism for the VM, and released once the VM is gone.
-
-use std::borrow::Cow;
+//! What the bound addresses may be, and how each NIC gets its own, is the plan's
+//! (`crate::vm::validate`, with [`Claimed::Bound`]).
 
 use super::draft::{Ask, Draft, MachineFailure, fail};
 use crate::machine::decision::{Change, Event, Next, Read};
 use crate::machine::ipam::{
-    BoundAddress, ClaimsState, GuestAddressing, IP_ADDRESS_CLAIMED, IP_ADDRESSES_CLAIMED,
-    NicAddressing, WAITING_FOR_IP_ADDRESS, check_nic_count, claim_name, claim_object, claims_state,
-    guest_addressing, nic_addressing,
+    BoundAddress, ClaimsState, IP_ADDRESS_CLAIMED, IP_ADDRESSES_CLAIMED, WAITING_FOR_IP_ADDRESS,
+    claim_name, claim_object, claims_state,
 };
 use crate::machine::lifecycle::INVALID_CONFIGURATION;
-use crate::vm::VmPlan;
-use crate::vm::guest::{DEFAULT_CUSTOMIZATION, customization_of};
-use crate::vm::guest_network::{GuestAddress, guest_plan_with_address};
 
 /// Where a create with static addresses stands.
 pub(super) enum Claimed {
@@ -115,96 +111,6 @@ pub(super) fn claimed(d: &mut Draft<'_>) -> Result<Claimed, Ask> {
             Ok(Claimed::Bound(bound))
         }
     }
-}
-
-/// The plan with the claimed addresses on its NICs: each must be an IPv4 address inside the
-/// CIDR of a subnet whose addresses Prism manages, or, on a subnet Prism does not manage, one a
-/// Windows guest sets itself from its user data (asks to read the subnets first).
-pub(super) fn assign<'p>(
-    d: &mut Draft<'_>,
-    plan: &'p VmPlan,
-    claimed: &Claimed,
-) -> Result<Cow<'p, VmPlan>, Ask> {
-    let Claimed::Bound(bound) = claimed else {
-        return Ok(Cow::Borrowed(plan));
-    };
-    let s = d.s;
-    let Some(Ok(pools)) = &s.machine.ip_pools else {
-        return Ok(Cow::Borrowed(plan));
-    };
-    if let Err(error) = check_nic_count(pools, plan.subnets.len()) {
-        return Err(invalid(d, error.to_string()));
-    }
-    let Some(subnets) = &s.seen.subnets else {
-        let uuids = plan.subnets.iter().map(|s| s.id().to_owned()).collect();
-        return Err(Ask::Read(Read::Subnets { uuids }));
-    };
-    let customization = s
-        .machine
-        .spec
-        .config()
-        .map_or(DEFAULT_CUSTOMIZATION, customization_of);
-    let guest = guest_addressing(
-        s.machine.windows,
-        &customization,
-        plan.subnets.len(),
-        s.machine.nameservers.as_ref(),
-    );
-    let addressing = match nic_addressing(pools, subnets, bound, &guest) {
-        Ok(addressing) => addressing,
-        Err(errors) => {
-            let message = errors
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ");
-            return Err(invalid(d, message));
-        }
-    };
-    let mut plan = plan.clone();
-    plan.assigned_ips = addressing
-        .iter()
-        .map(|nic| match nic {
-            NicAddressing::Assigned(std::net::IpAddr::V4(ip)) => Some(*ip),
-            _ => None,
-        })
-        .collect();
-    let guest_set =
-        addressing
-            .iter()
-            .enumerate()
-            .find_map(|(nic, addressing)| match (addressing, &guest) {
-                (
-                    NicAddressing::Guest(BoundAddress {
-                        ip: std::net::IpAddr::V4(ip),
-                        prefix,
-                        gateway,
-                    }),
-                    GuestAddressing::Windows { nameservers },
-                ) => Some(GuestAddress {
-                    claim: claim_name(&s.machine.name, nic),
-                    ip: *ip,
-                    prefix: *prefix,
-                    gateway: *gateway,
-                    nameservers: nameservers.clone(),
-                }),
-                _ => None,
-            });
-    if let Some(address) = guest_set {
-        plan.guest = match guest_plan_with_address(&plan.guest, &address) {
-            Ok(guest) => guest,
-            Err(error) => {
-                return Err(invalid(
-                    d,
-                    format!(
-                        "the static address of IPAddressClaim {} must be set by the guest (Prism does not manage its subnet's addresses), but {error}",
-                        address.claim
-                    ),
-                ));
-            }
-        };
-    }
-    Ok(Cow::Owned(plan))
 }
 
 /// Releases the Machine's claims before its finalizer goes (asks once per reconcile); nothing

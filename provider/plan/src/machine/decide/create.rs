@@ -1,17 +1,27 @@
-//! A create: validated and planned (the Secrets and lookups read, the generated password's
-//! Secret made when asked), what a retry needs recorded, then the create, clone or template
-//! deploy sent, and Prism's answer to it read.
+//! A create: checked in itself, its addresses claimed, planned from what the executor read (the
+//! lookups and Secrets; the generated password's Secret made when asked), what a retry needs
+//! recorded, then the create, clone or template deploy sent, and Prism's answer to it read.
 
 use crate::api::PendingTask;
-use crate::machine::decision::{Change, Effect, Event, Failure, FailureKind, Next, Read};
+use crate::machine::decision::{
+    Change, Effect, Event, Failure, FailureKind, Next, Read, SecretKey,
+};
 use crate::machine::lifecycle::{INVALID_CONFIGURATION, Step, after_validation};
 use crate::machine::provision::follow_up_value;
-use crate::machine::snapshot::{PasswordSecretOutcome, Prepared, Seen, SendOutcome};
+use crate::machine::snapshot::{PasswordSecretOutcome, SecretRead, SendOutcome, Snapshot};
 use crate::machine::status::conditions;
+use crate::vm::errors::{ErrorClass, ValidationErrors};
+use crate::vm::guest::{AdminPasswordSource, admin_password_source};
 use crate::vm::request::{VmRequest, build_request};
+use crate::vm::resolve::ResolutionMode;
+use crate::vm::secret::{
+    ADMIN_PASSWORD_KEY, AdminPassword, USER_DATA_KEY, UserData, generated_password_secret,
+};
+use crate::vm::unattend::PasswordValue;
+use crate::vm::validate::{ClaimedAddresses, PlanContext, UnreadUserData};
 use crate::vm::{SourcePlan, VmPlan};
 
-use super::claims;
+use super::claims::{self, Claimed};
 use super::draft::{Ask, Decided, Draft, MachineFailure, fail, operation_of, retry_create};
 
 /// Validates and plans the VM, records what a retry needs, and sends the create, clone or
@@ -21,15 +31,13 @@ pub(super) fn create(d: &mut Draft<'_>) -> Decided {
     if let Some(wait) = s.settings.create_backoff {
         return Ok(Next::Requeue(wait));
     }
-    let claimed = claims::claimed(d)?;
-    let plan = match readiness(&s.seen, true)? {
+    let plan = match readiness(d, true)? {
         Readiness::Ready(plan) => plan,
         Readiness::Invalid { reason, message } => {
             return Ok(fail(d, MachineFailure::Create { reason, message }));
         }
         Readiness::Unresolved(message) => return Ok(retry_create(d, message)),
     };
-    let plan = claims::assign(d, plan, &claimed)?;
     let plan = plan.as_ref();
     plan_warnings(d, &plan.warnings);
     if let Some(outcome) = &s.seen.sent {
@@ -124,8 +132,8 @@ fn plan_warnings(d: &mut Draft<'_>, warnings: &[String]) {
 }
 
 /// Whether a create can be made: the plan, or why not.
-pub(super) enum Readiness<'p> {
-    Ready(&'p VmPlan),
+pub(super) enum Readiness {
+    Ready(Box<VmPlan>),
     /// The Machine fails with this reason and message.
     Invalid {
         reason: Option<&'static str>,
@@ -135,31 +143,172 @@ pub(super) enum Readiness<'p> {
     Unresolved(String),
 }
 
-/// `creating`: a create is being made, which may create the generated password's Secret (a
-/// deletion never does).
-pub(super) fn readiness(seen: &Seen, creating: bool) -> Result<Readiness<'_>, Ask> {
-    Ok(match &seen.prepared {
-        None => return Err(Ask::Read(Read::Prepare)),
-        Some(Prepared::PasswordSecretMissing { secret }) => match &seen.password_secret {
+impl Readiness {
+    fn refused(errors: &ValidationErrors) -> Self {
+        match after_validation(errors) {
+            Step::Fail { reason, message } => Self::Invalid { reason, message },
+            _ => Self::Unresolved(errors.to_string()),
+        }
+    }
+}
+
+/// The VM's plan, made once this round ([`Draft::plan`]): before anything is read for it, the
+/// Machine is checked in itself; a create then has its static addresses claimed; then the plan
+/// is made from what the executor read (the lookups and Secrets) and the bound addresses.
+/// `creating`: a create is being made, which claims addresses and may create the generated
+/// password's Secret (a deletion confirming a deploy does neither).
+pub(super) fn readiness(d: &mut Draft<'_>, creating: bool) -> Result<Readiness, Ask> {
+    let s = d.s;
+    let Some(inputs) = &s.seen.create_inputs else {
+        let in_itself = d
+            .plan(&PlanContext::in_itself())
+            .err()
+            .and_then(|errors| errors.of_class(ErrorClass::Invalid));
+        if let Some(errors) = in_itself {
+            return Ok(Readiness::refused(&errors));
+        }
+        if creating {
+            claims::claimed(d)?;
+        }
+        return Err(Ask::Read(inputs_read(s)));
+    };
+    let claimed = if creating {
+        claims::claimed(d)?
+    } else {
+        Claimed::NoPools
+    };
+    let user_data = match user_data_of(s, inputs.user_data.as_ref()) {
+        Ok(user_data) => user_data,
+        Err(message) => return Ok(Readiness::Unresolved(message)),
+    };
+    let password = match admin_password_of(s, inputs.admin_password.as_ref(), creating)? {
+        Ok(password) => password,
+        Err(message) => return Ok(Readiness::Unresolved(message)),
+    };
+    let context = PlanContext {
+        resolved: &inputs.resolved,
+        mode: ResolutionMode::Strict,
+        user_data: user_data.as_ref(),
+        unread_user_data: UnreadUserData::Unresolved,
+        admin_password: password.as_ref().map(PasswordValue::Secret),
+        claims: match &claimed {
+            Claimed::Bound(bound) => ClaimedAddresses::Bound(bound),
+            Claimed::NoPools => ClaimedAddresses::NotClaimed,
+        },
+    };
+    Ok(match d.plan(&context) {
+        Ok(plan) => Readiness::Ready(Box::new(plan)),
+        Err(errors) => Readiness::refused(&errors),
+    })
+}
+
+/// What the executor reads for the plan: the lookups, and the Secrets the providerSpec names.
+fn inputs_read(s: &Snapshot) -> Read {
+    let config = s.machine.spec.config();
+    let user_data = config
+        .and_then(|config| config.user_data_secret.as_ref())
+        .filter(|secret| !secret.name.is_empty())
+        .map(|secret| SecretKey {
+            name: secret.name.clone(),
+            key: USER_DATA_KEY,
+        });
+    let admin_password = config
+        .and_then(
+            |config| match admin_password_source(config, s.machine.spec.choices()) {
+                AdminPasswordSource::NotNeeded => None,
+                AdminPasswordSource::Secret { name, .. } => Some(name),
+                AdminPasswordSource::Generated => Some(generated_password_secret(&s.machine.name)),
+            },
+        )
+        .map(|name| SecretKey {
+            name,
+            key: ADMIN_PASSWORD_KEY,
+        });
+    Read::CreateInputs {
+        user_data,
+        admin_password,
+    }
+}
+
+/// The user data, or why it cannot be had now.
+fn user_data_of(s: &Snapshot, read: Option<&SecretRead>) -> Result<Option<UserData>, String> {
+    let Some(name) = s
+        .machine
+        .spec
+        .config()
+        .and_then(|config| config.user_data_secret.as_ref())
+        .map(|secret| &secret.name)
+        .filter(|name| !name.is_empty())
+    else {
+        return Ok(None);
+    };
+    let secret = format!("Secret {}/{name}", s.machine.identity.namespace);
+    match read {
+        None | Some(SecretRead::Missing) => {
+            Err(format!("providerSpec.userDataSecret: {secret} not found"))
+        }
+        Some(SecretRead::Found { value: None, .. }) => Err(format!(
+            "providerSpec.userDataSecret: {secret} has no key {USER_DATA_KEY:?}"
+        )),
+        Some(SecretRead::Found {
+            value: Some(value), ..
+        }) => Ok(Some(UserData::new(value.expose()))),
+    }
+}
+
+/// The Administrator password, or why it cannot be had now; asks for the generated password's
+/// Secret to be made when a create finds none (`creating`).
+fn admin_password_of(
+    s: &Snapshot,
+    read: Option<&SecretRead>,
+    creating: bool,
+) -> Result<Result<Option<AdminPassword>, String>, Ask> {
+    let Some(config) = s.machine.spec.config() else {
+        return Ok(Ok(None));
+    };
+    let namespace = &s.machine.identity.namespace;
+    let (what, generated) = match admin_password_source(config, s.machine.spec.choices()) {
+        AdminPasswordSource::NotNeeded => return Ok(Ok(None)),
+        AdminPasswordSource::Secret { name, field } => {
+            (format!("{field}: Secret {namespace}/{name}"), false)
+        }
+        AdminPasswordSource::Generated => {
+            let name = generated_password_secret(&s.machine.name);
+            (
+                format!("Secret {namespace}/{name} (the generated Administrator password)"),
+                true,
+            )
+        }
+    };
+    Ok(match read {
+        None | Some(SecretRead::Missing) if generated => match &s.seen.password_secret {
             None if creating => return Err(Ask::Send(Change::CreatePasswordSecret)),
-            None => Readiness::Unresolved(format!(
-                "Secret {secret} (the generated Administrator password) does not exist"
-            )),
-            // Planned again, with the password just generated.
-            Some(PasswordSecretOutcome::Created) => return Err(Ask::Read(Read::Prepare)),
-            Some(PasswordSecretOutcome::NotYetCached) => Readiness::Unresolved(format!(
-                "waiting for Secret {secret} (the generated Administrator password) to reach the cache"
-            )),
-            Some(PasswordSecretOutcome::Failed(error)) => Readiness::Unresolved(format!(
-                "cannot create Secret {secret} (the generated Administrator password): {error}"
-            )),
+            None => Err(format!("{what} does not exist")),
+            Some(PasswordSecretOutcome::Created(password)) => Ok(Some(password.clone())),
+            Some(PasswordSecretOutcome::NotYetCached) => {
+                Err(format!("waiting for {what} to reach the cache"))
+            }
+            Some(PasswordSecretOutcome::Failed(error)) => {
+                Err(format!("cannot create {what}: {error}"))
+            }
         },
-        Some(Prepared::Ready(plan)) => Readiness::Ready(plan),
-        Some(Prepared::Refused(errors)) => match after_validation(errors) {
-            Step::Fail { reason, message } => Readiness::Invalid { reason, message },
-            _ => Readiness::Unresolved(errors.to_string()),
-        },
-        Some(Prepared::Unresolved(message)) => Readiness::Unresolved(message.clone()),
+        None | Some(SecretRead::Missing) => Err(format!("{what} not found")),
+        // Only the Secret made for this Machine holds its generated password.
+        Some(SecretRead::Found { owners, .. })
+            if generated && !owners.contains(&s.machine.identity.uid) =>
+        {
+            Err(format!(
+                "{what} exists but is not owned by this Machine; delete or rename it"
+            ))
+        }
+        Some(SecretRead::Found { value: None, .. }) => {
+            Err(format!("{what} has no key {ADMIN_PASSWORD_KEY:?}"))
+        }
+        Some(SecretRead::Found {
+            value: Some(value), ..
+        }) => AdminPassword::from_secret(value)
+            .map(Some)
+            .map_err(|problem| format!("{what}: {problem}")),
     })
 }
 

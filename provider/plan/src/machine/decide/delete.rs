@@ -308,7 +308,7 @@ pub(super) fn confirm_deploy(d: &mut Draft<'_>) -> Decided {
     let Some(request_id) = d.status.deploy_request_id.clone() else {
         return Ok(Next::Requeue(Duration::ZERO));
     };
-    let plan = match readiness(&s.seen, false)? {
+    let plan = match readiness(d, false)? {
         Readiness::Ready(plan) if matches!(plan.source, SourcePlan::Template { .. }) => plan,
         Readiness::Ready(_) => {
             let why = "the providerSpec no longer deploys a template";
@@ -332,7 +332,7 @@ pub(super) fn confirm_deploy(d: &mut Draft<'_>) -> Decided {
     };
     match &s.seen.sent {
         None => Err(Ask::Send(Change::Create {
-            request: Box::new(build_request(plan, "")),
+            request: Box::new(build_request(&plan, "")),
             deploy_request_id: Some(request_id),
         })),
         Some(SendOutcome::Accepted { task }) => {

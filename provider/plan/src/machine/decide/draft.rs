@@ -20,7 +20,12 @@ use crate::machine::snapshot::{EnvironmentProblem, EnvironmentSeen, Snapshot};
 use crate::machine::status::{
     StatusUpdate, UNKNOWN_INSTANCE_STATE, conditions, machine_condition, provider_condition,
 };
+use crate::vm::VmPlan;
+use crate::vm::errors::ValidationErrors;
 use crate::vm::request::VmRequest;
+use crate::vm::validate::PlanContext;
+
+use super::Planner;
 
 /// An early end of the decision: a read to make first (the draft is dropped), a send to make
 /// (with the draft's changes), or the reconcile's end.
@@ -35,6 +40,8 @@ pub(super) type Decided = Result<Next, Ask>;
 /// The decision being made.
 pub(super) struct Draft<'a> {
     pub(super) s: &'a Snapshot,
+    /// What makes the VM's plan ([`Draft::plan`]).
+    planner: &'a dyn Planner,
     /// The providerStatus as it will be written.
     pub(super) status: NutanixMachineProviderStatus,
     pub(super) status_changed: bool,
@@ -77,9 +84,10 @@ pub(super) fn power_of(vm: &Vm) -> Option<&PowerState> {
 }
 
 impl<'a> Draft<'a> {
-    pub(super) fn new(s: &'a Snapshot) -> Self {
+    pub(super) fn new(s: &'a Snapshot, planner: &'a dyn Planner) -> Self {
         Self {
             s,
+            planner,
             status: s.current_status().clone(),
             status_changed: false,
             update: StatusUpdate::default(),
@@ -87,6 +95,13 @@ impl<'a> Draft<'a> {
             events: Vec::new(),
             effects: Vec::new(),
         }
+    }
+
+    /// The VM's plan from `context`; a round asks for it at most once (the plan tests' world
+    /// counts the calls).
+    pub(super) fn plan(&self, context: &PlanContext<'_>) -> Result<VmPlan, ValidationErrors> {
+        self.planner
+            .plan(&self.s.machine.object, &self.s.machine.spec, context)
     }
 
     pub(super) fn finish(mut self, next: Next, action: Option<Action>) -> Decision {

@@ -1,6 +1,8 @@
 //! Guest customization: the Secrets it reads, Sysprep's unattend.xml or cloud-init.
 
 use super::*;
+use crate::api::IP_POOL_ANNOTATION;
+use crate::vm::guest_network::{GuestAddress, GuestAddressError, with_guest_address};
 
 impl Validator<'_, '_> {
     pub(super) fn secrets(&mut self) {
@@ -31,7 +33,13 @@ impl Validator<'_, '_> {
 
     // ---- guest customization -----------------------------------------------------------------
 
-    pub(super) fn guest(&mut self, identity: &MachineIdentity, windows: bool) -> Option<GuestPlan> {
+    /// `address`: a static address the guest sets itself, written into its user data.
+    pub(super) fn guest(
+        &mut self,
+        identity: &MachineIdentity,
+        windows: bool,
+        address: Option<&GuestAddress>,
+    ) -> Option<GuestPlan> {
         let spec = self.spec.clone();
         let gc_path = spec.field("guestCustomization");
         let settings = self.config.guest_customization.clone().unwrap_or_default();
@@ -152,9 +160,17 @@ impl Validator<'_, '_> {
                 return None;
             }
             let Some(user_data) = user_data else {
+                if let Some(address) = address {
+                    self.guest_address_refused(address, &GuestAddressError::NoUserData);
+                    return None;
+                }
                 return Some(GuestPlan::None);
             };
-            return self.cloud_init(user_data, identity, windows, &user_data_path);
+            return self.cloud_init(user_data, identity, windows, &user_data_path, address);
+        }
+        if let Some(address) = address {
+            self.guest_address_refused(address, &GuestAddressError::Sysprep);
+            return None;
         }
 
         if !windows {
@@ -225,12 +241,24 @@ impl Validator<'_, '_> {
         }
     }
 
+    /// A static address the guest was to set itself, and why it cannot.
+    fn guest_address_refused(&mut self, address: &GuestAddress, error: &GuestAddressError) {
+        self.errors.invalid(
+            &annotation_path(IP_POOL_ANNOTATION),
+            format!(
+                "the static address of IPAddressClaim {} must be set by the guest (Prism does not manage its subnet's addresses), but {error}",
+                address.claim
+            ),
+        );
+    }
+
     pub(super) fn cloud_init(
         &mut self,
         user_data: &UserData,
         identity: &MachineIdentity,
         windows: bool,
         path: &Path,
+        address: Option<&GuestAddress>,
     ) -> Option<GuestPlan> {
         let invalid = |errors: &mut Collector, error: CloudInitError| {
             errors.invalid(path, format!("{error} (Secret key userData)"));
@@ -260,6 +288,16 @@ impl Validator<'_, '_> {
                     invalid(&mut self.errors, error);
                     return None;
                 }
+            }
+        };
+        // The guest's own address goes in before the user data is encoded: its commands run
+        // first (`crate::vm::guest_network`).
+        let bytes = match address.map(|address| (address, with_guest_address(&bytes, address))) {
+            None => bytes,
+            Some((_, Ok(with_address))) => with_address,
+            Some((address, Err(error))) => {
+                self.guest_address_refused(address, &error);
+                return None;
             }
         };
         let user_data = match cloud_init::encode_user_data(&bytes) {

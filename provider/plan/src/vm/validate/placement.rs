@@ -202,11 +202,13 @@ impl Validator<'_, '_> {
         (cluster, cluster_path, subnets)
     }
 
+    /// The NICs' subnets in order, each with whether Prism manages its addresses (`None`: not
+    /// known).
     pub(super) fn subnets(
         &mut self,
         ids: Vec<(Path, NutanixResourceIdentifier)>,
         cluster: Option<&EntityRef>,
-    ) -> Option<Vec<EntityRef>> {
+    ) -> Option<Vec<(EntityRef, Option<SubnetIpam>)>> {
         let mut subnets = Vec::new();
         let mut complete = true;
         for (path, id) in ids {
@@ -219,9 +221,9 @@ impl Validator<'_, '_> {
                         self.errors.invalid(&path, format!("subnet {} belongs to cluster {subnet_cluster}, not to the Machine's cluster {cluster}", found.uuid));
                         complete = false;
                     }
-                    subnets.push(EntityRef::Uuid(found.uuid.clone()));
+                    subnets.push((EntityRef::Uuid(found.uuid.clone()), found.ipam));
                 }
-                Resolution::AsWritten => subnets.push(as_written(&id)),
+                Resolution::AsWritten => subnets.push((as_written(&id), None)),
                 Resolution::Failed(message) => {
                     self.errors.unresolved(&path, message);
                     complete = false;

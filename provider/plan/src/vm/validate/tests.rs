@@ -161,6 +161,7 @@ impl Case {
             user_data: user_data.as_ref(),
             unread_user_data: UnreadUserData::Unresolved,
             admin_password: self.password.as_ref().map(PasswordValue::Secret),
+            claims: ClaimedAddresses::NotClaimed,
         };
         plan_vm(&machine, &ParsedSpec::of(&machine), &context)
     }
@@ -811,6 +812,7 @@ fn bad_specs() -> Vec<(&'static str, Edit, &'static str, ErrorClass)> {
                     Lookup::Found(ResolvedSubnet {
                         uuid: SUBNET.into(),
                         cluster_uuid: Some(OTHER_CLUSTER.into()),
+                        ipam: None,
                     }),
                 );
             },
@@ -1601,6 +1603,7 @@ fn a_placeholder_password_is_refused_for_real_vms() {
         user_data: Some(&user_data),
         unread_user_data: UnreadUserData::Unresolved,
         admin_password: Some(PasswordValue::Placeholder),
+        claims: ClaimedAddresses::NotClaimed,
     };
     let errors = plan_vm(&machine, &ParsedSpec::of(&machine), &context).unwrap_err();
     assert_eq!(
@@ -1636,6 +1639,7 @@ fn unread_user_data_is_unresolved_for_the_controller_and_not_checked_for_validat
         user_data: None,
         unread_user_data: UnreadUserData::NotChecked,
         admin_password: None,
+        claims: ClaimedAddresses::NotClaimed,
     };
     let plan = plan_vm(&machine, &ParsedSpec::of(&machine), &context).unwrap();
     assert_eq!(plan.guest, GuestPlan::None);
