@@ -54,7 +54,6 @@ use crate::plan::machine::{
 };
 use crate::plan::vm::identity::identity_of;
 use crate::plan::vm::scope::NameClause;
-use crate::plan::vm::spec::ParsedSpec;
 
 /// Label of this controller in metrics.
 const CONTROLLER: &str = "machine";
@@ -158,7 +157,7 @@ fn machines_using_secret(
             let machine = guarded.0.as_ref().ok()?;
             let same_namespace = machine.namespace() == secret.namespace;
             // Read here, not cached: a Secret change is rare, a reconcile is not.
-            let named = secrets_named_by(&ParsedSpec::of(machine));
+            let named = secrets_named_by(&shared.settings.spec_reader.read(machine));
             (same_namespace && named.contains(&secret.name)).then(|| {
                 shared.backoff.reset(&KIT.backoff_key(guarded.as_ref()));
                 ObjectRef::from_obj(guarded.as_ref())
@@ -240,7 +239,8 @@ impl Scope {
             new_request_id: uuid::Uuid::new_v4().to_string(),
             fail_timed_out_windows_joins: shared.settings.fail_timed_out_windows_joins,
         };
-        let snapshot = Snapshot::of(&machine, status, Timestamp::now(), settings);
+        let spec = shared.settings.spec_reader.read(&machine);
+        let snapshot = Snapshot::of(&machine, spec, status, Timestamp::now(), settings);
         Self {
             context,
             machine,

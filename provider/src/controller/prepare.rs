@@ -20,21 +20,16 @@ use crate::api::{CLUSTER_ID_LABEL, Machine};
 use crate::plan::machine::{CreateInputs, PasswordSecretOutcome, SecretKey, SecretRead};
 use crate::plan::vm::VmPlan;
 use crate::plan::vm::errors::ValidationErrors;
-use crate::plan::vm::resolve::{
-    FailureDomain, RequiredLookups, ResolutionMode, ResolvedReferences,
-};
+use crate::plan::vm::resolve::{FailureDomain, RequiredLookups, ResolvedReferences};
 pub use crate::plan::vm::secret::{ADMIN_PASSWORD_KEY, USER_DATA_KEY};
 use crate::plan::vm::secret::{
     AdminPassword, PASSWORD_RANDOM_BYTES, SecretValue, UserData, generated_password_secret,
 };
 use crate::plan::vm::spec::ParsedSpec;
-use crate::plan::vm::unattend::PasswordValue;
-use crate::plan::vm::validate::{
-    ClaimedAddresses, PlanContext, UnreadUserData, invalid_in_itself, plan_vm,
-};
+use crate::plan::vm::validate::{UnreadUserData, invalid_in_itself, plan_unclaimed};
 
 /// Looks up in Prism what `machine` (whose providerSpec is `spec`) refers to, through the
-/// connection's caches, and plans its VM with [`plan_vm`], as the controller's decision does:
+/// connection's caches, and plans its VM with [`plan_unclaimed`] (the controller's `plan_vm`):
 /// what `validate` and `doctor` run. A Machine that is wrong in itself gets only those errors,
 /// without any Prism call.
 pub async fn resolve_and_plan(
@@ -50,17 +45,13 @@ pub async fn resolve_and_plan(
         return Err(errors);
     }
     let resolved = lookups(connection, machine, spec, failure_domains).await;
-    plan_vm(
+    plan_unclaimed(
         machine,
         spec,
-        &PlanContext {
-            resolved: &resolved,
-            mode: ResolutionMode::Strict,
-            user_data,
-            unread_user_data,
-            admin_password: password.map(PasswordValue::Secret),
-            claims: ClaimedAddresses::NotClaimed,
-        },
+        &resolved,
+        user_data,
+        unread_user_data,
+        password,
     )
 }
 

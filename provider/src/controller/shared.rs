@@ -17,6 +17,7 @@ use super::events::publish;
 use crate::actuator::Actuator;
 use crate::api::Machine;
 use crate::metrics::Metrics;
+use crate::plan::vm::spec::{ReadSpec, SpecReader};
 
 /// Name under which events are reported.
 pub const CONTROLLER_NAME: &str = "nutanix-machine-controller";
@@ -49,6 +50,9 @@ pub struct ControllerSettings {
     pub windows_join_timeout: Duration,
     /// Mark such a Machine Failed, so that it is replaced.
     pub fail_timed_out_windows_joins: bool,
+    /// What reads a Machine's providerSpec (once a reconcile): [`ReadSpec`], or a test's
+    /// stand-in that counts the reads.
+    pub spec_reader: Arc<dyn SpecReader>,
 }
 
 impl Default for ControllerSettings {
@@ -66,6 +70,7 @@ impl Default for ControllerSettings {
             backoff_max: Duration::from_secs(300),
             windows_join_timeout: crate::plan::windows_join::DEFAULT_JOIN_TIMEOUT,
             fail_timed_out_windows_joins: false,
+            spec_reader: Arc::new(ReadSpec),
         }
     }
 }

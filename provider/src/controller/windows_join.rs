@@ -51,7 +51,6 @@ use crate::plan::machine::node_link::{
     machine_node_names, machine_of_node, node_ref, same_dns_name,
 };
 use crate::plan::vm::scope::NameClause;
-use crate::plan::vm::spec::ParsedSpec;
 pub use crate::plan::windows_join::STATUS_FIELD;
 use crate::plan::windows_join::csr::{CLIENT_SIGNER, SERVING_SIGNER};
 use crate::plan::windows_join::csr_pem::{CsrObjectError, csr_of, csr_state};
@@ -259,7 +258,8 @@ impl Context {
     /// they cannot be known now.
     async fn prism_ips(&self, machine: &Machine) -> Option<Vec<IpAddr>> {
         let uuid = machine.provider_status().ok()?.vm_uuid?;
-        let environment = match environment(&self.shared, machine, &ParsedSpec::of(machine)).await {
+        let spec = self.shared.settings.spec_reader.read(machine);
+        let environment = match environment(&self.shared, machine, &spec).await {
             Ok(environment) => environment,
             Err(error) => {
                 tracing::debug!(machine = %machine.name_any(), %error, "no Prism connection for the Node IP check");

@@ -16,6 +16,7 @@ use nutanix_machine_controller::api::GuardedMachine;
 use nutanix_machine_controller::controller::machine_cache::MachineCache;
 use nutanix_machine_controller::controller::{ControllerSettings, Shared, WatchedSecrets, machine};
 use nutanix_machine_controller::metrics::Metrics;
+use nutanix_machine_controller::plan::vm::spec::{ReadSpec, SpecReader};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
@@ -43,6 +44,16 @@ impl InProcessController {
 
     /// [`InProcessController::start`] with another `--poll-interval`.
     pub async fn start_polling(env: &Env, user: &str, poll: Duration) -> Self {
+        Self::start_with(env, user, poll, Arc::new(ReadSpec)).await
+    }
+
+    /// [`InProcessController::start_polling`] with `spec_reader` reading the providerSpecs.
+    pub async fn start_with(
+        env: &Env,
+        user: &str,
+        poll: Duration,
+        spec_reader: Arc<dyn SpecReader>,
+    ) -> Self {
         let mut config = env.sim.kube_config();
         config.auth_info.token = Some(format!("user:{user}").into());
         let client = kube::Client::try_from(config.clone()).unwrap();
@@ -91,6 +102,7 @@ impl InProcessController {
                 "10.128.0.0/14".parse().unwrap(),
                 "172.30.0.0/16".parse().unwrap(),
             ],
+            spec_reader,
             ..ControllerSettings::default()
         };
         let shared = Arc::new(Shared::new(

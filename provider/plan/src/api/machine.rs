@@ -7,7 +7,6 @@
 //! write with merge patches, never `replace`.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::{NodeAddress, ObjectReference, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
@@ -238,21 +237,11 @@ fn is_windows(labels: Option<&BTreeMap<String, String>>) -> bool {
         .is_some_and(|v| v == OS_ID_WINDOWS)
 }
 
-/// How many times a Machine's providerSpec was read in this process ([`Machine::provider_config`]):
-/// a reconcile reads it once, into its snapshot, and a test holds it to that.
-static PROVIDER_SPEC_READS: AtomicU64 = AtomicU64::new(0);
-
-/// How many times a Machine's providerSpec was read in this process so far.
-pub fn provider_spec_reads() -> u64 {
-    PROVIDER_SPEC_READS.load(Ordering::Relaxed)
-}
-
 impl Machine {
     /// `spec.providerSpec.value` as our type, with the choices of the Machine's annotations
     /// applied over it ([`AnnotatedChoices`]); `None` when it is absent. A reconcile reads it
     /// once, as [`crate::vm::spec::ParsedSpec`], and passes that on.
     pub fn provider_config(&self) -> Option<Result<NutanixMachineProviderConfig, ParseError>> {
-        PROVIDER_SPEC_READS.fetch_add(1, Ordering::Relaxed);
         provider_config_of(&self.spec, Some(&self.metadata))
     }
 

@@ -19,7 +19,7 @@ pub use conditions::{ProviderCondition, TypedCondition, merge_condition};
 pub use machine::{
     GuardedMachine, GuardedMachineSet, LifecycleHook, LifecycleHooks, Machine, MachineCondition,
     MachineSet, MachineSetSpec, MachineSetStatus, MachineSpec, MachineStatus, MachineTemplateSpec,
-    ProviderSpec, provider_spec_reads,
+    ProviderSpec,
 };
 pub use provider::{
     BootType, DeletionSent, DiskAdapterType, DiskDeviceType, DiskMode, FieldShape,

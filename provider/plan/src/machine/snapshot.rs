@@ -39,16 +39,17 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// A snapshot of `machine`, whose providerStatus reads as `status`, before anything is
-    /// observed: its providerSpec is read here, once for the whole reconcile.
+    /// A snapshot of `machine`, whose providerSpec reads as `spec` (read once for the whole
+    /// reconcile) and providerStatus as `status`, before anything is observed.
     pub fn of(
         machine: &Machine,
+        spec: ParsedSpec,
         status: NutanixMachineProviderStatus,
         now: Timestamp,
         settings: Settings,
     ) -> Self {
         Self {
-            machine: MachineFacts::of(machine, &status),
+            machine: MachineFacts::of(machine, spec, &status),
             status,
             recorded: None,
             seen: Seen::default(),
@@ -100,9 +101,12 @@ pub struct MachineFacts {
 }
 
 impl MachineFacts {
-    pub fn of(machine: &Machine, provider_status: &NutanixMachineProviderStatus) -> Self {
+    pub fn of(
+        machine: &Machine,
+        spec: ParsedSpec,
+        provider_status: &NutanixMachineProviderStatus,
+    ) -> Self {
         let status = machine.status.as_ref();
-        let spec = ParsedSpec::of(machine);
         Self {
             state: MachineState::of(machine),
             name: machine.name_any(),

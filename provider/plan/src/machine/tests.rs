@@ -161,6 +161,8 @@ struct World {
     auto_bind: bool,
     /// Sysprep with a generated password: whether its Secret exists (`None`: no such password).
     password_secret: Option<bool>,
+    /// The uids of that Secret's owners, when it exists.
+    password_secret_owners: Vec<String>,
     /// How the API server answers the next creation of that Secret (`None`: it is created).
     password_secret_answer: Option<PasswordSecretOutcome>,
     /// Nodes by name, as the API server (and the watch cache) hold them.
@@ -213,6 +215,7 @@ impl World {
             user_data: Vec::new(),
             auto_bind: false,
             password_secret: None,
+            password_secret_owners: vec![UID.to_owned()],
             password_secret_answer: None,
             nodes: BTreeMap::new(),
             nodes_uncached: BTreeSet::new(),
@@ -221,6 +224,20 @@ impl World {
             detach_effects: BTreeMap::new(),
             detach_fails: None,
         }
+    }
+
+    /// What the world's Prism resolves the Machine's references to, its subnet managed or not.
+    fn resolved(&self) -> ResolvedReferences {
+        let mut resolved = resolved();
+        for lookup in resolved.subnets.values_mut() {
+            if let Lookup::Found(subnet) = lookup {
+                subnet.ipam = Some(match self.subnet_cidr {
+                    Some(cidr) => SubnetIpam::Managed { cidr },
+                    None => SubnetIpam::Unmanaged,
+                });
+            }
+        }
+        resolved
     }
 
     /// Makes the Machine a Windows one, with WMCO's user data.
@@ -491,24 +508,15 @@ impl World {
                 user_data,
                 admin_password,
             } => {
-                let mut resolved = resolved();
-                for lookup in resolved.subnets.values_mut() {
-                    if let Lookup::Found(subnet) = lookup {
-                        subnet.ipam = Some(match self.subnet_cidr {
-                            Some(cidr) => SubnetIpam::Managed { cidr },
-                            None => SubnetIpam::Unmanaged,
-                        });
-                    }
-                }
                 seen.create_inputs = Some(CreateInputs {
-                    resolved,
+                    resolved: self.resolved(),
                     user_data: user_data.map(|_| SecretRead::Found {
                         owners: Vec::new(),
                         value: Some(SecretValue::new(self.user_data_secret.clone())),
                     }),
                     admin_password: admin_password.map(|_| match self.password_secret {
                         Some(true) => SecretRead::Found {
-                            owners: vec![UID.to_owned()],
+                            owners: self.password_secret_owners.clone(),
                             value: Some(SecretValue::new(GENERATED_PASSWORD)),
                         },
                         _ => SecretRead::Missing,
@@ -803,7 +811,8 @@ impl World {
         };
         let stored = self.stored();
         let status = stored.provider_status().unwrap_or_default();
-        let mut snapshot = Snapshot::of(&stored, status, self.now, settings);
+        let mut snapshot =
+            Snapshot::of(&stored, ParsedSpec::of(&stored), status, self.now, settings);
         let mut pending = StatusUpdate::default();
         let mut metadata = None;
         let mut outcome = Outcome::default();
@@ -976,6 +985,7 @@ fn merge(target: &mut Value, patch: &Value) {
 }
 
 mod go_takeover;
+mod validate_agrees;
 
 fn strings(steps: &[&str]) -> Vec<String> {
     steps.iter().map(|s| (*s).to_owned()).collect()
@@ -1789,6 +1799,32 @@ fn a_password_secret_not_yet_cached_is_waited_for() {
     assert!(message.contains("reach the cache"), "{message}");
     assert!(world.vms.is_empty());
     assert_eq!(world.password_secret, Some(false));
+}
+
+/// A Secret of the generated password's name that another object owns is not this Machine's
+/// password: the create waits, naming it, and no second Secret or VM is made.
+#[test]
+fn a_password_secret_another_object_owns_is_not_used() {
+    let mut world = World::new("image").sysprep();
+    world.password_secret = Some(true);
+    world.password_secret_owners = vec!["99999999-2222-4333-8444-555555555555".to_owned()];
+    let retried = (0..4).find_map(|_| match world.reconcile().next {
+        Some(Next::Retry(Failure::CreateRetry(message))) => Some(message),
+        _ => None,
+    });
+    let message = retried.expect("a retry");
+    assert!(
+        message.contains("worker-0-admin-password")
+            && message.contains("not owned by this Machine"),
+        "{message}"
+    );
+    assert!(world.vms.is_empty());
+    assert!(
+        !world
+            .log
+            .iter()
+            .any(|step| step == "create password Secret")
+    );
 }
 
 #[test]

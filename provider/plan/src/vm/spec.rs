@@ -10,6 +10,22 @@ use crate::api::{
 
 use super::guest::customization_of;
 
+/// Reads a Machine's providerSpec: [`ParsedSpec::of`] itself ([`ReadSpec`]), or a test's
+/// stand-in that counts the reads (a reconcile makes one).
+pub trait SpecReader: std::fmt::Debug + Send + Sync {
+    fn read(&self, machine: &Machine) -> ParsedSpec;
+}
+
+/// [`ParsedSpec::of`].
+#[derive(Debug)]
+pub struct ReadSpec;
+
+impl SpecReader for ReadSpec {
+    fn read(&self, machine: &Machine) -> ParsedSpec {
+        ParsedSpec::of(machine)
+    }
+}
+
 /// The providerSpec of one Machine, read once.
 #[derive(Clone, Debug)]
 pub struct ParsedSpec {

@@ -128,6 +128,31 @@ pub fn owned_category_key(infra_id: &str) -> String {
 /// Value of [`owned_category_key`].
 pub const OWNED_CATEGORY_VALUE: &str = "owned";
 
+/// The plan `validate` and `doctor` make from the lookups `resolved`, before any address is
+/// claimed: [`plan_vm`], as the controller makes it, with what such a command has (the user data
+/// when given, `password` for Sysprep).
+pub fn plan_unclaimed(
+    machine: &Machine,
+    spec: &ParsedSpec,
+    resolved: &ResolvedReferences,
+    user_data: Option<&UserData>,
+    unread_user_data: UnreadUserData,
+    password: Option<&super::secret::AdminPassword>,
+) -> Result<VmPlan, ValidationErrors> {
+    plan_vm(
+        machine,
+        spec,
+        &PlanContext {
+            resolved,
+            mode: ResolutionMode::Strict,
+            user_data,
+            unread_user_data,
+            admin_password: password.map(PasswordValue::Secret),
+            claims: ClaimedAddresses::NotClaimed,
+        },
+    )
+}
+
 /// Validates `machine`, whose providerSpec `spec` is, and decides its VM.
 pub fn plan_vm(
     machine: &Machine,

@@ -3,6 +3,7 @@ use prism_types::v3::{GpuMode, GpuVendor, HostGpu};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::vm::addressing::BoundAddress;
 use crate::vm::errors::{ErrorClass, FieldError};
 use crate::vm::resolve::ResolvedSubnet;
 use crate::vm::secret::AdminPassword;
@@ -2020,4 +2021,137 @@ fn a_vtpm_or_system_disk_container_ahv_would_refuse_is_invalid_at_its_annotation
             errors[0].message
         );
     }
+}
+
+/// A Windows Machine taking `ip` from a pool on its subnet, which Prism manages or not, with
+/// its DNS servers; planned with the address bound.
+fn with_bound_address(mut case: Case, managed: bool, ip: &str) -> Result<VmPlan, ValidationErrors> {
+    case.annotate(
+        crate::api::IP_POOL_ANNOTATION,
+        "ipam.cluster.x-k8s.io/InClusterIPPool/workers",
+    );
+    case.annotate(crate::api::NAMESERVERS_ANNOTATION, "10.50.0.2");
+    if let Some(Lookup::Found(subnet)) = case.resolved.subnets.get_mut(SUBNET) {
+        subnet.ipam = Some(if managed {
+            SubnetIpam::Managed {
+                cidr: "10.50.0.0/24".parse().unwrap(),
+            }
+        } else {
+            SubnetIpam::Unmanaged
+        });
+    }
+    let machine: Machine = serde_json::from_value(case.machine.clone()).unwrap();
+    let user_data = case.user_data.clone().map(UserData::new);
+    let bound = [Some(BoundAddress {
+        ip: ip.parse().unwrap(),
+        prefix: 24,
+        gateway: Some("10.50.0.1".parse().unwrap()),
+    })];
+    plan_vm(
+        &machine,
+        &ParsedSpec::of(&machine),
+        &PlanContext {
+            resolved: &case.resolved,
+            mode: ResolutionMode::Strict,
+            user_data: user_data.as_ref(),
+            unread_user_data: UnreadUserData::Unresolved,
+            admin_password: None,
+            claims: ClaimedAddresses::Bound(&bound),
+        },
+    )
+}
+
+fn decoded_user_data(plan: &VmPlan) -> String {
+    use base64::Engine as _;
+    let GuestPlan::CloudInit { user_data, .. } = &plan.guest else {
+        panic!("cloud-init: {:?}", plan.guest);
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(user_data.expose())
+        .unwrap();
+    String::from_utf8(bytes).unwrap()
+}
+
+/// The address a guest sets itself is written into its user data as the plan encodes it, ahead
+/// of WMCO's block; Prism is given no address, and the meta data stays.
+#[test]
+fn a_guest_set_address_goes_into_the_user_data_before_it_is_encoded() {
+    let plan = with_bound_address(Case::windows(), false, "10.50.0.21").unwrap();
+    assert_eq!(plan.assigned_ips, [None]);
+    let user_data = decoded_user_data(&plan);
+    assert!(
+        user_data.starts_with(
+            "<powershell>\n# Static address of IPAddressClaim winworker-abcde-claim-0-0"
+        ) && user_data.contains("-IPAddress 10.50.0.21 -PrefixLength 24 -DefaultGateway 10.50.0.1")
+            && user_data.ends_with(std::str::from_utf8(WINDOWS_USER_DATA).unwrap()),
+        "{user_data}"
+    );
+    assert!(matches!(
+        plan.guest,
+        GuestPlan::CloudInit {
+            meta_data: Some(_),
+            ..
+        }
+    ));
+
+    // On a subnet Prism manages, Prism assigns it; the user data is WMCO's alone.
+    let plan = with_bound_address(Case::windows(), true, "10.50.0.21").unwrap();
+    assert_eq!(plan.assigned_ips, [Some("10.50.0.21".parse().unwrap())]);
+    assert_eq!(
+        decoded_user_data(&plan),
+        std::str::from_utf8(WINDOWS_USER_DATA).unwrap()
+    );
+}
+
+/// The rules of a bound address and of a guest that sets it join the plan's errors, at the
+/// annotation: an address outside its subnet, and user data grown past Prism's limit.
+#[test]
+fn a_bound_address_the_vm_cannot_take_is_a_plan_error_at_the_annotation() {
+    let errors = with_bound_address(Case::windows(), true, "10.60.0.21").unwrap_err();
+    assert_eq!(errors.class(), ErrorClass::Invalid);
+    let lines: Vec<String> = errors.lines().collect();
+    assert!(
+        lines.len() == 1
+            && lines[0].starts_with("metadata.annotations[nutanix.machine.openshift.io/ip-pool]")
+            && lines[0].contains("is not in subnet"),
+        "{lines:?}"
+    );
+
+    let mut case = Case::windows();
+    case.user_data = Some(
+        format!(
+            "<powershell>\n{}</powershell>\n",
+            "#".repeat(crate::vm::cloud_init::USER_DATA_BASE64_LIMIT / 4 * 3 - 20)
+        )
+        .into_bytes(),
+    );
+    let errors = with_bound_address(case, false, "10.50.0.21").unwrap_err();
+    assert_eq!(errors.class(), ErrorClass::Invalid, "{errors}");
+}
+
+/// Before any address is claimed, a pool the Machine cannot use is refused from the pools and
+/// the subnets alone: a Linux guest cannot set its own address where Prism assigns none.
+#[test]
+fn a_pool_on_an_unmanaged_subnet_a_linux_guest_cannot_use_is_refused_unclaimed() {
+    let mut case = Case::linux();
+    case.annotate(
+        crate::api::IP_POOL_ANNOTATION,
+        "ipam.cluster.x-k8s.io/InClusterIPPool/workers",
+    );
+    if let Some(Lookup::Found(subnet)) = case.resolved.subnets.get_mut(SUBNET) {
+        subnet.ipam = Some(SubnetIpam::Unmanaged);
+    }
+    let errors = case.plan().unwrap_err();
+    assert_eq!(errors.class(), ErrorClass::Invalid);
+    assert!(
+        errors.to_string().contains("only a Windows guest"),
+        "{errors}"
+    );
+    // The same Machine on a subnet Prism manages plans, with no address yet.
+    if let Some(Lookup::Found(subnet)) = case.resolved.subnets.get_mut(SUBNET) {
+        subnet.ipam = Some(SubnetIpam::Managed {
+            cidr: "10.0.0.0/24".parse().unwrap(),
+        });
+    }
+    assert_eq!(case.plan().unwrap().assigned_ips, Vec::new());
 }
