@@ -48,9 +48,9 @@ use crate::plan::machine::status::{
     StatusUpdate, event_note, failure_event_reason, metadata_patch, status_patch,
 };
 use crate::plan::machine::{
-    self as protocol, AddressContext, Change, Decision, DeleteOutcome, Effect, EnvironmentSeen,
-    Event, Failure, FailureKind, FollowUpOutcome, Listing, ListingSlot, ListingSource,
-    MetadataChange, Next, PasswordSecretOutcome, Read, SendOutcome, Settings, Snapshot, decide,
+    AddressContext, Change, DeleteOutcome, Effect, EnvironmentSeen, Failure, FailureKind, Finish,
+    FollowUpOutcome, Listing, ListingSlot, ListingSource, MetadataChange, Next,
+    PasswordSecretOutcome, PlanVm, Read, Rounds, SendOutcome, Settings, Snapshot, Step, Write,
 };
 use crate::plan::vm::identity::identity_of;
 use crate::plan::vm::scope::NameClause;
@@ -212,15 +212,9 @@ struct Scope {
     /// The Machine as last read or written.
     machine: Machine,
     key: String,
-    snapshot: Snapshot,
+    /// The script of this reconcile, with what it has seen so far.
+    rounds: Rounds,
     environment: Option<Environment>,
-    /// The error behind an outcome that fails the reconcile ([`Failure::Environment`],
-    /// [`Failure::ActionFailed`]).
-    failure: Option<Error>,
-    status: StatusUpdate,
-    metadata: Option<MetadataChange>,
-    events: Vec<Event>,
-    effects: Vec<Effect>,
     /// Whether this reconcile wrote the Machine.
     wrote: bool,
 }
@@ -245,13 +239,8 @@ impl Scope {
             context,
             machine,
             key,
-            snapshot,
+            rounds: Rounds::new(snapshot),
             environment: None,
-            failure: None,
-            status: StatusUpdate::default(),
-            metadata: None,
-            events: Vec::new(),
-            effects: Vec::new(),
             wrote: false,
         }
     }
@@ -287,12 +276,13 @@ impl Scope {
             tracing::debug!(machine = %self.key, "the cache has not seen this controller's last write yet");
             return Ok(Action::requeue(STALE_RETRY));
         }
-        let next = match self.rounds().await {
-            Ok(next) => next,
+        let (finish, failed_call) = match self.run_rounds().await {
+            Ok(ending) => ending,
             Err(error @ Error::MachineGone { .. }) => return Err(error),
             Err(error) => {
                 // What was decided before the failed call still holds.
-                match self.flush().await {
+                let finish = self.rounds.interrupted();
+                match self.flush(finish).await {
                     Err(gone @ Error::MachineGone { .. }) => return Err(gone),
                     Err(flush) => {
                         tracing::warn!(machine = %self.key, error = %flush, "cannot write what was decided before the failure");
@@ -302,86 +292,65 @@ impl Scope {
                 return Err(error);
             }
         };
-        self.flush().await?;
+        if finish.exhausted {
+            tracing::warn!(machine = %self.key, "no decision after {MAX_ROUNDS} rounds; looking again later");
+        }
+        let next = finish.next.clone();
+        self.flush(finish).await?;
         match next {
             Next::AwaitChange => Ok(Action::await_change()),
             Next::Requeue(after) => Ok(Action::requeue(after)),
-            Next::Retry(failure) => Err(self.error_of(failure)),
+            Next::Retry(failure) => Err(self.error_of(failure, failed_call)),
         }
     }
 
-    /// Asks [`decide`], performs its action and asks again, until it ends the reconcile.
-    async fn rounds(&mut self) -> Result<Next, Error> {
-        for _ in 0..MAX_ROUNDS {
-            let Decision {
-                status,
-                metadata,
-                action,
-                events,
-                effects,
-                next,
-            } = decide(&self.snapshot);
-            let what = action.as_ref().map(protocol::Action::name);
-            tracing::debug!(machine = %self.key, action = what, ?next, "decision");
-            self.absorb(status, metadata);
-            self.events.extend(events);
-            self.effects.extend(effects);
-            match action {
-                None => return Ok(next),
-                Some(protocol::Action::Read(read)) => {
-                    if let Err(error) = self.read(read).await {
-                        self.connection_failed(error)?;
-                    }
+    /// Runs the script ([`Rounds`]): performs each step it asks for until it ends the
+    /// reconcile; with how it ends, the error of the last call when that failed (what a
+    /// reconcile the plan fails for it ends with).
+    async fn run_rounds(&mut self) -> Result<(Finish, Option<Error>), Error> {
+        let mut failed_call = None;
+        loop {
+            let step = self.rounds.next(&PlanVm);
+            tracing::debug!(machine = %self.key, step = step.name(), "step");
+            failed_call = match step {
+                Step::Finish(finish) => return Ok((finish, failed_call)),
+                Step::Read(read) => match self.read(read).await {
+                    Ok(failed) => failed,
+                    Err(error) => Some(self.connection_failed(error)?),
+                },
+                Step::Record(update) => {
+                    self.write_status(*update).await?;
+                    continue;
                 }
-                Some(protocol::Action::Send(change)) => {
-                    // Record before send: what makes a retry safe is on the Machine first.
-                    if change.records_first() {
-                        self.write_status().await?;
-                    }
-                    self.send(change).await?;
-                }
-            }
-        }
-        tracing::warn!(machine = %self.key, "no decision after {MAX_ROUNDS} rounds; looking again later");
-        Ok(Next::Requeue(self.shared().settings.poll_interval))
-    }
-
-    /// Keeps a decision's changes until they are written; the snapshot sees the providerStatus
-    /// as changed.
-    fn absorb(&mut self, status: StatusUpdate, metadata: Option<MetadataChange>) {
-        if let Some(provider_status) = &status.provider_status {
-            self.snapshot.recorded = Some(provider_status.clone());
-        }
-        self.status.absorb(status);
-        if metadata.is_some() {
-            self.metadata = metadata;
+                Step::Send(change) => self.send(change).await?,
+            };
         }
     }
 
     /// A read failed: where Prism refused or could not be reached on the Machine's connection
     /// (credentials, certificate, network), the plan is told so (it explains it on a Machine
-    /// still to be created) and the reconcile ends with this error; any other error ends it
-    /// now. A deletion is left to fail as it did: it never finishes on a Prism it cannot read.
-    fn connection_failed(&mut self, error: Error) -> Result<(), Error> {
-        let problem = match &self.environment {
-            Some(environment) if !self.snapshot.machine.state.deleting => connection_problem(
+    /// still to be created, and fails the reconcile with this error, which is returned); any
+    /// other error ends the reconcile now.
+    fn connection_failed(&mut self, error: Error) -> Result<Error, Error> {
+        let problem = self.environment.as_ref().and_then(|environment| {
+            connection_problem(
                 &error,
                 &self.machine,
-                &self.snapshot.machine.spec,
+                &self.rounds.snapshot.machine.spec,
                 environment.connection.endpoint(),
-            ),
-            _ => None,
-        };
+            )
+        });
         let Some(problem) = problem else {
             return Err(error);
         };
         tracing::warn!(machine = %self.key, %error, "Prism Central refused or unreachable");
-        self.failure = Some(error);
-        self.snapshot.seen.environment = Some(EnvironmentSeen::Unavailable(problem));
-        Ok(())
+        self.rounds.snapshot.seen.observe.environment = Some(EnvironmentSeen::Unavailable(problem));
+        Ok(error)
     }
 
-    fn error_of(&mut self, failure: Failure) -> Error {
+    /// The error a reconcile that `failure` ends fails with; `failed_call`: the error of the
+    /// last call, when it failed.
+    fn error_of(&self, failure: Failure, failed_call: Option<Error>) -> Error {
         match failure {
             Failure::CreateRetry(message) => Error::CreateRetry(message),
             Failure::InvalidMachine(message) => Error::InvalidMachine(message),
@@ -389,14 +358,12 @@ impl Scope {
             Failure::DeployUnconfirmed(message) => Error::DeployUnconfirmed(message),
             Failure::AmbiguousVm(message) => Error::AmbiguousVm(message),
             Failure::VolumeGroupDetachFailed(message) => Error::VolumeGroupDetachFailed(message),
-            Failure::Environment | Failure::ActionFailed => {
-                self.failure.take().unwrap_or_else(|| {
-                    Error::Configuration(format!(
-                        "Machine {}: the failed call left no error",
-                        self.key
-                    ))
-                })
-            }
+            Failure::Environment | Failure::ActionFailed => failed_call.unwrap_or_else(|| {
+                Error::Configuration(format!(
+                    "Machine {}: the plan failed the reconcile for a call that succeeded (a bug in the protocol)",
+                    self.key
+                ))
+            }),
         }
     }
 
@@ -412,35 +379,27 @@ impl Scope {
             })
     }
 
-    /// Writes what is left, in the order the change asks ([`MetadataChange::written_after_status`]),
-    /// then publishes the events and applies the effects.
-    async fn flush(&mut self) -> Result<(), Error> {
-        if self
-            .metadata
-            .as_ref()
-            .is_some_and(MetadataChange::written_after_status)
-        {
-            self.write_status().await?;
-            self.write_metadata().await?;
-        } else {
-            self.write_metadata().await?;
-            self.write_status().await?;
+    /// Writes what the reconcile decided, in the script's order, then publishes the events
+    /// and applies the effects.
+    async fn flush(&mut self, finish: Finish) -> Result<(), Error> {
+        for write in &finish.writes {
+            match write {
+                Write::Status(update) => self.write_status(update.as_ref().clone()).await?,
+                Write::Metadata(change) => self.write_metadata(change.clone()).await?,
+            }
         }
         let machine = self.machine.clone();
-        for event in std::mem::take(&mut self.events) {
-            if event.only_if_written && !self.wrote {
-                continue;
-            }
+        for event in finish.events(self.wrote) {
             if event.warning {
                 tracing::warn!(machine = %self.key, reason = event.reason, note = %event.note, "event");
             } else {
                 tracing::info!(machine = %self.key, reason = event.reason, note = %event.note, "event");
             }
             self.shared()
-                .event(&machine, event.warning, event.reason, event.note)
+                .event(&machine, event.warning, event.reason, event.note.clone())
                 .await;
         }
-        for effect in std::mem::take(&mut self.effects) {
+        for effect in finish.effects {
             self.apply(effect);
         }
         Ok(())
@@ -506,9 +465,8 @@ impl Scope {
         )
     }
 
-    /// Writes the pending status change, if it changes anything.
-    async fn write_status(&mut self) -> Result<(), Error> {
-        let update = std::mem::take(&mut self.status);
+    /// Writes the status change `update`, if it changes anything.
+    async fn write_status(&mut self, update: StatusUpdate) -> Result<(), Error> {
         let Some(patch) = status_patch(&self.machine, &update, &now()) else {
             return Ok(());
         };
@@ -516,12 +474,9 @@ impl Scope {
             .await
     }
 
-    /// Writes the pending metadata change, if it changes anything. A finalizer change carries
-    /// the resourceVersion (the finalizer list is replaced whole).
-    async fn write_metadata(&mut self) -> Result<(), Error> {
-        let Some(change) = self.metadata.take() else {
-            return Ok(());
-        };
+    /// Writes the metadata change `change`, if it changes anything. A finalizer change
+    /// carries the resourceVersion (the finalizer list is replaced whole).
+    async fn write_metadata(&mut self, change: MetadataChange) -> Result<(), Error> {
         let (patch, what) = match change {
             MetadataChange::AddFinalizer | MetadataChange::RemoveFinalizer => {
                 let mut finalizers: Vec<String> = self

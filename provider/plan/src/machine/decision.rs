@@ -58,27 +58,45 @@ impl Action {
     /// What the action is, for logs: no request body (user data and passwords stay out).
     pub fn name(&self) -> &'static str {
         match self {
-            Self::Read(Read::Environment) => "read the environment",
-            Self::Read(Read::Listing { .. }) => "read a listing",
-            Self::Read(Read::Task(_)) => "read the task",
-            Self::Read(Read::Vm { .. }) => "read the VM",
-            Self::Read(Read::Confirm { .. }) => "read the VM to confirm",
-            Self::Read(Read::Node { .. }) => "read the Node",
-            Self::Read(Read::AddressContext { .. }) => "read the address context",
-            Self::Read(Read::CreateInputs { .. }) => "read what the VM is planned from",
-            Self::Read(Read::Claims { .. }) => "read the IP address claims",
-            Self::Send(Change::CreateClaims { .. }) => "create IP address claims",
-            Self::Send(Change::AdoptClaims { .. }) => "adopt IP address claims",
-            Self::Send(Change::ReleaseClaims) => "release the IP address claims",
-            Self::Send(Change::ReserveUuid) => "reserve a UUID",
-            Self::Send(Change::CreatePasswordSecret) => "create the Administrator password Secret",
-            Self::Send(Change::Create { .. }) => "send the create",
-            Self::Send(Change::FollowUp { .. }) => "send the follow-up",
-            Self::Send(Change::DeleteVm { .. }) => "delete the VM",
-            Self::Send(Change::DetachVolumeGroups { .. }) => "detach the VM's volume groups",
-            Self::Send(Change::Drain { .. }) => "drain",
-            Self::Send(Change::DeleteNode { .. }) => "delete the Node",
-            Self::Send(Change::NodeProviderId { .. }) => "set the Node's providerID",
+            Self::Read(read) => read.name(),
+            Self::Send(change) => change.name(),
+        }
+    }
+}
+
+impl Read {
+    /// What the read is, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Environment => "read the environment",
+            Self::Listing { .. } => "read a listing",
+            Self::Task(_) => "read the task",
+            Self::Vm { .. } => "read the VM",
+            Self::Confirm { .. } => "read the VM to confirm",
+            Self::Node { .. } => "read the Node",
+            Self::AddressContext { .. } => "read the address context",
+            Self::CreateInputs { .. } => "read what the VM is planned from",
+            Self::Claims { .. } => "read the IP address claims",
+        }
+    }
+}
+
+impl Change {
+    /// What the change is, for logs: no request body (user data and passwords stay out).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::CreateClaims { .. } => "create IP address claims",
+            Self::AdoptClaims { .. } => "adopt IP address claims",
+            Self::ReleaseClaims => "release the IP address claims",
+            Self::ReserveUuid => "reserve a UUID",
+            Self::CreatePasswordSecret => "create the Administrator password Secret",
+            Self::Create { .. } => "send the create",
+            Self::FollowUp { .. } => "send the follow-up",
+            Self::DeleteVm { .. } => "delete the VM",
+            Self::DetachVolumeGroups { .. } => "detach the VM's volume groups",
+            Self::Drain { .. } => "drain",
+            Self::DeleteNode { .. } => "delete the Node",
+            Self::NodeProviderId { .. } => "set the Node's providerID",
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod status;
 
 mod decide;
 mod decision;
+mod rounds;
 mod snapshot;
 
 pub use decide::{
@@ -32,10 +33,12 @@ pub use decision::{
     Action, Change, Decision, DetachRequest, Effect, Event, Failure, FailureKind, ListingSlot,
     ListingSource, MAX_ROUNDS, MetadataChange, Next, Read, SecretKey,
 };
+pub use rounds::{Finish, Rounds, Step, Write};
 pub use snapshot::{
-    AddressContext, CreateInputs, DeleteOutcome, DrainProgress, EnvironmentProblem,
-    EnvironmentSeen, FollowUpOutcome, Listing, MachineFacts, PAUSED_CONDITION,
-    PasswordSecretOutcome, SecretRead, Seen, SendOutcome, Settings, Snapshot, VolumeGroupDetach,
+    AddressContext, CreateInputs, CreateSeen, DeleteOutcome, DeleteSeen, DrainProgress,
+    EnvironmentProblem, EnvironmentSeen, FollowUpOutcome, Listing, ListingRead, MachineFacts,
+    NodeRead, ObserveSeen, PAUSED_CONDITION, PasswordSecretOutcome, SecretRead, Seen, SendOutcome,
+    Settings, Snapshot, UpdateSeen, VmRead, VolumeGroupDetach,
 };
 
 #[cfg(test)]

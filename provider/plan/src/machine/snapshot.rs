@@ -153,49 +153,141 @@ pub struct Settings {
     pub fail_timed_out_windows_joins: bool,
 }
 
-/// What this reconcile has observed and sent so far; each slot is filled by the executor
-/// performing the action [`super::decide`] asked for.
+/// What this reconcile has observed and sent so far, by the phase of [`super::decide`] that
+/// asks for it; each slot is filled by the executor performing the action asked for.
 #[derive(Clone, Debug, Default)]
 pub struct Seen {
+    pub observe: ObserveSeen,
+    pub create: CreateSeen,
+    pub update: UpdateSeen,
+    pub delete: DeleteSeen,
+}
+
+/// Finding the Machine's VM and its Node (`decide/observe.rs`, `decide/economy.rs`).
+#[derive(Clone, Debug, Default)]
+pub struct ObserveSeen {
     pub environment: Option<EnvironmentSeen>,
-    /// The shared listing looked at before reading the pending task (`Some(None)`: too few
-    /// Machines wait for a listing to pay).
-    pub task_listing: Option<Option<Listing>>,
+    /// The shared listing looked at before reading the pending task.
+    pub task_listing: Option<ListingRead>,
     pub task: Option<TaskProgress>,
     /// A fresh listing, looked through for a deployed VM by name.
-    pub deploy_listing: Option<Option<Listing>>,
+    pub deploy_listing: Option<ListingRead>,
     /// The listing the recorded VM is looked for in.
-    pub vm_listing: Option<Option<Listing>>,
-    /// `GET /vms/{uuid}` of the recorded VM (`Some(None)`: 404).
-    pub vm: Option<Option<Vm>>,
+    pub vm_listing: Option<ListingRead>,
+    /// `GET /vms/{uuid}` of the recorded VM.
+    pub vm: Option<VmRead>,
     /// The listing a VM carrying the Machine's identity marker is looked for in.
-    pub marker_listing: Option<Option<Listing>>,
+    pub marker_listing: Option<ListingRead>,
     /// `GET /vms/{uuid}` confirming what a send or a failed task left.
-    pub confirm: Option<Option<Vm>>,
-    /// What a create's plan is made from, as the executor read it.
-    pub create_inputs: Option<CreateInputs>,
-    pub password_secret: Option<PasswordSecretOutcome>,
-    /// A UUID reserved for the create.
-    pub reserved: Option<String>,
-    pub sent: Option<SendOutcome>,
-    pub follow_up: Option<FollowUpOutcome>,
-    pub deleted: Option<DeleteOutcome>,
-    /// How each detach of the VM's volume groups went, in the order asked.
-    pub detached: Option<Vec<VolumeGroupDetach>>,
-    /// The Node asked for (`Some(None)`: there is none of that name).
-    pub node: Option<Option<Node>>,
+    pub confirm: Option<VmRead>,
+    /// The Node asked for.
+    pub node: Option<NodeRead>,
     /// `node` was read from the API server, not the watch cache.
     pub node_fresh: bool,
-    pub drain: Option<DrainProgress>,
-    pub address_context: Option<AddressContext>,
-    pub node_deleted: bool,
-    pub node_provider_id_set: bool,
+}
+
+/// A create (`decide/create.rs`, `decide/claims.rs`).
+#[derive(Clone, Debug, Default)]
+pub struct CreateSeen {
+    /// What the plan is made from, as the executor read it.
+    pub inputs: Option<CreateInputs>,
+    pub password_secret: Option<PasswordSecretOutcome>,
     /// The Machine's IP address claims by NIC index, each with its bound address.
     pub claims: Option<BTreeMap<usize, ClaimReading>>,
     /// The missing claims were created (or found made by an earlier attempt).
     pub claims_created: bool,
+    /// A UUID reserved for the create.
+    pub reserved: Option<String>,
+    pub sent: Option<SendOutcome>,
+}
+
+/// The Machine brought up to date from its VM (`decide/update.rs`).
+#[derive(Clone, Debug, Default)]
+pub struct UpdateSeen {
+    pub follow_up: Option<FollowUpOutcome>,
+    pub address_context: Option<AddressContext>,
+    pub node_provider_id_set: bool,
+}
+
+/// A deletion (`decide/delete.rs`, `decide/drain.rs`).
+#[derive(Clone, Debug, Default)]
+pub struct DeleteSeen {
+    pub drain: Option<DrainProgress>,
+    /// How each detach of the VM's volume groups went, in the order asked.
+    pub detached: Option<Vec<VolumeGroupDetach>>,
+    pub deleted: Option<DeleteOutcome>,
+    pub node_deleted: bool,
     /// The Machine's claims were released.
     pub claims_released: bool,
+}
+
+/// A `GET /vms/{uuid}` as Prism answered it.
+#[derive(Clone, Debug)]
+pub enum VmRead {
+    Found(Box<Vm>),
+    /// 404: no VM has the UUID.
+    Gone,
+}
+
+impl VmRead {
+    pub fn found(&self) -> Option<&Vm> {
+        match self {
+            Self::Found(vm) => Some(vm),
+            Self::Gone => None,
+        }
+    }
+}
+
+impl From<Option<Vm>> for VmRead {
+    fn from(vm: Option<Vm>) -> Self {
+        vm.map_or(Self::Gone, |vm| Self::Found(Box::new(vm)))
+    }
+}
+
+/// A VM listing looked at, or none made.
+#[derive(Clone, Debug)]
+pub enum ListingRead {
+    Listed(Box<Listing>),
+    /// Too few Machines wait for the shared listing to pay: none was made.
+    NotMade,
+}
+
+impl ListingRead {
+    pub fn listed(&self) -> Option<&Listing> {
+        match self {
+            Self::Listed(listing) => Some(listing),
+            Self::NotMade => None,
+        }
+    }
+}
+
+impl From<Option<Listing>> for ListingRead {
+    fn from(listing: Option<Listing>) -> Self {
+        listing.map_or(Self::NotMade, |listing| Self::Listed(Box::new(listing)))
+    }
+}
+
+/// A Node asked for by name.
+#[derive(Clone, Debug)]
+pub enum NodeRead {
+    Found(Box<Node>),
+    /// There is no Node of that name.
+    Absent,
+}
+
+impl NodeRead {
+    pub fn found(&self) -> Option<&Node> {
+        match self {
+            Self::Found(node) => Some(node),
+            Self::Absent => None,
+        }
+    }
+}
+
+impl From<Option<Node>> for NodeRead {
+    fn from(node: Option<Node>) -> Self {
+        node.map_or(Self::Absent, |node| Self::Found(Box::new(node)))
+    }
 }
 
 /// Whether the Prism connection (credentials, endpoint) could be made.

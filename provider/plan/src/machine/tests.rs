@@ -480,35 +480,38 @@ impl World {
         });
         self.log.retain(|step| !step.is_empty());
         match read {
-            Read::Environment => seen.environment = Some(self.environment.clone()),
+            Read::Environment => seen.observe.environment = Some(self.environment.clone()),
             Read::Listing { slot, source } => {
                 let listing = self.listing(&source, &snapshot.status);
                 match slot {
-                    ListingSlot::Task => seen.task_listing = Some(listing),
-                    ListingSlot::Deploy => seen.deploy_listing = Some(listing),
-                    ListingSlot::Vm => seen.vm_listing = Some(listing),
-                    ListingSlot::Marker => seen.marker_listing = Some(listing),
+                    ListingSlot::Task => seen.observe.task_listing = Some(listing.into()),
+                    ListingSlot::Deploy => seen.observe.deploy_listing = Some(listing.into()),
+                    ListingSlot::Vm => seen.observe.vm_listing = Some(listing.into()),
+                    ListingSlot::Marker => seen.observe.marker_listing = Some(listing.into()),
                 }
             }
-            Read::Task(task) => seen.task = Some(self.tasks[&task.id].0.clone()),
-            Read::Vm { uuid, .. } => seen.vm = Some(self.vm(&uuid)),
-            Read::Confirm { uuid } => seen.confirm = Some(self.vm(&uuid)),
+            Read::Task(task) => seen.observe.task = Some(self.tasks[&task.id].0.clone()),
+            Read::Vm { uuid, .. } => seen.observe.vm = Some(self.vm(&uuid).into()),
+            Read::Confirm { uuid } => seen.observe.confirm = Some(self.vm(&uuid).into()),
             Read::Node { name, cached } => {
                 let hidden = cached && self.nodes_uncached.contains(&name);
-                seen.node = Some(
+                seen.observe.node = Some(
                     self.nodes
                         .get(&name)
                         .filter(|_| !hidden)
-                        .map(|node| serde_json::from_value(node.clone()).unwrap()),
+                        .map(|node| serde_json::from_value(node.clone()).unwrap())
+                        .into(),
                 );
-                seen.node_fresh = !cached;
+                seen.observe.node_fresh = !cached;
             }
-            Read::AddressContext { .. } => seen.address_context = Some(AddressContext::default()),
+            Read::AddressContext { .. } => {
+                seen.update.address_context = Some(AddressContext::default())
+            }
             Read::CreateInputs {
                 user_data,
                 admin_password,
             } => {
-                seen.create_inputs = Some(CreateInputs {
+                seen.create.inputs = Some(CreateInputs {
                     resolved: self.resolved(),
                     user_data: user_data.map(|_| SecretRead::Found {
                         owners: Vec::new(),
@@ -540,7 +543,7 @@ impl World {
                         )
                     })
                     .collect();
-                seen.claims = Some(readings);
+                seen.create.claims = Some(readings);
             }
         }
     }
@@ -556,11 +559,11 @@ impl World {
                 if matches!(outcome, PasswordSecretOutcome::Created(_)) {
                     self.password_secret = Some(true);
                 }
-                seen.password_secret = Some(outcome);
+                seen.create.password_secret = Some(outcome);
             }
             Change::ReserveUuid => {
                 self.log.push("reserve".into());
-                seen.reserved = Some(self.next_id("vm"));
+                seen.create.reserved = Some(self.next_id("vm"));
             }
             Change::Create {
                 request,
@@ -578,21 +581,21 @@ impl World {
                     .as_ref()
                     .and_then(|id| self.deploys.get(id))
                 {
-                    seen.sent = Some(SendOutcome::Accepted {
+                    seen.create.sent = Some(SendOutcome::Accepted {
                         task: Some(task.clone()),
                     });
                     return;
                 }
                 let answer = self.answers.pop_front().unwrap_or(Answer::Accept);
                 if let Answer::Refuse(outcome) = answer {
-                    seen.sent = Some(outcome);
+                    seen.create.sent = Some(outcome);
                     return;
                 }
                 if let (Answer::ConflictWithEarlier, VmRequest::Create(body)) = (&answer, &*request)
                 {
                     let uuid = body.metadata.uuid.clone().unwrap();
                     self.make_vm(&uuid, "ON");
-                    snapshot.seen.sent = Some(SendOutcome::Conflict("409".into()));
+                    snapshot.seen.create.sent = Some(SendOutcome::Conflict("409".into()));
                     return;
                 }
                 let body = request.body_json();
@@ -650,7 +653,7 @@ impl World {
                 if let Some(id) = deploy_request_id {
                     self.deploys.insert(id, task.clone());
                 }
-                seen.sent = Some(match answer {
+                seen.create.sent = Some(match answer {
                     Answer::Lost => SendOutcome::Retry,
                     _ => SendOutcome::Accepted { task: Some(task) },
                 });
@@ -672,21 +675,21 @@ impl World {
                     vm["status"]["state"] = json!("PENDING");
                 }
                 self.tasks.insert(task.clone(), (running(), Some(uuid)));
-                seen.follow_up = Some(FollowUpOutcome::Task(task));
+                seen.update.follow_up = Some(FollowUpOutcome::Task(task));
             }
             Change::FollowUp { uuid, .. } => {
                 self.log.push("follow-up".into());
                 if let Some(vm) = self.vms.get_mut(&uuid) {
                     vm["status"]["resources"]["power_state"] = json!("ON");
                 }
-                seen.follow_up = Some(FollowUpOutcome::Done);
+                seen.update.follow_up = Some(FollowUpOutcome::Done);
             }
             Change::DeleteVm { uuid } => {
                 self.log.push("DELETE".into());
                 // Prism accepts the DELETE of a VM holding a volume group and its task fails: the
                 // VM stays as it was (terraform-provider-nutanix#568).
                 let holds_group = !self.attached_volume_groups(&uuid).is_empty();
-                seen.deleted = Some(match self.vms.get_mut(&uuid) {
+                seen.delete.deleted = Some(match self.vms.get_mut(&uuid) {
                     Some(_) if holds_group => DeleteOutcome::Accepted,
                     Some(vm) => {
                         vm["status"]["state"] = json!("DELETE_PENDING");
@@ -717,15 +720,15 @@ impl World {
                         task: self.tasks[&task].0.clone(),
                     });
                 }
-                seen.detached = Some(detached);
+                seen.delete.detached = Some(detached);
             }
             Change::Drain { .. } => {
                 self.log.push("drain".into());
-                seen.drain = Some(self.drain.clone());
+                seen.delete.drain = Some(self.drain.clone());
             }
             Change::DeleteNode { .. } => {
                 self.log.push("delete node".into());
-                seen.node_deleted = true;
+                seen.delete.node_deleted = true;
             }
             Change::NodeProviderId {
                 node, provider_id, ..
@@ -734,7 +737,7 @@ impl World {
                 if let Some(node) = self.nodes.get_mut(&node) {
                     node["spec"]["providerID"] = json!(provider_id);
                 }
-                seen.node_provider_id_set = true;
+                seen.update.node_provider_id_set = true;
             }
             Change::CreateClaims { claims } => {
                 self.log.push("create claims".into());
@@ -742,11 +745,11 @@ impl World {
                     let name = claim.metadata.name.clone().unwrap();
                     self.claims.entry(name).or_insert(claim);
                 }
-                seen.claims_created = true;
+                seen.create.claims_created = true;
             }
             Change::AdoptClaims { adoptions } => {
                 self.log.push("adopt claims".into());
-                let readings = seen.claims.get_or_insert_default();
+                let readings = seen.create.claims.get_or_insert_default();
                 for adoption in adoptions {
                     let claim = self.claims.get_mut(&adoption.name).map(|claim| {
                         claim.metadata.owner_references = Some(adoption.owner_references);
@@ -768,7 +771,7 @@ impl World {
                         .flatten()
                         .any(|owner| owner.controller == Some(true) && owner.uid == uid)
                 });
-                seen.claims_released = true;
+                seen.delete.claims_released = true;
             }
         }
     }
@@ -776,6 +779,14 @@ impl World {
     /// Writes a status change as the executor does (a merge patch), when it changes anything.
     fn write_status(&mut self, update: &StatusUpdate) {
         if let Some(patch) = status_patch(&self.stored(), update, &Time(self.now)) {
+            // The API server deletes a Machine being deleted once its last finalizer is gone
+            // (Kubernetes "Finalizers": the object is deleted when the list is empty): a write
+            // after that is answered 404 and lost.
+            assert!(
+                !(self.finalized() && self.machine["metadata"]["deletionTimestamp"].is_string()),
+                "a status write after the finalizer's removal is lost: {:?}",
+                self.log
+            );
             merge(&mut self.machine, &patch);
             self.log.push("write status".into());
         }
@@ -811,74 +822,57 @@ impl World {
         };
         let stored = self.stored();
         let status = stored.provider_status().unwrap_or_default();
-        let mut snapshot =
-            Snapshot::of(&stored, ParsedSpec::of(&stored), status, self.now, settings);
-        let mut pending = StatusUpdate::default();
-        let mut metadata = None;
+        let snapshot = Snapshot::of(&stored, ParsedSpec::of(&stored), status, self.now, settings);
+        // The executor's script, as the controller runs it.
+        let mut rounds = Rounds::new(snapshot);
         let mut outcome = Outcome::default();
         let mut done = 0;
-        let mut events = Vec::new();
         let writes_before = self.writes();
-        for _ in 0..super::MAX_ROUNDS {
+        loop {
             self.planner.calls.set(0);
-            let decision = decide_with(&snapshot, &self.planner);
+            let step = rounds.next(&self.planner);
             assert!(
                 self.planner.calls.get() <= 1,
                 "{} plans in one round",
                 self.planner.calls.get()
             );
-            if let Some(status) = &decision.status.provider_status {
-                snapshot.recorded = Some(status.clone());
-            }
-            pending.absorb(decision.status);
-            metadata = decision.metadata.or(metadata);
-            events.extend(decision.events);
-            outcome.effects.extend(decision.effects);
-            match decision.action {
-                None => {
-                    match &metadata {
-                        Some(change) if change.written_after_status() => {
-                            self.write_status(&pending);
-                            self.write_metadata(change);
-                        }
-                        Some(change) => {
-                            self.write_metadata(change);
-                            self.write_status(&pending);
-                        }
-                        None => self.write_status(&pending),
-                    }
-                    // As the executor publishes them: some only after a write.
-                    let wrote = self.writes() > writes_before;
-                    outcome.events = events
-                        .iter()
-                        .filter(|event| wrote || !event.only_if_written)
-                        .map(|event| event.reason)
-                        .collect();
-                    outcome.next = Some(decision.next);
-                    return outcome;
-                }
-                Some(Action::Read(read)) => self.read(&mut snapshot, read),
-                Some(Action::Send(change)) => {
-                    if change.records_first() {
-                        self.write_status(&std::mem::take(&mut pending));
-                        done += 1;
-                        if stop_after == Some(done) {
-                            return outcome;
-                        }
-                    }
-                    self.send(&mut snapshot, change);
+            match step {
+                Step::Read(read) => self.read(&mut rounds.snapshot, read),
+                Step::Record(update) => {
+                    self.write_status(&update);
                     done += 1;
                     if stop_after == Some(done) {
                         return outcome;
                     }
                 }
+                Step::Send(change) => {
+                    self.send(&mut rounds.snapshot, change);
+                    done += 1;
+                    if stop_after == Some(done) {
+                        return outcome;
+                    }
+                }
+                Step::Finish(finish) => {
+                    assert!(
+                        !finish.exhausted,
+                        "no decision after {} rounds: {:?}",
+                        super::MAX_ROUNDS,
+                        self.log
+                    );
+                    for write in &finish.writes {
+                        match write {
+                            Write::Status(update) => self.write_status(update),
+                            Write::Metadata(change) => self.write_metadata(change),
+                        }
+                    }
+                    let wrote = self.writes() > writes_before;
+                    outcome.events = finish.events(wrote).map(|event| event.reason).collect();
+                    outcome.effects = finish.effects;
+                    outcome.next = Some(finish.next);
+                    return outcome;
+                }
             }
         }
-        panic!(
-            "no decision after {} rounds: {:?}",
-            super::MAX_ROUNDS,
-            self.log
-        );
     }
 
     fn writes(&self) -> usize {
@@ -2542,9 +2536,57 @@ fn a_connection_lost_after_the_create_leaves_the_machine_as_it_is() {
     let mut world = World::new("image");
     world.reconcile();
     world.delete();
-    world.environment = refused;
+    world.environment = refused.clone();
     world.run_until(3, World::finalized);
     assert_eq!(creation_condition(&world), None);
+
+    // A deletion whose VM exists never finishes on a Prism it cannot use, and writes nothing
+    // about it: the executor tells the plan of a connection lost during a deletion as of any
+    // other reconcile, and the plan decides what a deletion does with it.
+    let mut world = World::new("image");
+    world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+    let before = creation_condition(&world);
+    world.delete();
+    world.environment = refused;
+    let mut last = None;
+    for _ in 0..4 {
+        last = world.reconcile().next;
+        world.tick();
+    }
+    assert_eq!(last, Some(Next::Retry(Failure::Environment)));
+    assert_eq!(creation_condition(&world), before);
+    assert!(!world.finalized());
+    assert_eq!(world.vms.len(), 1);
+}
+
+/// The reconcile that removes the finalizer writes its status first: once the finalizer is
+/// gone the API server deletes the Machine, and a status write after it is lost (the world
+/// refuses one). Here a pre-terminate hook taken away once the VM is gone turns `Terminable`
+/// True in the reconcile that finishes the deletion.
+#[test]
+fn the_finalizer_goes_after_the_status_written_with_it() {
+    let mut world = World::new("image");
+    world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+    world.delete();
+    world.run_until(12, |w| w.vms.is_empty());
+    world.machine["spec"]["lifecycleHooks"] =
+        json!({"preTerminate": [{"name": "backup", "owner": "tests"}]});
+    world.tick();
+    world.reconcile();
+    assert_eq!(
+        condition_of(&world, "Terminable").unwrap()["status"],
+        "False"
+    );
+    assert!(!world.finalized());
+    world.machine["spec"]["lifecycleHooks"] = json!({});
+    world.tick();
+    let (steps, _) = world.steps();
+    assert!(world.finalized(), "{steps:?}");
+    assert_eq!(
+        steps[steps.len() - 2..],
+        strings(&["write status", "write metadata"]),
+        "{steps:?}"
+    );
 }
 
 fn with_warnings(world: &mut World, warnings: &[&str]) {

@@ -7,7 +7,7 @@ use super::*;
 impl Scope {
     /// What a listing shows about this Machine, for the slot it fills.
     pub(super) fn project(&self, slot: ListingSlot, listing: &InventorySnapshot) -> Listing {
-        let facts = &self.snapshot.machine;
+        let facts = &self.rounds.snapshot.machine;
         // The marker's slot looks by name too: a VM the Go provider made for the Machine.
         let by_name = matches!(
             slot,
@@ -16,6 +16,7 @@ impl Scope {
         Listing {
             listed_at: listing.listed_at(),
             vm: self
+                .rounds
                 .snapshot
                 .status
                 .vm_uuid
@@ -51,29 +52,36 @@ impl Scope {
         }
     }
 
-    pub(super) async fn read(&mut self, read: Read) -> Result<(), Error> {
+    /// Performs `read`, its result put into the snapshot; a failure the plan is told of
+    /// (no Prism connection) is the error returned inside, which a reconcile the plan then
+    /// fails ends with.
+    pub(super) async fn read(&mut self, read: Read) -> Result<Option<Error>, Error> {
+        let mut failed = None;
         match read {
             Read::Environment => {
                 let seen =
-                    match environment(self.shared(), &self.machine, &self.snapshot.machine.spec)
-                        .await
+                    match environment(
+                        self.shared(),
+                        &self.machine,
+                        &self.rounds.snapshot.machine.spec,
+                    )
+                    .await
                     {
                         Ok(found) => {
                             let poll = self.shared().settings.poll_interval;
-                            let first_task_read = self
-                                .snapshot
-                                .status
-                                .pending_task
-                                .as_ref()
-                                .map_or(poll, |task| {
-                                    found
-                                        .connection
-                                        .first_task_read_after(&task.operation, poll)
-                                });
+                            let first_task_read =
+                                self.rounds.snapshot.status.pending_task.as_ref().map_or(
+                                    poll,
+                                    |task| {
+                                        found
+                                            .connection
+                                            .first_task_read_after(&task.operation, poll)
+                                    },
+                                );
                             let slowest_task =
-                                self.snapshot.status.pending_task.as_ref().and_then(|task| {
-                                    found.connection.slowest_task(&task.operation)
-                                });
+                                self.rounds.snapshot.status.pending_task.as_ref().and_then(
+                                    |task| found.connection.slowest_task(&task.operation),
+                                );
                             let first_delete_look = found.connection.first_delete_look_after(poll);
                             self.environment = Some(found);
                             EnvironmentSeen::Ready {
@@ -87,11 +95,11 @@ impl Scope {
                                 return Err(error);
                             };
                             tracing::warn!(machine = %self.key, %error, "no Prism connection");
-                            self.failure = Some(error);
+                            failed = Some(error);
                             EnvironmentSeen::Unavailable(problem)
                         }
                     };
-                self.snapshot.seen.environment = Some(seen);
+                self.rounds.snapshot.seen.observe.environment = Some(seen);
             }
             Read::Listing { slot, source } => {
                 let connection = self.connection()?;
@@ -118,17 +126,17 @@ impl Scope {
                     }
                 };
                 let projected = listing.map(|listing| self.project(slot, &listing));
-                let seen = &mut self.snapshot.seen;
+                let seen = &mut self.rounds.snapshot.seen;
                 match slot {
-                    ListingSlot::Task => seen.task_listing = Some(projected),
-                    ListingSlot::Deploy => seen.deploy_listing = Some(projected),
-                    ListingSlot::Vm => seen.vm_listing = Some(projected),
-                    ListingSlot::Marker => seen.marker_listing = Some(projected),
+                    ListingSlot::Task => seen.observe.task_listing = Some(projected.into()),
+                    ListingSlot::Deploy => seen.observe.deploy_listing = Some(projected.into()),
+                    ListingSlot::Vm => seen.observe.vm_listing = Some(projected.into()),
+                    ListingSlot::Marker => seen.observe.marker_listing = Some(projected.into()),
                 }
             }
             Read::Task(task) => {
                 let progress = self.connection()?.read_task(&task).await?;
-                self.snapshot.seen.task = Some(progress);
+                self.rounds.snapshot.seen.observe.task = Some(progress);
             }
             Read::Vm { uuid, fresh } => {
                 let connection = self.connection()?;
@@ -137,11 +145,11 @@ impl Scope {
                 } else {
                     connection.get_vm_recent(&uuid).await?
                 };
-                self.snapshot.seen.vm = Some(vm);
+                self.rounds.snapshot.seen.observe.vm = Some(vm.into());
             }
             Read::Confirm { uuid } => {
                 let vm = self.connection()?.get_vm(&uuid).await?;
-                self.snapshot.seen.confirm = Some(vm);
+                self.rounds.snapshot.seen.observe.confirm = Some(vm.into());
             }
             Read::Node { name, cached } => {
                 let from_cache = cached && self.context.nodes_ready.is_ready();
@@ -157,12 +165,12 @@ impl Scope {
                         .await
                         .map_err(|e| Error::kube(format!("read Node {name}"), e))?
                 };
-                self.snapshot.seen.node = Some(node);
-                self.snapshot.seen.node_fresh = !from_cache;
+                self.rounds.snapshot.seen.observe.node = Some(node.into());
+                self.rounds.snapshot.seen.observe.node_fresh = !from_cache;
             }
             Read::AddressContext { primary_subnet } => {
                 let context = self.address_context(primary_subnet.as_deref()).await?;
-                self.snapshot.seen.address_context = Some(context);
+                self.rounds.snapshot.seen.update.address_context = Some(context);
             }
             Read::CreateInputs {
                 user_data,
@@ -177,21 +185,21 @@ impl Scope {
                 let inputs = read_create_inputs(
                     self.shared(),
                     &self.machine,
-                    &self.snapshot.machine.spec,
+                    &self.rounds.snapshot.machine.spec,
                     environment,
                     user_data.as_ref(),
                     admin_password.as_ref(),
                 )
                 .await;
-                self.snapshot.seen.create_inputs = Some(inputs);
+                self.rounds.snapshot.seen.create.inputs = Some(inputs);
             }
             Read::Claims { names } => {
                 let readings =
                     claims::read_claims(&self.shared().client, &self.machine, &names).await?;
-                self.snapshot.seen.claims = Some(readings);
+                self.rounds.snapshot.seen.create.claims = Some(readings);
             }
         }
-        Ok(())
+        Ok(failed)
     }
 
     /// The primary subnet's CIDR, the cluster's networks and the region label; a lookup that
@@ -236,18 +244,22 @@ impl Scope {
         })
     }
 
-    pub(super) async fn send(&mut self, change: Change) -> Result<(), Error> {
+    /// Performs `change`, its outcome put into the snapshot; a failure the plan is told of
+    /// (Prism refusing a create, follow-up or delete) is the error returned inside, which a
+    /// reconcile the plan then fails ends with.
+    pub(super) async fn send(&mut self, change: Change) -> Result<Option<Error>, Error> {
+        let mut failed = None;
         match change {
             Change::CreatePasswordSecret => {
                 let outcome = create_password_secret(self.shared(), &self.machine)
                     .await
                     .unwrap_or_else(|error| PasswordSecretOutcome::Failed(error.to_string()));
-                self.snapshot.seen.password_secret = Some(outcome);
+                self.rounds.snapshot.seen.create.password_secret = Some(outcome);
             }
             Change::ReserveUuid => {
                 let connection = self.connection()?;
                 let uuid = connection.uuids.take(connection.client()).await?;
-                self.snapshot.seen.reserved = Some(uuid);
+                self.rounds.snapshot.seen.create.reserved = Some(uuid);
             }
             Change::Create {
                 request,
@@ -264,11 +276,11 @@ impl Scope {
                     }
                     Err(error) => {
                         let outcome = SendOutcome::of_error(&error, deploy_request_id.is_none());
-                        self.failure = Some(error.into());
+                        failed = Some(error.into());
                         outcome
                     }
                 };
-                self.snapshot.seen.sent = Some(outcome);
+                self.rounds.snapshot.seen.create.sent = Some(outcome);
             }
             Change::FollowUp { uuid, update, vm } => {
                 let answer = self
@@ -285,14 +297,14 @@ impl Scope {
                     ) => FollowUpOutcome::Done,
                     Err(FollowUpFailure::Prism(error)) => {
                         let outcome = FollowUpOutcome::of_error(&error);
-                        self.failure = Some(error.into());
+                        failed = Some(error.into());
                         outcome
                     }
                     Err(
                         failure @ (FollowUpFailure::Impossible(..) | FollowUpFailure::NoSpec(_)),
                     ) => FollowUpOutcome::Impossible(failure.to_string()),
                 };
-                self.snapshot.seen.follow_up = Some(outcome);
+                self.rounds.snapshot.seen.update.follow_up = Some(outcome);
             }
             Change::DeleteVm { uuid } => {
                 let outcome = match self.connection()?.delete_vm(&uuid).await {
@@ -300,11 +312,11 @@ impl Scope {
                     Ok(actuator::DeleteOutcome::AlreadyGone) => DeleteOutcome::Gone,
                     Err(error) => {
                         let outcome = DeleteOutcome::Failed(error.to_string());
-                        self.failure = Some(error.into());
+                        failed = Some(error.into());
                         outcome
                     }
                 };
-                self.snapshot.seen.deleted = Some(outcome);
+                self.rounds.snapshot.seen.delete.deleted = Some(outcome);
             }
             Change::DetachVolumeGroups { vm_uuid, detaches } => {
                 let detached = self
@@ -312,12 +324,12 @@ impl Scope {
                     .detach_volume_groups(&vm_uuid, &detaches)
                     .await?;
                 tracing::info!(machine = %self.key, vm = %vm_uuid, count = detached.len(), "volume group detaches sent");
-                self.snapshot.seen.detached = Some(detached);
+                self.rounds.snapshot.seen.delete.detached = Some(detached);
             }
             Change::Drain { node } => {
                 let progress =
                     drain_round(self.shared(), &self.context.control_plane_cordon, &node).await?;
-                self.snapshot.seen.drain = Some(progress);
+                self.rounds.snapshot.seen.delete.drain = Some(progress);
             }
             Change::DeleteNode { node } => {
                 let nodes: Api<Node> = Api::all(self.shared().client.clone());
@@ -326,7 +338,7 @@ impl Scope {
                     Err(kube::Error::Api(status)) if status.code == 404 => {}
                     Err(error) => return Err(Error::kube(format!("delete Node {node}"), error)),
                 }
-                self.snapshot.seen.node_deleted = true;
+                self.rounds.snapshot.seen.delete.node_deleted = true;
             }
             Change::NodeProviderId {
                 node,
@@ -340,25 +352,31 @@ impl Scope {
                     resource_version.as_deref(),
                 )
                 .await?;
-                self.snapshot.seen.node_provider_id_set = true;
+                self.rounds.snapshot.seen.update.node_provider_id_set = true;
             }
             Change::CreateClaims { claims } => {
                 claims::create_claims(&self.shared().client, &self.machine, &claims).await?;
-                self.snapshot.seen.claims_created = true;
+                self.rounds.snapshot.seen.create.claims_created = true;
             }
             Change::AdoptClaims { adoptions } => {
                 let adopted =
                     claims::adopt_claims(&self.shared().client, &self.machine, &adoptions).await?;
-                let readings = self.snapshot.seen.claims.get_or_insert_default();
+                let readings = self
+                    .rounds
+                    .snapshot
+                    .seen
+                    .create
+                    .claims
+                    .get_or_insert_default();
                 for (nic, claim) in adopted {
                     readings.entry(nic).or_default().claim = claim;
                 }
             }
             Change::ReleaseClaims => {
                 claims::release_claims(&self.shared().client, &self.machine).await?;
-                self.snapshot.seen.claims_released = true;
+                self.rounds.snapshot.seen.delete.claims_released = true;
             }
         }
-        Ok(())
+        Ok(failed)
     }
 }

@@ -68,7 +68,7 @@ pub(super) fn claimed(d: &mut Draft<'_>) -> Result<Claimed, Ask> {
         Some(Ok(pools)) => pools,
     };
     let identity = &s.machine.identity;
-    let Some(readings) = &s.seen.claims else {
+    let Some(readings) = &s.seen.create.claims else {
         let names = pools
             .iter()
             .enumerate()
@@ -83,7 +83,7 @@ pub(super) fn claimed(d: &mut Draft<'_>) -> Result<Claimed, Ask> {
                 .iter()
                 .map(|(nic, _)| claim_name(&identity.name, *nic))
                 .collect();
-            if !s.seen.claims_created {
+            if !s.seen.create.claims_created {
                 let claims = missing
                     .iter()
                     .map(|(nic, pool)| claim_object(identity, *nic, pool))
@@ -116,7 +116,7 @@ pub(super) fn claimed(d: &mut Draft<'_>) -> Result<Claimed, Ask> {
 /// Releases the Machine's claims before its finalizer goes (asks once per reconcile); nothing
 /// for a Machine that names no pool.
 pub(super) fn release(d: &Draft<'_>) -> Result<(), Ask> {
-    if d.s.machine.ip_pools.is_some() && !d.s.seen.claims_released {
+    if d.s.machine.ip_pools.is_some() && !d.s.seen.delete.claims_released {
         return Err(Ask::Send(Change::ReleaseClaims));
     }
     Ok(())

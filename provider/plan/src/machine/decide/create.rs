@@ -8,7 +8,7 @@ use crate::machine::decision::{
 };
 use crate::machine::lifecycle::{INVALID_CONFIGURATION, Step, after_validation};
 use crate::machine::provision::follow_up_value;
-use crate::machine::snapshot::{PasswordSecretOutcome, SecretRead, SendOutcome, Snapshot};
+use crate::machine::snapshot::{PasswordSecretOutcome, SecretRead, SendOutcome, Snapshot, VmRead};
 use crate::machine::status::conditions;
 use crate::vm::errors::{ErrorClass, ValidationErrors};
 use crate::vm::guest::{AdminPasswordSource, admin_password_source};
@@ -40,7 +40,7 @@ pub(super) fn create(d: &mut Draft<'_>) -> Decided {
     };
     let plan = plan.as_ref();
     plan_warnings(d, &plan.warnings);
-    if let Some(outcome) = &s.seen.sent {
+    if let Some(outcome) = &s.seen.create.sent {
         return sent(d, outcome, plan);
     }
     if matches!(plan.source, SourcePlan::Template { .. }) {
@@ -68,7 +68,7 @@ pub(super) fn create(d: &mut Draft<'_>) -> Decided {
             deploy_request_id: Some(request_id),
         }));
     }
-    let uuid = match (d.status.vm_uuid.clone(), &s.seen.reserved) {
+    let uuid = match (d.status.vm_uuid.clone(), &s.seen.create.reserved) {
         (Some(uuid), _) => uuid,
         (None, None) => return Err(Ask::Send(Change::ReserveUuid)),
         (None, Some(uuid)) => {
@@ -159,7 +159,7 @@ impl Readiness {
 /// password's Secret (a deletion confirming a deploy does neither).
 pub(super) fn readiness(d: &mut Draft<'_>, creating: bool) -> Result<Readiness, Ask> {
     let s = d.s;
-    let Some(inputs) = &s.seen.create_inputs else {
+    let Some(inputs) = &s.seen.create.inputs else {
         let in_itself = d
             .plan(&PlanContext::in_itself())
             .err()
@@ -281,7 +281,7 @@ fn admin_password_of(
         }
     };
     Ok(match read {
-        None | Some(SecretRead::Missing) if generated => match &s.seen.password_secret {
+        None | Some(SecretRead::Missing) if generated => match &s.seen.create.password_secret {
             None if creating => return Err(Ask::Send(Change::CreatePasswordSecret)),
             None => Err(format!("{what} does not exist")),
             Some(PasswordSecretOutcome::Created(password)) => Ok(Some(password.clone())),
@@ -344,11 +344,11 @@ fn sent(d: &mut Draft<'_>, outcome: &SendOutcome, plan: &VmPlan) -> Decided {
             let Some(uuid) = uuid else {
                 return Ok(Next::Retry(Failure::ActionFailed));
             };
-            match &s.seen.confirm {
+            match &s.seen.observe.confirm {
                 None => Err(Ask::Read(Read::Confirm { uuid })),
                 // The VM exists already: an earlier create got through.
-                Some(Some(_)) => Ok(Next::Requeue(poll)),
-                Some(None) => {
+                Some(VmRead::Found(_)) => Ok(Next::Requeue(poll)),
+                Some(VmRead::Gone) => {
                     // No VM has the UUID: the 409 is a conflict of Prism's own; retrying at
                     // once would meet it again.
                     d.failure_metric(FailureKind::Create, "PrismConflict");
@@ -364,11 +364,11 @@ fn sent(d: &mut Draft<'_>, outcome: &SendOutcome, plan: &VmPlan) -> Decided {
             let Some(uuid) = uuid else {
                 return Ok(Next::Retry(Failure::ActionFailed));
             };
-            match &s.seen.confirm {
+            match &s.seen.observe.confirm {
                 None => Err(Ask::Read(Read::Confirm { uuid })),
-                Some(Some(_)) => Ok(Next::Requeue(poll)),
+                Some(VmRead::Found(_)) => Ok(Next::Requeue(poll)),
                 // The UUID reservation expired: a new one is taken.
-                Some(None) => {
+                Some(VmRead::Gone) => {
                     d.record(|status| {
                         status.vm_uuid = None;
                         status.pending_follow_up = None;

@@ -15,7 +15,7 @@ use crate::machine::drain::{
     UNREACHABLE_VOLUME_WAIT, VOLUME_RECHECK, VolumeCheck, check_volumes, volume_events,
 };
 use crate::machine::lifecycle::VmState;
-use crate::machine::snapshot::{DeleteOutcome, SendOutcome};
+use crate::machine::snapshot::{DeleteOutcome, SendOutcome, VmRead};
 use crate::machine::status::conditions;
 use crate::vm::SourcePlan;
 use crate::vm::request::build_request;
@@ -56,7 +56,7 @@ pub(super) fn delete_vm(d: &mut Draft<'_>) -> Decided {
     let Some(uuid) = s.status.vm_uuid.clone() else {
         return Ok(Next::Requeue(d.poll()));
     };
-    match &s.seen.deleted {
+    match &s.seen.delete.deleted {
         None => {}
         Some(DeleteOutcome::Gone) => return finish_deletion(d, s.machine.state.node.clone()),
         Some(DeleteOutcome::Accepted) => {
@@ -93,15 +93,15 @@ pub(super) fn delete_vm(d: &mut Draft<'_>) -> Decided {
     // attaches to a Node's VM); only when the Node is gone, or was given up on unreachable.
     let mut may_hold_volume_groups = false;
     // The round that reads the detaches' outcome has published the Node's events already.
-    let first_round = s.seen.detached.is_none();
+    let first_round = s.seen.delete.detached.is_none();
     if let Some(node_name) = &s.machine.state.node {
-        let Some(node) = &s.seen.node else {
+        let Some(node) = &s.seen.observe.node else {
             return Err(Ask::Read(Read::Node {
                 name: node_name.clone(),
                 cached: false,
             }));
         };
-        match check_volumes(node_name, node.as_ref(), s.machine.drained_at, s.now) {
+        match check_volumes(node_name, node.found(), s.machine.drained_at, s.now) {
             VolumeCheck::Clear => {}
             VolumeCheck::NodeGone { node } => {
                 may_hold_volume_groups = true;
@@ -159,13 +159,13 @@ pub(super) fn delete_vm(d: &mut Draft<'_>) -> Decided {
         }
     }
     environment::require(d)?;
-    if !may_hold_volume_groups && s.seen.vm.is_none() {
+    if !may_hold_volume_groups && s.seen.observe.vm.is_none() {
         return Err(Ask::Send(Change::DeleteVm { uuid }));
     }
-    let vm = match &s.seen.vm {
+    let vm = match &s.seen.observe.vm {
         None => return Err(Ask::Read(Read::Vm { uuid, fresh: true })),
-        Some(None) => return finish_deletion(d, s.machine.state.node.clone()),
-        Some(Some(vm)) => vm,
+        Some(VmRead::Gone) => return finish_deletion(d, s.machine.state.node.clone()),
+        Some(VmRead::Found(vm)) => vm,
     };
     if VmState::of(vm) == VmState::Deleting {
         return Ok(Next::Requeue(d.poll()));
@@ -192,7 +192,7 @@ pub(super) fn delete_vm(d: &mut Draft<'_>) -> Decided {
 /// detached in Prism (the deletion then goes on by itself).
 fn detach_volume_groups(d: &mut Draft<'_>, vm_uuid: String, attached: Vec<String>) -> Decided {
     let s = d.s;
-    let Some(detached) = &s.seen.detached else {
+    let Some(detached) = &s.seen.delete.detached else {
         let message = format!(
             "detaching volume groups {} from VM {vm_uuid} before deleting it (the volume groups are kept)",
             attached.join(", ")
@@ -282,7 +282,7 @@ pub fn detach_request_id(vm: &str, volume_group: &str) -> String {
 
 pub(super) fn finish_deletion(d: &mut Draft<'_>, node: Option<String>) -> Decided {
     if let Some(node) = node
-        && !d.s.seen.node_deleted
+        && !d.s.seen.delete.node_deleted
     {
         return Err(Ask::Send(Change::DeleteNode { node }));
     }
@@ -330,7 +330,7 @@ pub(super) fn confirm_deploy(d: &mut Draft<'_>) -> Decided {
             return Ok(Next::Retry(Failure::DeployUnconfirmed(message)));
         }
     };
-    match &s.seen.sent {
+    match &s.seen.create.sent {
         None => Err(Ask::Send(Change::Create {
             request: Box::new(build_request(&plan, "")),
             deploy_request_id: Some(request_id),

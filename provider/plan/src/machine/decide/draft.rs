@@ -200,7 +200,7 @@ impl<'a> Draft<'a> {
 
     /// How soon a recorded task is first read, or why there is no Prism connection.
     pub(super) fn environment(&self) -> Result<Result<Duration, EnvironmentProblem>, Ask> {
-        match &self.s.seen.environment {
+        match &self.s.seen.observe.environment {
             None => Err(Ask::Read(Read::Environment)),
             Some(EnvironmentSeen::Ready {
                 first_task_read, ..
@@ -211,7 +211,7 @@ impl<'a> Draft<'a> {
 
     /// The slowest recent successful task of the pending task's kind, if known.
     pub(super) fn slowest_task(&self) -> Option<Duration> {
-        match &self.s.seen.environment {
+        match &self.s.seen.observe.environment {
             Some(EnvironmentSeen::Ready { slowest_task, .. }) => *slowest_task,
             _ => None,
         }
@@ -220,7 +220,7 @@ impl<'a> Draft<'a> {
     /// How soon after a VM's DELETE was sent its end is first looked for: the connection's
     /// recent deletions, else the poll interval.
     pub(super) fn first_delete_look(&self) -> Result<Duration, Ask> {
-        match self.s.seen.environment {
+        match self.s.seen.observe.environment {
             None => Err(Ask::Read(Read::Environment)),
             Some(EnvironmentSeen::Ready {
                 first_delete_look, ..

@@ -25,7 +25,7 @@ pub mod events {
 
 /// One drain round on `node`, then what it left.
 pub(super) fn drain(d: &mut Draft<'_>, node: String) -> Decided {
-    let Some(progress) = &d.s.seen.drain else {
+    let Some(progress) = &d.s.seen.delete.drain else {
         return Err(Ask::Send(Change::Drain { node }));
     };
     // MAO announces every attempt, the one its control-plane check refuses included.

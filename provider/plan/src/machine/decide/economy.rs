@@ -16,7 +16,7 @@ use crate::machine::provision::{
     DeployedByName, ListingSays, ListingView, deployed_vm_by_name, listed_after, listing_says,
     past_usual_end, pending_follow_up,
 };
-use crate::machine::snapshot::Listing;
+use crate::machine::snapshot::{Listing, ListingRead, VmRead};
 
 use super::draft::{Ask, Draft, power_of, since};
 
@@ -111,7 +111,7 @@ pub(super) fn listed_vm(
             window: d.requeue() * 2,
             max_age: d.poll(),
         };
-        let listed = listing(&s.seen.vm_listing, ListingSlot::Vm, source)?;
+        let listed = listing(&s.seen.observe.vm_listing, ListingSlot::Vm, source)?;
         return Ok(listed
             .and_then(|listed| listed.vm.as_ref())
             .filter(|vm| vm.state() == Some(&EntityState::DeletePending))
@@ -128,7 +128,7 @@ pub(super) fn listed_vm(
     } else {
         return Ok(None);
     };
-    let listed = listing(&s.seen.vm_listing, ListingSlot::Vm, source)?;
+    let listed = listing(&s.seen.observe.vm_listing, ListingSlot::Vm, source)?;
     Ok(listed
         .and_then(|listed| listed.vm.as_ref())
         .and_then(present))
@@ -168,14 +168,14 @@ pub(super) fn clone_seen_by_get(
     if task.operation != TaskOperation::Clone {
         return Ok(None);
     }
-    let vm = match &s.seen.vm {
+    let vm = match &s.seen.observe.vm {
         None => {
             return Err(Ask::Read(Read::Vm {
                 uuid: uuid.clone(),
                 fresh: true,
             }));
         }
-        Some(vm) => vm.as_ref(),
+        Some(vm) => vm.found(),
     };
     match vm.and_then(|vm| vm.state().map(|state| (vm, state))) {
         Some((vm, EntityState::Complete)) => Ok(Some(clone_ended(d, task, vm))),
@@ -213,7 +213,11 @@ pub(super) fn listing_before_task_read(
         (None, TaskOperation::Deploy) => s.machine.name.clone(),
         (None, _) => return Ok(BeforeRead::ReadTask),
     };
-    let Some(listed) = listing(&s.seen.task_listing, ListingSlot::Task, for_waiter(&waiter))?
+    let Some(listed) = listing(
+        &s.seen.observe.task_listing,
+        ListingSlot::Task,
+        for_waiter(&waiter),
+    )?
     else {
         return Ok(BeforeRead::ReadTask);
     };
@@ -236,13 +240,15 @@ pub(super) fn listing_before_task_read(
         ListingSays::Created
             if task.operation == TaskOperation::Clone && status.pending_follow_up.is_some() =>
         {
-            match &s.seen.vm {
+            match &s.seen.observe.vm {
                 None => Err(Ask::Read(Read::Vm {
                     uuid: waiter,
                     fresh: false,
                 })),
-                Some(Some(vm)) => Ok(BeforeRead::Ended(Box::new(clone_ended(d, task, vm)))),
-                Some(None) => {
+                Some(VmRead::Found(vm)) => {
+                    Ok(BeforeRead::Ended(Box::new(clone_ended(d, task, vm))))
+                }
+                Some(VmRead::Gone) => {
                     d.task_ended(task, true);
                     d.record(|status| status.pending_task = None);
                     Err(Ask::Done(Next::AwaitChange))
@@ -288,13 +294,13 @@ pub(super) fn listing_before_task_read(
 /// The listing in `slot`, or the read that fills it (`None` inside: no listing was made, as
 /// too few Machines wait for one to pay).
 pub(super) fn listing(
-    slot: &Option<Option<Listing>>,
+    slot: &Option<ListingRead>,
     read: ListingSlot,
     source: ListingSource,
 ) -> Result<Option<&Listing>, Ask> {
     match slot {
         None => Err(Ask::Read(Read::Listing { slot: read, source })),
-        Some(listing) => Ok(listing.as_ref()),
+        Some(listing) => Ok(listing.listed()),
     }
 }
 

@@ -19,6 +19,7 @@ use crate::machine::provision::{
     DEPLOYED_VM_SEARCH, DeployedByName, FailureClass, TaskContext, TaskReading,
     after_transient_failure, follow_up_value, go_provider_vm, pending_follow_up, read_task,
 };
+use crate::machine::snapshot::VmRead;
 use crate::machine::status::conditions;
 use crate::vm::identity::adoptable_vm;
 use crate::vm::request::FollowUpUpdate;
@@ -58,13 +59,16 @@ pub(super) fn observe(d: &mut Draft<'_>) -> Result<(VmObservation, Option<Vm>), 
         }
         // A deletion must see Prism as it is now; otherwise a read from the last few seconds
         // (the reconcile our own write triggered) will do.
-        return match &s.seen.vm {
+        return match &s.seen.observe.vm {
             None => Err(Ask::Read(Read::Vm {
                 uuid: uuid.clone(),
                 fresh: deleting,
             })),
-            Some(Some(vm)) => Ok((VmObservation::Present(VmState::of(vm)), Some(vm.clone()))),
-            Some(None) => Ok((VmObservation::Missing, None)),
+            Some(VmRead::Found(vm)) => Ok((
+                VmObservation::Present(VmState::of(vm)),
+                Some(vm.as_ref().clone()),
+            )),
+            Some(VmRead::Gone) => Ok((VmObservation::Missing, None)),
         };
     }
     if status.deploy_request_id.is_some() {
@@ -74,7 +78,7 @@ pub(super) fn observe(d: &mut Draft<'_>) -> Result<(VmObservation, Option<Vm>), 
         return Ok((VmObservation::DeployUnconfirmed, None));
     }
     let Some(listed) = listing(
-        &s.seen.marker_listing,
+        &s.seen.observe.marker_listing,
         ListingSlot::Marker,
         ListingSource::Inventory,
     )?
@@ -157,7 +161,7 @@ fn observe_task(
             return Ok(Some(seen));
         }
     }
-    let Some(progress) = &s.seen.task else {
+    let Some(progress) = &s.seen.observe.task else {
         return Err(Ask::Read(Read::Task(task.clone())));
     };
     let context = TaskContext {
@@ -209,7 +213,7 @@ fn observe_task(
 fn find_deployed_vm(d: &mut Draft<'_>, task: &PendingTask) -> Ask {
     let s = d.s;
     let source = ListingSource::Within(d.poll());
-    let listed = match listing(&s.seen.deploy_listing, ListingSlot::Deploy, source) {
+    let listed = match listing(&s.seen.observe.deploy_listing, ListingSlot::Deploy, source) {
         Ok(listed) => listed,
         Err(ask) => return ask,
     };
@@ -262,9 +266,9 @@ fn task_failed(d: &mut Draft<'_>, task: &PendingTask, class: FailureClass, messa
     let s = d.s;
     let creates = task.operation.creates_vm();
     let confirm = match (&s.status.vm_uuid, d.deleting(), class) {
-        (Some(uuid), false, FailureClass::Transient) if creates => match &s.seen.confirm {
+        (Some(uuid), false, FailureClass::Transient) if creates => match &s.seen.observe.confirm {
             None => return Ask::Read(Read::Confirm { uuid: uuid.clone() }),
-            Some(vm) => Some(vm.as_ref()),
+            Some(vm) => Some(vm),
         },
         _ => None,
     };
@@ -286,11 +290,11 @@ fn task_failed(d: &mut Draft<'_>, task: &PendingTask, class: FailureClass, messa
     }
     match confirm {
         // Confirmed absent: the retry takes a new UUID (recorded before it is used).
-        Some(None) => d.record(|status| {
+        Some(VmRead::Gone) => d.record(|status| {
             status.vm_uuid = None;
             status.pending_follow_up = None;
         }),
-        Some(Some(vm)) => {
+        Some(VmRead::Found(vm)) => {
             if let VmState::Error(vm_error) = VmState::of(vm) {
                 let uuid = s.status.vm_uuid.clone().unwrap_or_default();
                 return Ask::Done(fail(

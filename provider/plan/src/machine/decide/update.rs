@@ -10,7 +10,7 @@ use crate::machine::decision::{Change, Effect, Event, Failure, MetadataChange, N
 use crate::machine::lifecycle::{INVALID_CONFIGURATION, Step, provider_id};
 use crate::machine::node_link::{NodeOwner, ProviderIdAction};
 use crate::machine::provision::pending_follow_up;
-use crate::machine::snapshot::FollowUpOutcome;
+use crate::machine::snapshot::{FollowUpOutcome, NodeRead};
 use crate::machine::status::{conditions, vm_annotations, vm_labels};
 
 use super::FOLLOW_UP_CONFLICT_RETRY;
@@ -30,7 +30,7 @@ fn follow_up(d: &mut Draft<'_>, vm: &Vm) -> Result<Option<Next>, Ask> {
         d.record(|status| status.pending_follow_up = None);
         return Ok(Some(Next::AwaitChange));
     };
-    let Some(outcome) = &s.seen.follow_up else {
+    let Some(outcome) = &s.seen.update.follow_up else {
         return Err(Ask::Send(Change::FollowUp {
             uuid,
             update: Box::new(update),
@@ -84,7 +84,7 @@ pub(super) fn update_from_vm(d: &mut Draft<'_>, phase: &'static str, vm: &Vm) ->
     let wait = Step::UpdateFromVm { phase }
         .requeue_after(&s.settings.intervals)
         .unwrap_or(d.requeue());
-    if s.seen.node_provider_id_set {
+    if s.seen.update.node_provider_id_set {
         // The round before this one decided everything else.
         return Ok(Next::Requeue(wait));
     }
@@ -94,7 +94,7 @@ pub(super) fn update_from_vm(d: &mut Draft<'_>, phase: &'static str, vm: &Vm) ->
         .flat_map(|spec| &spec.resources.nic_list)
         .filter_map(|nic| nic.subnet_reference.as_ref().map(|r| r.uuid.clone()))
         .collect();
-    let Some(context) = &s.seen.address_context else {
+    let Some(context) = &s.seen.update.address_context else {
         return Err(Ask::Read(Read::AddressContext {
             primary_subnet: subnet_order.first().cloned(),
         }));
@@ -188,28 +188,23 @@ fn node_provider_id(d: &Draft<'_>, phase: &'static str, provider_id: String) -> 
         _ => return Ok(()),
     };
     let linked = facts.state.node.is_some();
-    let node = match &s.seen.node {
+    let node = match &s.seen.observe.node {
         None => return Err(Ask::Read(Read::Node { name, cached: true })),
         // nodelink linked this Node, so it exists: the watch cache is behind. Read it from the
         // API server rather than leave the Node without its providerID until the next look.
-        Some(None) if linked && !s.seen.node_fresh => {
+        Some(NodeRead::Absent) if linked && !s.seen.observe.node_fresh => {
             return Err(Ask::Read(Read::Node {
                 name,
                 cached: false,
             }));
         }
-        Some(node) => node,
+        Some(node) => node.found(),
     };
-    match node
-        .as_ref()
-        .map(|node| owner.provider_id_action(node, &provider_id))
-    {
+    match node.map(|node| owner.provider_id_action(node, &provider_id)) {
         Some(ProviderIdAction::Set(provider_id)) => Err(Ask::Send(Change::NodeProviderId {
             node: name,
             provider_id,
-            resource_version: node
-                .as_ref()
-                .and_then(|node| node.metadata.resource_version.clone()),
+            resource_version: node.and_then(|node| node.metadata.resource_version.clone()),
         })),
         // Already set, set to another value by another writer (left alone), or not provably
         // the Machine's Node.
