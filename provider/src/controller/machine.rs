@@ -1,11 +1,13 @@
 //! The Machine controller: the executor of [`crate::plan::machine::decide`].
 //!
 //! Each reconcile builds a [`Scope`] (the Machine parsed once, the Prism environment resolved
-//! at most once), then runs one fixed script: ask `decide`, write the status change that makes
-//! a retry safe before anything is sent, perform the one action it asks for, feed the result
-//! back, and ask again (at most [`MAX_ROUNDS`] times); at the end, write at most one metadata
-//! patch and one status patch, publish the events and count the metrics. Which read to make,
-//! what an answer means and what to write are `decide`'s alone.
+//! at most once), then runs the plan's script, [`Rounds`]: ask `decide`, write the status change
+//! that makes a retry safe before anything is sent, perform the one action it asks for, feed the
+//! result back, and ask again (at most [`MAX_ROUNDS`] times); at the end, write at most one
+//! metadata patch and one status patch in the script's order, publish the events and count the
+//! metrics. Which read to make, what an answer means and what to write are the plan's alone;
+//! each call's result goes into the snapshot as it is, and a call that failed returns its own
+//! error, which the reconcile ends with when the plan fails it.
 //!
 //! Watched: Machines (in `--namespace`, or all) through the cache it shares with the Windows join
 //! reconciler ([`super::machine_cache`]), wrapped in `DeserializeGuard` so a malformed one is
