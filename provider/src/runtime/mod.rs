@@ -271,9 +271,11 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
         secret_store(client.clone(), args.namespace.as_deref());
     tokio::spawn(watch_secrets);
 
+    let identity = identity();
     let actuator = Arc::new(
         Actuator::new(
             ActuatorSettings {
+                user_agent: crate::actuator::user_agent(Some(&identity)),
                 inventory_max_age: args.inventory_refresh_interval,
                 lookup_ttl: args.lookup_cache_ttl,
                 vm_read_ttl: vm_read_ttl(args.poll_interval.min(args.requeue_interval)),
@@ -299,7 +301,6 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
         fail_timed_out_windows_joins: args.fail_timed_out_windows_joins,
         ..ControllerSettings::default()
     };
-    let identity = identity();
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         %identity,
