@@ -29,6 +29,8 @@ const CRATES: &[(&str, &str)] = &[
     ("prism-client", "../prism-client/src/lib.rs"),
     ("prism-mock", "../hack/prism-mock/src/lib.rs"),
     ("sandbox", "../hack/sandbox/src/lib.rs"),
+    ("kube-sim", "../hack/kube-sim/src/lib.rs"),
+    ("k8s-semantics", "../hack/k8s-semantics/src/lib.rs"),
 ];
 
 /// Layers within a package (crate, module path): its submodules by layer, lowest first; a
