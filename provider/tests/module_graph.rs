@@ -478,7 +478,7 @@ fn read_module(
         };
         let parsed =
             syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", child_file.display()));
-        // A `mod.rs` keeps its submodules beside it; `name.rs` in `name/`.
+        // Written as `name.rs` or as `name/mod.rs`, its own submodules are in `name/`.
         read_module(
             krate,
             child_path,
@@ -508,7 +508,7 @@ fn read_crate(root: &Path, source: &dyn Fn(&Path) -> Option<String>) -> Crate {
 /// What a name in a module's scope is.
 enum Named {
     Module(ModPath),
-    /// An item of that module, or a name nothing here defines (an outside crate's, the prelude's).
+    /// An item that module defines.
     Item(ModPath),
     /// An import: its path, as written in that module.
     Import(ModPath, Vec<String>),
