@@ -3,11 +3,9 @@
 //! each finding with its fix. The reads are here; the rules are [`crate::plan::doctor`].
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Args;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -15,7 +13,7 @@ use kube::{Client, ResourceExt};
 use prism_client::v3::Subnet;
 use serde_json::Value;
 
-use super::cli::{PrismArgs, parse_duration};
+use super::cli::{DoctorArgs, parse_duration};
 use super::validate::PrismUnusable;
 use crate::actuator::credentials::{CREDENTIALS_KEY, PrismCredentials};
 use crate::actuator::infrastructure::{parse_infrastructure, prism_endpoint};
@@ -39,31 +37,6 @@ use crate::plan::vm::secret::UserData;
 use crate::plan::vm::spec::ParsedSpec;
 use crate::plan::vm::validate::UnreadUserData;
 use crate::render::preview_machine;
-
-/// Flags of `doctor`.
-#[derive(Clone, Debug, Args)]
-pub struct DoctorArgs {
-    /// The cluster's kubeconfig (else in-cluster or `$KUBECONFIG`): an administrator's, since
-    /// doctor reads WMCO's namespace and the cluster's network configuration.
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
-    /// The namespace of the MachineSets and of WMCO's `windows-user-data`.
-    #[arg(
-        long,
-        value_name = "NAMESPACE",
-        default_value = "openshift-machine-api"
-    )]
-    pub namespace: String,
-    /// `table` for people, `json` for scripts.
-    #[arg(long, value_name = "FORMAT", default_value = "table", value_parser = ["table", "json"])]
-    pub output: String,
-    /// The controller's `--windows-join-timeout`: MachineHealthChecks over Windows Machines
-    /// should wait at least this long for a Node.
-    #[arg(long, value_name = "DURATION", default_value = "90m", value_parser = parse_duration)]
-    pub windows_join_timeout: Duration,
-    #[command(flatten)]
-    pub prism: PrismArgs,
-}
 
 /// Exit code when a finding is an error (as `validate`'s invalid Machine).
 const EXIT_FINDINGS: u8 = 2;
