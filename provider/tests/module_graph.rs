@@ -76,7 +76,14 @@ const LAYERS: &[(&str, &str, &[&[&str]])] = &[
         &[
             // The flags know no command.
             &["cli"],
-            &["leader", "secret_changes", "server"],
+            // Clients and the leader's election, which every command may use.
+            &[
+                "clients",
+                "kube_client",
+                "leader",
+                "secret_changes",
+                "server",
+            ],
             &["validate"],
             &["doctor"],
         ],

@@ -404,7 +404,10 @@ mod tests {
             ),
             (None, None)
         );
-        assert_eq!(run.kube_request_timeout, Duration::from_secs(30));
+        assert_eq!(
+            run.kube_request_timeout,
+            crate::runtime::kube_client::DEFAULT_REQUEST_TIMEOUT
+        );
         assert_eq!(run.health_addr, ":9440");
         assert_eq!(run.requeue_interval, Duration::from_secs(30));
         assert_eq!(run.windows_join_timeout, Duration::from_secs(90 * 60));

@@ -14,6 +14,8 @@ use prism_client::v3::Subnet;
 use serde_json::Value;
 
 use super::cli::{DoctorArgs, parse_duration};
+use super::clients::{actuator_settings, kube_config};
+use super::kube_client;
 use super::validate::PrismUnusable;
 use crate::actuator::credentials::{CREDENTIALS_KEY, PrismCredentials};
 use crate::actuator::infrastructure::{parse_infrastructure, prism_endpoint};
@@ -68,8 +70,8 @@ impl DoctorArgs {
 
 /// Runs `doctor`: 0 with no error finding, 2 with one, 1 when the cluster cannot be read at all.
 pub async fn doctor(args: DoctorArgs) -> ExitCode {
-    let client = match super::kube_config(args.kubeconfig.as_deref()).await {
-        Ok(config) => match Client::try_from(config) {
+    let client = match kube_config(args.kubeconfig.as_deref()).await {
+        Ok(config) => match kube_client::client(config, kube_client::DEFAULT_REQUEST_TIMEOUT) {
             Ok(client) => client,
             Err(error) => {
                 eprintln!("error: cannot make a Kubernetes client: {error}");
@@ -81,7 +83,7 @@ pub async fn doctor(args: DoctorArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let actuator = Actuator::new(super::actuator_settings(&args.prism), None);
+    let actuator = Actuator::new(actuator_settings(&args.prism), None);
     let facts = gather(&client, &actuator, &args.settings()).await;
     let report = examine(&facts);
     if args.output == "json" {

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Secret;
 use prism_client::TransportKind;
 
 use super::cli::ValidateArgs;
+use super::clients::actuator_settings;
 use crate::actuator::Actuator;
 use crate::actuator::credentials::{CREDENTIALS_KEY, PrismCredentials};
 use crate::actuator::infrastructure::{parse_infrastructure, prism_endpoint};
@@ -159,7 +160,7 @@ async fn validate_inner(args: &ValidateArgs) -> Result<ExitCode, String> {
         infrastructure.as_ref(),
     )
     .ok_or("no Prism Central endpoint: give --prism-endpoint or --infrastructure")?;
-    let actuator = Actuator::new(super::actuator_settings(&args.prism), None);
+    let actuator = Actuator::new(actuator_settings(&args.prism), None);
     let connection = actuator
         .connection(&endpoint, "--credentials", &credentials)
         .map_err(|e| e.to_string())?;
