@@ -438,7 +438,7 @@ fn the_deployment_agrees_with_the_binary_its_rbac_and_its_service() {
         user: String::new(),
         status: 200,
     };
-    for verb in ["get", "patch"] {
+    for verb in ["get", "update"] {
         assert!(
             permissions.allows(&call(verb, "coordination.k8s.io", "leases", LEASE)),
             "{verb} the Lease"

@@ -10,9 +10,6 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 use ipnet::IpNet;
 use prism_client::quote::quoted;
 
-use super::doctor::DoctorArgs;
-use super::validate::ValidateArgs;
-
 /// The command line: no subcommand (or `run`) runs the controller.
 #[derive(Debug, Parser)]
 #[command(
@@ -63,6 +60,52 @@ pub struct RenderArgs {
     pub resolve: Option<PathBuf>,
 }
 
+/// Flags of `validate`.
+#[derive(Clone, Debug, Args)]
+pub struct ValidateArgs {
+    /// A Machine or MachineSet (machine.openshift.io/v1beta1) in YAML.
+    #[arg(long, value_name = "FILE.yaml")]
+    pub machine: PathBuf,
+    /// The credentials Secret's `credentials` value (JSON list of basic_auth entries), or the
+    /// Secret's manifest (YAML or JSON, with `data.credentials` or `stringData.credentials`).
+    #[arg(long, value_name = "FILE")]
+    pub credentials_file: PathBuf,
+    /// The user-data Secret's `userData` content.
+    #[arg(long, value_name = "FILE")]
+    pub user_data: Option<PathBuf>,
+    /// `Infrastructure/cluster` in YAML, for its failure domains (and its Prism Central
+    /// endpoint when --prism-endpoint is not given).
+    #[arg(long, value_name = "FILE.yaml")]
+    pub infrastructure: Option<PathBuf>,
+    #[command(flatten)]
+    pub prism: PrismArgs,
+}
+
+/// Flags of `doctor`.
+#[derive(Clone, Debug, Args)]
+pub struct DoctorArgs {
+    /// The cluster's kubeconfig (else in-cluster or `$KUBECONFIG`): an administrator's, since
+    /// doctor reads WMCO's namespace and the cluster's network configuration.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The namespace of the MachineSets and of WMCO's `windows-user-data`.
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        default_value = "openshift-machine-api"
+    )]
+    pub namespace: String,
+    /// `table` for people, `json` for scripts.
+    #[arg(long, value_name = "FORMAT", default_value = "table", value_parser = ["table", "json"])]
+    pub output: String,
+    /// The controller's `--windows-join-timeout`: MachineHealthChecks over Windows Machines
+    /// should wait at least this long for a Node.
+    #[arg(long, value_name = "DURATION", default_value = "90m", value_parser = parse_duration)]
+    pub windows_join_timeout: Duration,
+    #[command(flatten)]
+    pub prism: PrismArgs,
+}
+
 /// Flags of the controller (`nutanix-machine-controller` and `nutanix-machine-controller run`).
 #[derive(Clone, Debug, Args)]
 pub struct RunArgs {
@@ -70,9 +113,22 @@ pub struct RunArgs {
     /// Run leader election; only the leader acts.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
     pub leader_elect: bool,
-    /// Lease duration (Go duration, e.g. 120s).
+    /// Lease duration (Go duration, e.g. 120s): how long other replicas wait after the last
+    /// change of the Lease they saw before taking it.
     #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
     pub leader_elect_lease_duration: Duration,
+    /// How long after its last successful renewal the leader stops acting; shorter than the lease
+    /// duration (default: 11/12 of it, 110s of 120s, as the Go provider).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Option<Duration>,
+    /// How often the leader renews and candidates try (default: a sixth of the lease duration,
+    /// between 1s and 20s; 20s of 120s, as the Go provider).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Option<Duration>,
+    /// How long any request to the API server but a watch may wait for its answer (kubectl's
+    /// `--request-timeout`); a request past it fails and is retried as any failed request.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub kube_request_timeout: Duration,
     /// Namespace of the Lease (default: --namespace, else the pod's namespace).
     #[arg(long, value_name = "NAMESPACE")]
     pub leader_elect_resource_namespace: Option<String>,
@@ -158,7 +214,7 @@ pub struct RunArgs {
     pub fail_timed_out_windows_joins: bool,
 }
 
-/// How to reach Prism Central (shared by `run` and `validate`).
+/// How to reach Prism Central (shared by `run`, `validate` and `doctor`).
 #[derive(Clone, Debug, Args)]
 pub struct PrismArgs {
     /// Prism Central endpoint (`https://HOST:PORT`); overrides Infrastructure/cluster.
@@ -340,6 +396,18 @@ mod tests {
             panic!("run subcommand")
         };
         assert!(!run.leader_elect);
+        // Derived from the lease duration unless given (runtime/leader.rs).
+        assert_eq!(
+            (
+                run.leader_elect_renew_deadline,
+                run.leader_elect_retry_period
+            ),
+            (None, None)
+        );
+        assert_eq!(
+            run.kube_request_timeout,
+            crate::runtime::kube_client::DEFAULT_REQUEST_TIMEOUT
+        );
         assert_eq!(run.health_addr, ":9440");
         assert_eq!(run.requeue_interval, Duration::from_secs(30));
         assert_eq!(run.windows_join_timeout, Duration::from_secs(90 * 60));

@@ -6,24 +6,23 @@
 //! as does a controller whose watch ends. SIGTERM or Ctrl-C releases the lease and exits 0.
 
 pub mod cli;
+pub mod clients;
 pub mod doctor;
+pub mod kube_client;
 pub mod leader;
 pub mod secret_changes;
 pub mod server;
 pub mod validate;
 
 use std::io::IsTerminal;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Config};
-use prism_client::RateLimit;
 use tokio::sync::broadcast;
 use tokio::task::JoinSet;
 use tracing_subscriber::EnvFilter;
@@ -31,19 +30,15 @@ use tracing_subscriber::EnvFilter;
 use crate::actuator::{Actuator, ActuatorSettings};
 use crate::controller::{ControllerSettings, Shared, WatchedSecrets, controllers};
 use crate::metrics::Metrics;
-use cli::{MACHINE_API_MIGRATION, PrismArgs, RunArgs, parse_listen_address};
+use cli::{MACHINE_API_MIGRATION, RunArgs, parse_listen_address};
+use clients::{actuator_settings, kube_config};
 use secret_changes::SecretDataChanges;
 
 /// Why the controller stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("kubeconfig {path}: {source}")]
-    Kubeconfig {
-        path: String,
-        source: kube::config::KubeconfigError,
-    },
-    #[error("Kubernetes client configuration: {0}")]
-    KubeConfig(#[from] kube::config::InferConfigError),
+    #[error(transparent)]
+    KubeConfig(#[from] clients::KubeConfigError),
     #[error("Kubernetes client: {0}")]
     KubeClient(#[from] kube::Error),
     #[error("{0}")]
@@ -53,12 +48,16 @@ pub enum RuntimeError {
     #[error("cannot listen: {0}")]
     Listen(#[from] std::io::Error),
     #[error("leader election: {0}")]
-    Lease(#[from] kube_lease_manager::LeaseManagerError),
-    #[error("lost the leader lease")]
-    LeaseLost,
+    LeaderElection(#[from] leader::TimingsError),
+    #[error("lost the leader lease: {0:?}")]
+    LeaseLost(leader::LeadershipLost),
     #[error("the {0} controller stopped")]
     ControllerStopped(&'static str),
 }
+
+/// The controller's exit status when it stopped because it lost the leader Lease (the
+/// Deployment starts it again as a candidate): told apart from a failure by whoever watches it.
+pub const EXIT_LEASE_LOST: u8 = 3;
 
 /// Sets up logging to stderr: `RUST_LOG` if set, else `--v` mapped to a level for this crate
 /// and the Prism client (other crates log warnings only: their debug output is not ours to
@@ -70,9 +69,7 @@ pub fn init_logging(verbosity: u8, json: bool) {
         _ => "trace",
     };
     install_logging(
-        &format!(
-            "warn,nutanix_machine_controller={level},prism_client={level},kube_lease_manager=info"
-        ),
+        &format!("warn,nutanix_machine_controller={level},prism_client={level}"),
         json,
     );
 }
@@ -102,46 +99,6 @@ fn install_logging(default_filter: &str, json: bool) {
 /// Where the leader's doctor looks for MachineSets when the controller watches every
 /// namespace: the machine API's namespace on OpenShift.
 const DEFAULT_DOCTOR_NAMESPACE: &str = "openshift-machine-api";
-
-/// The Kubernetes client configuration: `--kubeconfig`, else in-cluster or `$KUBECONFIG`.
-pub async fn kube_config(path: Option<&Path>) -> Result<Config, RuntimeError> {
-    match path {
-        Some(path) => {
-            let kubeconfig =
-                Kubeconfig::read_from(path).map_err(|source| RuntimeError::Kubeconfig {
-                    path: path.display().to_string(),
-                    source,
-                })?;
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|source| RuntimeError::Kubeconfig {
-                    path: path.display().to_string(),
-                    source,
-                })
-        }
-        None => Ok(Config::infer().await?),
-    }
-}
-
-/// The actuator settings from the Prism flags.
-pub fn actuator_settings(prism: &PrismArgs) -> ActuatorSettings {
-    ActuatorSettings {
-        ca_file: prism.prism_ca_file.clone(),
-        // Nothing to watch when no certificate is checked.
-        system_ca_file: if prism.insecure_skip_tls_verify {
-            None
-        } else {
-            prism_client::system_roots_file()
-        },
-        insecure: prism.insecure_skip_tls_verify,
-        allow_plain_http: prism.prism_allow_plain_http,
-        rate_limit: RateLimit {
-            requests_per_second: prism.prism_rate_limit,
-            burst: prism.prism_burst,
-        },
-        ..ActuatorSettings::default()
-    }
-}
 
 /// How long a VM read is reused: long enough for the reconciles a Machine's own status write
 /// triggers, shorter than the soonest planned look again, which must see a fresh VM (a Machine
@@ -255,12 +212,17 @@ async fn shutdown_signal() {
 
 /// Runs the controller until a signal (Ok), a lost lease or a stopped controller (Err).
 pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
+    let election = leader::ElectionTimings::new(
+        args.leader_elect_lease_duration,
+        args.leader_elect_renew_deadline,
+        args.leader_elect_retry_period,
+    )?;
     let metrics = Arc::new(Metrics::new()?);
     let config = kube_config(args.kubeconfig.as_deref()).await?;
-    let client = Client::try_from(config.clone())?;
+    let client = kube_client::client(config.clone(), args.kube_request_timeout)?;
     let mut eviction_config = config.clone();
     eviction_config.default_retry = false;
-    let eviction_client = Client::try_from(eviction_config)?;
+    let eviction_client = kube_client::client(eviction_config, args.kube_request_timeout)?;
 
     let health = parse_listen_address(&args.health_addr).map_err(RuntimeError::Flag)?;
     let metrics_address =
@@ -271,9 +233,11 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
         secret_store(client.clone(), args.namespace.as_deref());
     tokio::spawn(watch_secrets);
 
+    let identity = identity();
     let actuator = Arc::new(
         Actuator::new(
             ActuatorSettings {
+                user_agent: crate::actuator::user_agent(Some(&identity)),
                 inventory_max_age: args.inventory_refresh_interval,
                 lookup_ttl: args.lookup_cache_ttl,
                 vm_read_ttl: vm_read_ttl(args.poll_interval.min(args.requeue_interval)),
@@ -299,7 +263,6 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
         fail_timed_out_windows_joins: args.fail_timed_out_windows_joins,
         ..ControllerSettings::default()
     };
-    let identity = identity();
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         %identity,
@@ -313,7 +276,7 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
     let mut leadership = if args.leader_elect {
         let namespace = lease_namespace(&args, &config);
         tokio::select! {
-            leadership = leader::acquire(client.clone(), &namespace, &identity, args.leader_elect_lease_duration) => Some(leadership?),
+            leadership = leader::acquire(client.clone(), &namespace, &identity, election) => Some(leadership),
             () = shutdown_signal() => return Ok(()),
         }
     } else {
@@ -367,7 +330,7 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
     };
     let outcome = tokio::select! {
         () = shutdown_signal() => Ok(()),
-        () = lost => Err(RuntimeError::LeaseLost),
+        lost = lost => Err(RuntimeError::LeaseLost(lost)),
         stopped = running.join_next() => Err(RuntimeError::ControllerStopped(
             stopped.and_then(Result::ok).unwrap_or("unknown"),
         )),
