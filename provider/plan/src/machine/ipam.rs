@@ -37,9 +37,8 @@ use crate::vm::identity::MachineIdentity;
 
 pub use crate::vm::addressing::{
     BoundAddress, GuestAddressing, IpPoolError, NameserversError, NicAddressing, NoGuestAddressing,
-    PoolRef, StaticAddressError, check_nic_count, claim_name, guest_addressing,
-    guest_addressing_of, machine_ip_pools, machine_nameservers, nic_addressing, parse_ip_pools,
-    parse_nameservers,
+    PoolRef, StaticAddressError, check_nic_count, claim_name, guest_addressing, machine_ip_pools,
+    machine_nameservers, nic_addressing, parse_ip_pools, parse_nameservers,
 };
 
 /// The Machine's condition about its claims (openshift/api `IPAddressClaimedCondition`).

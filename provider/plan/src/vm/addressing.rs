@@ -16,8 +16,8 @@ use crate::api::{IP_POOL_ANNOTATION, Machine};
 pub mod guest;
 
 pub use guest::{
-    GuestAddressing, NameserversError, NoGuestAddressing, guest_addressing, guest_addressing_of,
-    machine_nameservers, parse_nameservers,
+    GuestAddressing, NameserversError, NoGuestAddressing, guest_addressing, machine_nameservers,
+    parse_nameservers,
 };
 
 /// A pool as a claim names it: `spec.poolRef` (`apiGroup`, `kind`, `name`), in the pool's

@@ -16,8 +16,6 @@ use std::net::IpAddr;
 use kube::ResourceExt;
 
 use crate::api::{GuestCustomizationType, Machine, NAMESERVERS_ANNOTATION};
-use crate::vm::guest::customization_of;
-use crate::vm::spec::ParsedSpec;
 
 /// Whether the guest sets its own static address on a subnet Prism does not manage.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,18 +119,4 @@ pub fn guest_addressing(
             nameservers: servers.clone(),
         },
     }
-}
-
-/// [`guest_addressing`] of a Machine (its template, for `doctor`) with `nics` NICs.
-pub fn guest_addressing_of(machine: &Machine, spec: &ParsedSpec, nics: usize) -> GuestAddressing {
-    let customization = spec
-        .config()
-        .map(customization_of)
-        .unwrap_or(crate::vm::guest::DEFAULT_CUSTOMIZATION);
-    guest_addressing(
-        machine.is_windows(),
-        &customization,
-        nics,
-        machine_nameservers(machine).as_ref(),
-    )
 }
