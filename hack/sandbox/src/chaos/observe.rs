@@ -17,6 +17,9 @@ use super::Soak;
 use super::tracker::VmEvent;
 use super::{LOOK_EVERY, VM_POLL};
 
+/// How often the Lease's holder is read during a run with several replicas.
+const LEASE_READ_EVERY: Duration = Duration::from_secs(1);
+
 impl Soak<'_> {
     /// Polls prism-mock's VMs once: the tracker's events, and the Administrator password of
     /// every new Windows VM.
@@ -69,24 +72,37 @@ impl Soak<'_> {
             })
             .await;
         if let Err(WorldError::ControllerExited {
-            status, log_tail, ..
+            replica,
+            status,
+            log_tail,
+            ..
         }) = result
         {
             let at = self.elapsed().as_secs_f64();
-            self.unexpected_exits.push(format!(
-                "at +{at:.1}s the controller exited with {status}; last lines: {}",
+            let line = format!(
+                "at +{at:.1}s replica {replica} exited with {status}; last lines: {}",
                 log_tail
                     .lines()
                     .rev()
                     .take(3)
                     .collect::<Vec<_>>()
                     .join(" | ")
-            ));
+            );
+            // A replica that held the Lease when last seen and exits has given leadership up
+            // (as it must when it cannot renew); any other exit is a failure.
+            if self.world.replica_count() > 1 && self.last_holder == Some(replica) {
+                self.lease_exits.push(line);
+            } else {
+                self.unexpected_exits.push(line);
+            }
+            // Its Deployment's kubelet starts it again.
             self.world
-                .restart_controller()
+                .restart_replica(replica)
                 .await
                 .map_err(|e| e.to_string())?;
         }
+        self.supervise_control_plane()?;
+        self.read_lease().await;
         if let Some(snapshot) = seen
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -107,6 +123,37 @@ impl Soak<'_> {
             self.last = snapshot;
         }
         Ok(())
+    }
+
+    /// Starts again the control-plane programs that exited on their own (as their kubelet
+    /// would), and notes them.
+    fn supervise_control_plane(&mut self) -> Result<(), String> {
+        let Some(plane) = self.world.control_plane() else {
+            return Ok(());
+        };
+        let restarted = plane.restart_exited().map_err(|e| e.to_string())?;
+        let at = self.elapsed().as_secs_f64();
+        for (program, status) in restarted {
+            self.plane_restarts
+                .push(format!("at +{at:.1}s {program} exited with {status}, started again"));
+        }
+        Ok(())
+    }
+
+    /// Notes which replica the Lease names (at most every [`LEASE_READ_EVERY`], with several
+    /// replicas); keeps the last answer when the API server gives none.
+    async fn read_lease(&mut self) {
+        if self.world.replica_count() < 2
+            || self
+                .last_lease_read
+                .is_some_and(|at| at.elapsed() < LEASE_READ_EVERY)
+        {
+            return;
+        }
+        self.last_lease_read = Some(Instant::now());
+        if let Some(holder) = self.leader().await {
+            self.last_holder = Some(holder);
+        }
     }
 
     /// Polls until `check` holds for a snapshot, or fails after `timeout` with what is missing.

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::faults::FaultLabel;
 use super::invariants::Invariant;
+use super::kube_faults::FaultRecord;
 use super::kills::KillAim;
 
 /// One kill of the controller.
@@ -22,6 +23,8 @@ pub struct KillRecord {
     /// What the run did while the controller was down (e.g. deleted the Machine).
     pub while_down: Option<String>,
     pub down_for: Duration,
+    /// With several replicas, the one killed and whether it held the Lease then.
+    pub replica: Option<(usize, bool)>,
 }
 
 /// The whole run.
@@ -32,6 +35,19 @@ pub struct ChaosReport {
     /// Machines per MachineSet at the top, with what each creates.
     pub sets: Vec<(String, &'static str, usize)>,
     pub kills: Vec<KillRecord>,
+    /// Kubernetes' own faults (and Prism Central's outages), in the order struck.
+    pub kube_faults: Vec<FaultRecord>,
+    /// Replicas of the controller.
+    pub replicas: usize,
+    /// The control plane (`kube-sim` or `real`).
+    pub control_plane: &'static str,
+    /// Controller processes started in all, beyond the first start of each replica.
+    pub controller_restarts: u32,
+    /// Exits of a replica that held the Lease when last seen: it gave leadership up, as it must
+    /// when it cannot renew (client-go's leader election ends the process the same way).
+    pub lease_exits: Vec<String>,
+    /// Control-plane programs that exited on their own and were started again.
+    pub plane_restarts: Vec<String>,
     /// Fault rules' firings per kind.
     pub faults: Vec<(FaultLabel, u64)>,
     /// prism-mock's list lag during the run.
@@ -67,10 +83,18 @@ impl ChaosReport {
         let outcome = if self.held() { "HELD" } else { "BROKEN" };
         let _ = writeln!(
             out,
-            "chaos soak: {outcome} (seed {}, {} Machines, {} kills, {:.1}s)",
+            "chaos soak: {outcome} (seed {}, {} Machines, {} kills, {} Kubernetes faults, control \
+             plane {}, {} replica(s), {:.1}s)",
             self.seed,
             self.machines,
             self.kills.len(),
+            self.kube_faults.len(),
+            if self.control_plane.is_empty() {
+                "kube-sim"
+            } else {
+                self.control_plane
+            },
+            self.replicas.max(1),
             self.total.as_secs_f64()
         );
         if let Some(error) = &self.error {
@@ -111,7 +135,12 @@ impl ChaosReport {
             if let Some(action) = &kill.while_down {
                 let _ = writeln!(out, "     while down: {action}");
             }
+            if let Some((replica, leader)) = kill.replica {
+                let role = if leader { "the leader" } else { "the standby" };
+                let _ = writeln!(out, "     killed replica {replica} ({role})");
+            }
         }
+        self.render_kube_faults(&mut out);
 
         let _ = writeln!(
             out,
@@ -159,6 +188,99 @@ impl ChaosReport {
             let _ = writeln!(out, "  Deleted before Running: {name}: {why}");
         }
         out
+    }
+}
+
+impl ChaosReport {
+    fn render_kube_faults(&self, out: &mut String) {
+        if !self.kube_faults.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nKubernetes faults (recovery: from answering again to the controller's next \
+                 Machine write, by the audit log):"
+            );
+        }
+        for (i, fault) in self.kube_faults.iter().enumerate() {
+            let hit = if fault.aimed {
+                ""
+            } else {
+                " [not aimed: no such event in time]"
+            };
+            let replica = fault.replica.map_or(String::new(), |(replica, leader)| {
+                let role = if leader { "the leader" } else { "the standby" };
+                format!(" on replica {replica} ({role})")
+            });
+            let recovery = fault.recovery.map_or_else(
+                || "no Machine write before the next fault".to_owned(),
+                |r| format!("recovery {:.1}s", r.as_secs_f64()),
+            );
+            let _ = writeln!(
+                out,
+                "  {}. +{:.1}s {}{replica}, {}{hit}: {}; lasted {:.1}s; {}; {recovery}",
+                i + 1,
+                fault.at.as_secs_f64(),
+                fault.kind,
+                fault.moment,
+                fault.event,
+                fault.lasted.as_secs_f64(),
+                fault.detail,
+            );
+        }
+        if self.replicas > 1 || self.controller_restarts > 0 {
+            let _ = writeln!(
+                out,
+                "\nController restarts: {} ({} kills, {} after giving the Lease up, the rest \
+                 other exits)",
+                self.controller_restarts,
+                self.kills.len(),
+                self.lease_exits.len()
+            );
+            for exit in &self.lease_exits {
+                let _ = writeln!(out, "  gave the Lease up: {exit}");
+            }
+        }
+        for restart in &self.plane_restarts {
+            let _ = writeln!(out, "  control plane: {restart}");
+        }
+    }
+
+    /// One row of docs/reliability.md's table: seed, faults per kind, duplicates, orphans,
+    /// stuck, restarts, recovery times.
+    pub fn table_row(&self) -> String {
+        let mut kinds: Vec<(super::kube_faults::KubeFaultKind, usize)> = Vec::new();
+        for fault in &self.kube_faults {
+            match kinds.iter_mut().find(|(k, _)| *k == fault.kind) {
+                Some((_, n)) => *n += 1,
+                None => kinds.push((fault.kind, 1)),
+            }
+        }
+        kinds.sort();
+        let faults: Vec<String> = kinds.iter().map(|(k, n)| format!("{n}× {k}")).collect();
+        let broken = |name: &str| {
+            self.invariants
+                .iter()
+                .find(|i| i.name == name)
+                .map_or("?", |i| if i.held { "0" } else { "FAIL" })
+        };
+        let recoveries: Vec<String> = self
+            .kube_faults
+            .iter()
+            .map(|f| {
+                f.recovery
+                    .map_or("–".to_owned(), |r| format!("{:.1}", r.as_secs_f64()))
+            })
+            .collect();
+        format!(
+            "| {} | {} | {} | {} | {} | {} ({} after giving the Lease up) | {} |",
+            self.seed,
+            faults.join(", "),
+            broken(super::invariants::ONE_VM),
+            broken(super::invariants::NO_ORPHAN),
+            broken(super::invariants::NONE_STUCK),
+            self.controller_restarts,
+            self.lease_exits.len(),
+            recoveries.join(" / "),
+        )
     }
 }
 

@@ -110,6 +110,10 @@ pub struct WorldOptions {
     /// How many replicas of the controller run (1; more only make sense with `--leader-elect`
     /// in `controller_args`).
     pub controller_replicas: usize,
+    /// Each replica reaches the real API server through a proxy of its own
+    /// ([`crate::api_proxy`]), which a run can slow down, reset or black-hole; the other actors go
+    /// direct. Ignored on kube-sim.
+    pub controller_api_proxies: bool,
     /// The node agent (its namespace is set to `namespace`).
     pub node_agent: NodeAgentConfig,
     /// Where kubeconfigs, the CA and the controller's log go; a temporary directory (deleted at
@@ -153,6 +157,7 @@ impl WorldOptions {
             controller_verbosity: 2,
             controller_args: Vec::new(),
             controller_replicas: 1,
+            controller_api_proxies: false,
             node_agent: NodeAgentConfig::default(),
             work_dir: None,
             progress: None,
