@@ -12,12 +12,12 @@ use crate::world::{self, LINUX_USER_DATA_MARKER, WINDOWS_USER_DATA_MARKER};
 use std::time::SystemTime;
 
 use super::Soak;
+use super::invariants::{Evidence, secret_hits};
 use super::kube_faults::KubeFaultKind;
 use super::recovery;
-use crate::world::CONTROLLER_SERVICE_ACCOUNT;
-use super::invariants::{Evidence, secret_hits};
 use super::report::ChaosReport;
 use super::{faults, invariants, prism_password};
+use crate::world::CONTROLLER_SERVICE_ACCOUNT;
 
 impl Soak<'_> {
     /// Final look, the invariants, the logs searched, the counts.
@@ -135,7 +135,9 @@ impl Soak<'_> {
             match fault.kind {
                 KubeFaultKind::Throttled => {
                     let rejected = recovery::answered(&entries, &user, 429, start, from);
-                    fault.detail.push_str(&format!("; {rejected} requests answered 429"));
+                    fault
+                        .detail
+                        .push_str(&format!("; {rejected} requests answered 429"));
                 }
                 KubeFaultKind::WatchExpiry => {
                     let after = from + std::time::Duration::from_secs(30);

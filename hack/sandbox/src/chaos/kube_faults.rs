@@ -225,15 +225,27 @@ mod tests {
     fn single_strikes_alternate_between_phases_and_the_seed_decides_the_order() {
         let kinds = [KubeFaultKind::ApiServerDown, KubeFaultKind::Throttled];
         let (up, down) = plan(&kinds, 1, &[], &[], &mut StdRng::seed_from_u64(1));
-        assert_eq!(up, [(KubeFaultKind::ApiServerDown, FaultMoment::At(AfterCreate))]);
-        assert_eq!(down, [(KubeFaultKind::Throttled, FaultMoment::At(MidDelete))]);
+        assert_eq!(
+            up,
+            [(KubeFaultKind::ApiServerDown, FaultMoment::At(AfterCreate))]
+        );
+        assert_eq!(
+            down,
+            [(KubeFaultKind::Throttled, FaultMoment::At(MidDelete))]
+        );
         let orders: std::collections::BTreeSet<Vec<KubeFaultKind>> = (0..20)
             .map(|seed| {
-                plan(&KubeFaultKind::ALL, 1, &[], &[], &mut StdRng::seed_from_u64(seed))
-                    .0
-                    .into_iter()
-                    .map(|(k, _)| k)
-                    .collect()
+                plan(
+                    &KubeFaultKind::ALL,
+                    1,
+                    &[],
+                    &[],
+                    &mut StdRng::seed_from_u64(seed),
+                )
+                .0
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect()
             })
             .collect();
         assert!(orders.len() > 1, "the seed shuffles the faults");

@@ -312,7 +312,8 @@ pub async fn run(options: ChaosOptions) -> ChaosReport {
             ),
         ]);
     }
-    world_options.controller_api_proxies = matches!(options.control_plane, ControlPlaneChoice::Real(_));
+    world_options.controller_api_proxies =
+        matches!(options.control_plane, ControlPlaneChoice::Real(_));
     world_options.work_dir = Some(options.work_dir.clone());
     world_options.progress = options.progress.clone();
     world_options.mock_rng_seed = Some(options.seed);
@@ -459,8 +460,17 @@ impl<'w> Soak<'w> {
             }
             let kill = self.kill_at(*aim, None).await?;
             report.kills.push(kill);
-            if let Some((kind, moment)) = up_faults.next_if(|(_, m)| matches!(m, FaultMoment::AfterKill(_))) {
-                let record = self.strike(kind, moment, true, "the replica was just started again".to_owned()).await?;
+            if let Some((kind, moment)) =
+                up_faults.next_if(|(_, m)| matches!(m, FaultMoment::AfterKill(_)))
+            {
+                let record = self
+                    .strike(
+                        kind,
+                        moment,
+                        true,
+                        "the replica was just started again".to_owned(),
+                    )
+                    .await?;
                 report.kube_faults.push(record);
             }
         }
@@ -505,8 +515,17 @@ impl<'w> Soak<'w> {
             let release_after = self.release_when(*aim == KillAim::MidDelete, &mut released);
             let kill = self.kill_at(*aim, release_after).await?;
             report.kills.push(kill);
-            if let Some((kind, moment)) = rest.next_if(|(_, m)| matches!(m, FaultMoment::AfterKill(_))) {
-                let record = self.strike(kind, moment, true, "the replica was just started again".to_owned()).await?;
+            if let Some((kind, moment)) =
+                rest.next_if(|(_, m)| matches!(m, FaultMoment::AfterKill(_)))
+            {
+                let record = self
+                    .strike(
+                        kind,
+                        moment,
+                        true,
+                        "the replica was just started again".to_owned(),
+                    )
+                    .await?;
                 report.kube_faults.push(record);
             }
         }

@@ -134,8 +134,9 @@ impl Soak<'_> {
         let restarted = plane.restart_exited().map_err(|e| e.to_string())?;
         let at = self.elapsed().as_secs_f64();
         for (program, status) in restarted {
-            self.plane_restarts
-                .push(format!("at +{at:.1}s {program} exited with {status}, started again"));
+            self.plane_restarts.push(format!(
+                "at +{at:.1}s {program} exited with {status}, started again"
+            ));
         }
         Ok(())
     }

@@ -117,11 +117,35 @@ mod tests {
     #[test]
     fn recovery_runs_to_the_first_successful_machine_write_after_the_fault() {
         let log = [
-            line(USER, "patch", "machines", 200, "2026-12-06T06:00:00.000000Z"),
+            line(
+                USER,
+                "patch",
+                "machines",
+                200,
+                "2026-12-06T06:00:00.000000Z",
+            ),
             line(USER, "update", "leases", 200, "2026-12-06T06:00:11.000000Z"),
-            line(USER, "patch", "machines", 429, "2026-12-06T06:00:12.000000Z"),
-            line("sandbox:test", "patch", "machines", 200, "2026-12-06T06:00:12.500000Z"),
-            line(USER, "patch", "machines", 200, "2026-12-06T06:00:13.250000Z"),
+            line(
+                USER,
+                "patch",
+                "machines",
+                429,
+                "2026-12-06T06:00:12.000000Z",
+            ),
+            line(
+                "sandbox:test",
+                "patch",
+                "machines",
+                200,
+                "2026-12-06T06:00:12.500000Z",
+            ),
+            line(
+                USER,
+                "patch",
+                "machines",
+                200,
+                "2026-12-06T06:00:13.250000Z",
+            ),
             "{not json".to_owned(),
         ]
         .join("\n");

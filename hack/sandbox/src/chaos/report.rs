@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::faults::FaultLabel;
 use super::invariants::Invariant;
-use super::kube_faults::FaultRecord;
 use super::kills::KillAim;
+use super::kube_faults::FaultRecord;
 
 /// One kill of the controller.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -317,6 +317,7 @@ mod tests {
                 machine_state: Some("deployRequestId recorded, no task".into()),
                 while_down: Some("deleted Machine win-tmpl-a".into()),
                 down_for: Duration::from_secs(1),
+                replica: Some((1, true)),
             }],
             faults: vec![(FaultLabel::Error429, 7)],
             answers: vec![(0, 2), (429, 7)],
@@ -328,5 +329,64 @@ mod tests {
         assert!(text.contains("while down: deleted Machine win-tmpl-a"));
         assert!(text.contains("     7  429 + Retry-After on any call"));
         assert!(text.contains("answers dropped 2, 429: 7"));
+        assert!(text.contains("killed replica 1 (the leader)"), "{text}");
+    }
+
+    #[test]
+    fn kubernetes_faults_show_their_moment_replica_and_recovery_and_make_a_table_row() {
+        use super::super::kills::KillAim;
+        use super::super::kube_faults::{FaultMoment, KubeFaultKind};
+        let fault = |kind, recovery: Option<u64>| FaultRecord {
+            kind,
+            moment: FaultMoment::At(KillAim::MidDrain),
+            at: Duration::from_secs(30),
+            aimed: true,
+            event: "Machine m has Drained=False (DrainBlocked)".into(),
+            replica: (kind == KubeFaultKind::BlackHole).then_some((0, true)),
+            lasted: Duration::from_secs(35),
+            answering_again: None,
+            detail: "35.0s window".into(),
+            recovery: recovery.map(Duration::from_millis),
+        };
+        let report = ChaosReport {
+            seed: 7,
+            replicas: 2,
+            control_plane: "real",
+            kube_faults: vec![
+                fault(KubeFaultKind::BlackHole, Some(2500)),
+                fault(KubeFaultKind::ApiServerDown, None),
+                fault(KubeFaultKind::BlackHole, Some(1000)),
+            ],
+            controller_restarts: 4,
+            lease_exits: vec!["at +40.0s replica 0 exited".into()],
+            invariants: vec![Invariant {
+                name: super::super::invariants::ONE_VM,
+                held: true,
+                detail: String::new(),
+            }],
+            ..ChaosReport::default()
+        };
+        let text = report.render();
+        assert!(
+            text.contains("3 Kubernetes faults, control plane real, 2 replica(s)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1. +30.0s path to the API server black-holed on replica 0 (the leader), mid-drain (eviction blocked): Machine m has Drained=False (DrainBlocked); lasted 35.0s; 35.0s window; recovery 2.5s"),
+            "{text}"
+        );
+        assert!(
+            text.contains("no Machine write before the next fault"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Controller restarts: 4 (0 kills, 1 after giving the Lease up"),
+            "{text}"
+        );
+        assert_eq!(
+            report.table_row(),
+            "| 7 | 1× kube-apiserver killed, started again, 2× path to the API server black-holed \
+             | 0 | ? | ? | 4 (1 after giving the Lease up) | 2.5 / – / 1.0 |"
+        );
     }
 }

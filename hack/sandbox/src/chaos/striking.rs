@@ -80,16 +80,26 @@ impl Soak<'_> {
                 } else {
                     "etcd"
                 };
-                let down = self.random_duration(self.options.k8s.down_time.0, self.options.k8s.down_time.1);
-                self.plane()?.kill_program(program).await.map_err(|e| e.to_string())?;
+                let down = self
+                    .random_duration(self.options.k8s.down_time.0, self.options.k8s.down_time.1);
+                self.plane()?
+                    .kill_program(program)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 self.idle(down).await?;
-                self.plane()?.start_program_again(program).map_err(|e| e.to_string())?;
+                self.plane()?
+                    .start_program_again(program)
+                    .map_err(|e| e.to_string())?;
                 let answering = self.wait_answering().await?;
                 record.answering_again = Some(answering);
                 record.detail = format!("down {:.1}s", down.as_secs_f64());
             }
             KubeFaultKind::WatchExpiry => {
-                let revision = self.plane()?.compact_etcd().await.map_err(|e| e.to_string())?;
+                let revision = self
+                    .plane()?
+                    .compact_etcd()
+                    .await
+                    .map_err(|e| e.to_string())?;
                 // Every watch of the controller must resume: from a resource version now
                 // compacted away.
                 let cut = self.options.k8s.reset_for;
@@ -114,7 +124,10 @@ impl Soak<'_> {
                     .await
                     .map_err(|e| e.to_string())?;
                 self.idle(window).await?;
-                self.plane()?.lift_throttle().await.map_err(|e| e.to_string())?;
+                self.plane()?
+                    .lift_throttle()
+                    .await
+                    .map_err(|e| e.to_string())?;
                 record.answering_again = Some(SystemTime::now());
                 record.detail = format!("{:.1}s window", window.as_secs_f64());
             }
@@ -123,7 +136,11 @@ impl Soak<'_> {
                 // Mostly the leader (whose partition is the dangerous case), sometimes the
                 // standby.
                 let replica = match leader {
-                    Some(leader) if self.rng.random_bool(0.75) || self.world.replica_count() == 1 => leader,
+                    Some(leader)
+                        if self.rng.random_bool(0.75) || self.world.replica_count() == 1 =>
+                    {
+                        leader
+                    }
                     Some(leader) => (leader + 1) % self.world.replica_count(),
                     None => self.rng.random_range(0..self.world.replica_count()),
                 };
@@ -155,7 +172,11 @@ impl Soak<'_> {
                         millis: u64::try_from(hang.as_millis()).unwrap_or(u64::MAX),
                     },
                 ));
-                let drop = admin.add_fault(FaultRule::new(None, EVERY_PRISM_CALL, FaultKind::DropConnection));
+                let drop = admin.add_fault(FaultRule::new(
+                    None,
+                    EVERY_PRISM_CALL,
+                    FaultKind::DropConnection,
+                ));
                 self.idle(window).await?;
                 admin.remove_fault(latency);
                 admin.remove_fault(drop);
@@ -173,9 +194,9 @@ impl Soak<'_> {
     }
 
     fn plane(&self) -> Result<&ControlPlane, String> {
-        self.world
-            .control_plane()
-            .ok_or_else(|| "this fault needs the real control plane (--control-plane real)".to_owned())
+        self.world.control_plane().ok_or_else(|| {
+            "this fault needs the real control plane (--control-plane real)".to_owned()
+        })
     }
 
     /// Waits until kube-apiserver answers `/readyz` again, watching meanwhile.
@@ -198,13 +219,16 @@ impl Soak<'_> {
     /// The replica that holds the controller's Lease now, by its holder identity
     /// (`<POD_NAME>_<uuid>`); `None` when the Lease cannot be read or names no replica.
     pub(super) async fn leader(&self) -> Option<usize> {
-        let leases: Api<Lease> = Api::namespaced(self.world.client().clone(), self.world.namespace());
+        let leases: Api<Lease> =
+            Api::namespaced(self.world.client().clone(), self.world.namespace());
         let lease = tokio::time::timeout(Duration::from_secs(2), leases.get_opt(LEASE_NAME))
             .await
             .ok()?
             .ok()??;
         let holder = lease.spec?.holder_identity?;
-        let pod = holder.rsplit_once('_').map_or(holder.as_str(), |(pod, _)| pod);
+        let pod = holder
+            .rsplit_once('_')
+            .map_or(holder.as_str(), |(pod, _)| pod);
         (0..self.world.replica_count()).find(|index| replica_pod_name(*index) == pod)
     }
 }

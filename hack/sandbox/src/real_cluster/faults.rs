@@ -55,7 +55,8 @@ impl ControlPlane {
                 program: program.to_owned(),
             })?;
         if process.child.is_none() {
-            process.child = Some(self.start_child(process.program, &process.args, &process.log, true)?);
+            process.child =
+                Some(self.start_child(process.program, &process.args, &process.log, true)?);
         }
         Ok(())
     }
@@ -75,7 +76,8 @@ impl ControlPlane {
             let Ok(Some(status)) = child.try_wait() else {
                 continue;
             };
-            process.child = Some(self.start_child(process.program, &process.args, &process.log, true)?);
+            process.child =
+                Some(self.start_child(process.program, &process.args, &process.log, true)?);
             restarted.push((process.program, status.to_string()));
         }
         Ok(restarted)
@@ -97,14 +99,19 @@ impl ControlPlane {
 
     /// Waits until kube-apiserver answers `/readyz` with `ok`; returns the wall-clock time it
     /// first did (the audit log's clock).
-    pub async fn wait_api_answering(&self, timeout: Duration) -> Result<SystemTime, RealClusterError> {
+    pub async fn wait_api_answering(
+        &self,
+        timeout: Duration,
+    ) -> Result<SystemTime, RealClusterError> {
         let deadline = Instant::now() + timeout;
         loop {
             if self.api_answering().await {
                 return Ok(SystemTime::now());
             }
             if Instant::now() > deadline {
-                return Err(self.not_ready("kube-apiserver /readyz after a fault", timeout.as_secs()));
+                return Err(
+                    self.not_ready("kube-apiserver /readyz after a fault", timeout.as_secs())
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -178,15 +185,18 @@ impl ControlPlane {
         serde_json::from_str(&body).map_err(|e| etcd_error(format!("{e}: {body}")))
     }
 
-    /// Gives the ServiceAccount `namespace/name` a priority level of its own with a tiny share of
-    /// the server's concurrency and no queues, so that, as on a loaded cluster, its requests
-    /// beyond that share are rejected `429 Too Many Requests` with `Retry-After`
-    /// (k8s.io/apiserver `pkg/server/filters/priority-and-fairness.go:378`). The objects are
+    /// Gives the ServiceAccount `namespace/name` a priority level of its own with no seats and no
+    /// queues, so that, as on a cluster whose seats for that level are all taken, its requests
+    /// are rejected `429 Too Many Requests` with `Retry-After` (k8s.io/apiserver
+    /// `pkg/server/filters/priority-and-fairness.go:378`). The objects are
     /// `flowcontrol.apiserver.k8s.io/v1` (Kubernetes' "API Priority and Fairness" document):
-    /// a `PriorityLevelConfiguration` with `nominalConcurrencyShares: 1`, nothing lent or
-    /// borrowed, `limitResponse: Reject`; and a `FlowSchema` matching every request of the
-    /// ServiceAccount, with a precedence (1000) that wins over the defaults that would match it
-    /// (`service-accounts` 9000, `global-default` 9900, `catch-all` 10000).
+    /// a `PriorityLevelConfiguration` with `nominalConcurrencyShares: 0` (valid in v1:
+    /// k8s.io/kubernetes `pkg/apis/flowcontrol/validation/validation.go:427` refuses only
+    /// negative shares), nothing lent or borrowed, `limitResponse: Reject`; and a `FlowSchema`
+    /// matching every request of the ServiceAccount, with a precedence (1000) that wins over the
+    /// defaults that would match it (`service-accounts` 9000, `global-default` 9900, `catch-all`
+    /// 10000). A share of 1 was tried first: out of this server's 600 seats it makes 3, which the
+    /// controller never filled (no 429 in a window of the short run).
     pub async fn throttle_service_account(
         &self,
         namespace: &str,
@@ -200,7 +210,7 @@ impl ControlPlane {
                 "kind": "PriorityLevelConfiguration",
                 "metadata": {"name": THROTTLE_NAME},
                 "spec": {"type": "Limited", "limited": {
-                    "nominalConcurrencyShares": 1,
+                    "nominalConcurrencyShares": 0,
                     "lendablePercent": 0,
                     "borrowingLimitPercent": 0,
                     "limitResponse": {"type": "Reject"},
@@ -246,7 +256,9 @@ impl ControlPlane {
             match api.delete(THROTTLE_NAME, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(error) => return Err(api_error(format!("delete {kind} {THROTTLE_NAME}"))(error)),
+                Err(error) => {
+                    return Err(api_error(format!("delete {kind} {THROTTLE_NAME}"))(error));
+                }
             }
         }
         Ok(())
@@ -304,10 +316,16 @@ mod tests {
     #[test]
     fn plain_and_chunked_answers_are_read() {
         let plain = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"a\":1}";
-        assert_eq!(parse_http_answer(plain), Some((200, "{\"a\":1}".to_owned())));
+        assert_eq!(
+            parse_http_answer(plain),
+            Some((200, "{\"a\":1}".to_owned()))
+        );
         let chunked =
             b"HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\n\r\n";
-        assert_eq!(parse_http_answer(chunked), Some((400, "{\"a\":1}".to_owned())));
+        assert_eq!(
+            parse_http_answer(chunked),
+            Some((400, "{\"a\":1}".to_owned()))
+        );
         assert_eq!(parse_http_answer(b"garbage"), None);
     }
 }

@@ -51,8 +51,8 @@ use cluster::{Cluster, Objects};
 pub use controller::{ControllerCommand, ControllerIntervals, Provider};
 pub use controller::{ControllerLaunch, ControllerProcess};
 pub use history::{History, MachineRecord};
-pub use replicas::replica_pod_name;
 use replicas::Replicas;
+pub use replicas::replica_pod_name;
 pub use snapshot::{Snapshot, join_condition, machine_set_of, provider_condition, stage_label};
 
 /// A distinctive part of the Windows user data (the sandbox WMCO's key): it must never show in a
