@@ -15,7 +15,7 @@ use crate::render::{RenderError, render};
 use crate::runtime::cli::{Cli, Command, RenderArgs, RunArgs};
 use crate::runtime::doctor::doctor;
 use crate::runtime::validate::validate;
-use crate::runtime::{init_command_logging, init_logging, run};
+use crate::runtime::{EXIT_LEASE_LOST, RuntimeError, init_command_logging, init_logging, run};
 
 /// Exit code for validation errors, as documented.
 const EXIT_INVALID: u8 = 2;
@@ -85,6 +85,10 @@ fn run_controller(args: RunArgs) -> ExitCode {
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error @ RuntimeError::LeaseLost(_)) => {
+            tracing::error!(%error, "stopping");
+            ExitCode::from(EXIT_LEASE_LOST)
+        }
         Err(error) => {
             tracing::error!(%error, "stopping");
             ExitCode::FAILURE

@@ -2,8 +2,7 @@
 //! owned per (manager, operation); lists with a known merge key are owned item by item, primitive merge lists
 //! (finalizers) value by value, other lists as a whole.
 //!
-//! This is what makes apply conflicts (409) and the removal of fields a manager stopped applying work; it is
-//! what kube-lease-manager's leader election relies on.
+//! This is what makes apply conflicts (409) and the removal of fields a manager stopped applying work.
 
 use std::collections::BTreeSet;
 

@@ -1085,54 +1085,6 @@ async fn kubeconfig_works_for_kube_rs() {
 }
 
 #[tokio::test]
-async fn lease_manager_elects_one_leader_and_hands_over() {
-    use kube_lease_manager::LeaseManagerBuilder;
-    let (sim, client) = start(Config::default()).await;
-    let build = |identity: &'static str| {
-        LeaseManagerBuilder::new(client.clone(), "cluster-api-provider-nutanix-leader")
-            .with_namespace("default")
-            .with_identity(identity)
-            .with_duration(3)
-            .with_grace(1)
-            .build()
-    };
-    let (rx_a, task_a) = build("a").await.unwrap().watch().await;
-    let (rx_b, task_b) = build("b").await.unwrap().watch().await;
-    eventually("one leader", || async { *rx_a.borrow() || *rx_b.borrow() }).await;
-    for _ in 0..40 {
-        assert!(!(*rx_a.borrow() && *rx_b.borrow()), "two leaders at once");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // The leader steps down (its channel closes, so it releases the lease); the other takes over.
-    let (leader_rx, follower_rx) = if *rx_a.borrow() {
-        (rx_a, rx_b)
-    } else {
-        (rx_b, rx_a)
-    };
-    drop(leader_rx);
-    eventually("follower becomes leader", || async {
-        *follower_rx.borrow()
-    })
-    .await;
-    task_a.abort();
-    task_b.abort();
-    let lease = sim
-        .get(
-            "coordination.k8s.io",
-            "leases",
-            "default",
-            "cluster-api-provider-nutanix-leader",
-        )
-        .unwrap();
-    assert!(
-        lease["metadata"]["managedFields"]
-            .as_array()
-            .is_some_and(|m| !m.is_empty())
-    );
-    sim.shutdown().await;
-}
-
-#[tokio::test]
 async fn event_recorder_creates_then_patches_a_series() {
     use kube::runtime::events::{Event, EventType, Recorder};
     let (sim, client) = start(Config::default()).await;

@@ -191,6 +191,13 @@ fn injected_error(status: u16, retry_after_secs: u64, v4: bool) -> Response {
     }
 }
 
+fn unix_ms(time: std::time::SystemTime) -> u64 {
+    time.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
 /// Runs around every Prism endpoint: rate limit, faults, authentication, then counts the answer.
 pub(crate) async fn prism_layer(
     State(app): State<App>,
@@ -198,6 +205,12 @@ pub(crate) async fn prism_layer(
     next: Next,
 ) -> Response {
     let now = Instant::now();
+    let received_unix_ms = unix_ms(std::time::SystemTime::now());
+    let user_agent = request
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
     let method = request.method().as_str().to_owned();
     let template = request
         .extensions()
@@ -238,6 +251,8 @@ pub(crate) async fn prism_layer(
                     endpoint: template.clone(),
                     status: 0,
                     vm: attributed_vm(&store, &template, &path, None),
+                    user_agent: user_agent.clone(),
+                    received_unix_ms,
                 };
                 store.faults.record(TimedRequest {
                     received: now,
@@ -302,6 +317,8 @@ pub(crate) async fn prism_layer(
             method,
             endpoint: template,
             status: response.status().as_u16(),
+            user_agent,
+            received_unix_ms,
         };
         store.faults.record(TimedRequest {
             received: now,

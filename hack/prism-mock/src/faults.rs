@@ -158,6 +158,14 @@ pub struct RequestRecord {
     /// a create, clone or deploy made, the VM of a task read. `None` for lists, lookups and
     /// reservations (shared by every VM).
     pub vm: Option<String>,
+    /// The request's `User-Agent` (a client that names itself there, as the controller names its
+    /// leader-election identity, can be held to what it sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_agent: Option<String>,
+    /// Wall-clock milliseconds since the Unix epoch when the request arrived: comparable with
+    /// times other servers on this host record, such as a Lease's `renewTime`.
+    #[serde(default)]
+    pub received_unix_ms: u64,
 }
 
 /// A request of the log with what only an in-process test reads: when it arrived and when its

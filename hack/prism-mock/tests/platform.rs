@@ -568,6 +568,34 @@ async fn the_request_log_attributes_calls_to_the_vm_they_concern() {
         log.len() - 1
     );
     assert_eq!(over_http["requests"][0]["vm"], json!(vm));
+
+    // Who sent a request, and when it arrived by the wall clock (what a leader's lease is
+    // checked against), are kept as the request carried them.
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let named = mock.admin().request_count();
+    api.call(
+        Method::GET,
+        &format!("{V3}/vms/{vm}"),
+        None,
+        &[("User-Agent", "nutanix-machine-controller/0.1.0 (pod-a_1)")],
+    )
+    .await;
+    let after = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let record = &mock.admin().requests_since(named)[0];
+    assert_eq!(
+        record.user_agent.as_deref(),
+        Some("nutanix-machine-controller/0.1.0 (pod-a_1)")
+    );
+    assert!(
+        (before..=after).contains(&record.received_unix_ms),
+        "{record:?}"
+    );
     mock.admin().reset_counters();
     assert_eq!(mock.admin().request_count(), 0);
 }

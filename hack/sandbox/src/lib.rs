@@ -29,12 +29,14 @@
 //! See the README for what each simulates and what it does not.
 
 pub mod actor;
+pub mod api_proxy;
 pub mod approver;
 pub mod autoscaler;
 pub mod bench;
 pub mod chaos;
 pub mod csr;
 pub mod ipam;
+pub mod leadership;
 pub mod machine_api;
 pub mod machine_autoscaler;
 pub mod machineset;

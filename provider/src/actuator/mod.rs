@@ -117,6 +117,26 @@ pub struct ActuatorSettings {
     /// How long a VM read by UUID is reused (the reconciles that a Machine's own status write
     /// triggers need no new GET); a write to the VM drops it.
     pub vm_read_ttl: Duration,
+    /// The `User-Agent` of every Prism request (see [`user_agent`]).
+    pub user_agent: String,
+}
+
+/// The `User-Agent` this controller sends Prism: its name and version, and, as a comment (RFC
+/// 9110, section 10.1.5), the replica's leader-election identity, so that Prism's own request
+/// logs (and prism-mock's) tell which replica sent a request.
+pub fn user_agent(identity: Option<&str>) -> String {
+    let product = concat!("nutanix-machine-controller/", env!("CARGO_PKG_VERSION"));
+    // A header value is visible ASCII, and a comment's own parentheses would end it early.
+    let comment: Option<String> = identity.map(|identity| {
+        identity
+            .chars()
+            .filter(|c| c.is_ascii_graphic() && !matches!(c, '(' | ')' | '\\'))
+            .collect()
+    });
+    match comment.filter(|comment| !comment.is_empty()) {
+        Some(comment) => format!("{product} ({comment})"),
+        None => product.to_owned(),
+    }
 }
 
 impl Default for ActuatorSettings {
@@ -134,6 +154,7 @@ impl Default for ActuatorSettings {
             uuid_batch: 32,
             uuid_validity: Duration::from_secs(24 * 3600),
             vm_read_ttl: Duration::from_secs(5),
+            user_agent: user_agent(None),
         }
     }
 }
@@ -364,7 +385,7 @@ impl Actuator {
         config.rate_limit = self.settings.rate_limit.clone();
         config.list_page_size = self.settings.page_length;
         config.observer = self.observer.clone();
-        config.user_agent = format!("nutanix-machine-controller/{}", env!("CARGO_PKG_VERSION"));
+        config.user_agent = self.settings.user_agent.clone();
         Client::new(config)
     }
 
@@ -857,6 +878,21 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_user_agent_names_the_replica_and_stays_a_valid_header() {
+        let product = concat!("nutanix-machine-controller/", env!("CARGO_PKG_VERSION"));
+        assert_eq!(
+            user_agent(Some("machine-api-controllers-7d9f_3b1c")),
+            format!("{product} (machine-api-controllers-7d9f_3b1c)")
+        );
+        // Characters a header or a comment cannot carry are dropped, not sent.
+        let odd = user_agent(Some("pod (a)\tb\u{e9}"));
+        assert_eq!(odd, format!("{product} (podab)"));
+        assert!(axum::http::HeaderValue::from_str(&odd).is_ok());
+        assert_eq!(user_agent(Some("()")), product);
+        assert_eq!(user_agent(None), product);
+    }
 
     #[test]
     fn a_plain_http_endpoint_is_refused_unless_allowed() {

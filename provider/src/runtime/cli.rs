@@ -70,9 +70,22 @@ pub struct RunArgs {
     /// Run leader election; only the leader acts.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", default_value = "false", action = ArgAction::Set)]
     pub leader_elect: bool,
-    /// Lease duration (Go duration, e.g. 120s).
+    /// Lease duration (Go duration, e.g. 120s): how long other replicas wait after the last
+    /// change of the Lease they saw before taking it.
     #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
     pub leader_elect_lease_duration: Duration,
+    /// How long after its last successful renewal the leader stops acting; shorter than the lease
+    /// duration (default: 11/12 of it, 110s of 120s, as the Go provider).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: Option<Duration>,
+    /// How often the leader renews and candidates try (default: a sixth of the lease duration,
+    /// between 1s and 20s; 20s of 120s, as the Go provider).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub leader_elect_retry_period: Option<Duration>,
+    /// How long any request to the API server but a watch may wait for its answer (kubectl's
+    /// `--request-timeout`); a request past it fails and is retried as any failed request.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub kube_request_timeout: Duration,
     /// Namespace of the Lease (default: --namespace, else the pod's namespace).
     #[arg(long, value_name = "NAMESPACE")]
     pub leader_elect_resource_namespace: Option<String>,
@@ -340,6 +353,15 @@ mod tests {
             panic!("run subcommand")
         };
         assert!(!run.leader_elect);
+        // Derived from the lease duration unless given (runtime/leader.rs).
+        assert_eq!(
+            (
+                run.leader_elect_renew_deadline,
+                run.leader_elect_retry_period
+            ),
+            (None, None)
+        );
+        assert_eq!(run.kube_request_timeout, Duration::from_secs(30));
         assert_eq!(run.health_addr, ":9440");
         assert_eq!(run.requeue_interval, Duration::from_secs(30));
         assert_eq!(run.windows_join_timeout, Duration::from_secs(90 * 60));

@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod doctor;
+pub mod kube_client;
 pub mod leader;
 pub mod secret_changes;
 pub mod server;
@@ -53,12 +54,16 @@ pub enum RuntimeError {
     #[error("cannot listen: {0}")]
     Listen(#[from] std::io::Error),
     #[error("leader election: {0}")]
-    Lease(#[from] kube_lease_manager::LeaseManagerError),
-    #[error("lost the leader lease")]
-    LeaseLost,
+    LeaderElection(#[from] leader::TimingsError),
+    #[error("lost the leader lease: {0:?}")]
+    LeaseLost(leader::LeadershipLost),
     #[error("the {0} controller stopped")]
     ControllerStopped(&'static str),
 }
+
+/// The controller's exit status when it stopped because it lost the leader Lease (the
+/// Deployment starts it again as a candidate): told apart from a failure by whoever watches it.
+pub const EXIT_LEASE_LOST: u8 = 3;
 
 /// Sets up logging to stderr: `RUST_LOG` if set, else `--v` mapped to a level for this crate
 /// and the Prism client (other crates log warnings only: their debug output is not ours to
@@ -70,9 +75,7 @@ pub fn init_logging(verbosity: u8, json: bool) {
         _ => "trace",
     };
     install_logging(
-        &format!(
-            "warn,nutanix_machine_controller={level},prism_client={level},kube_lease_manager=info"
-        ),
+        &format!("warn,nutanix_machine_controller={level},prism_client={level}"),
         json,
     );
 }
@@ -255,12 +258,17 @@ async fn shutdown_signal() {
 
 /// Runs the controller until a signal (Ok), a lost lease or a stopped controller (Err).
 pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
+    let election = leader::ElectionTimings::new(
+        args.leader_elect_lease_duration,
+        args.leader_elect_renew_deadline,
+        args.leader_elect_retry_period,
+    )?;
     let metrics = Arc::new(Metrics::new()?);
     let config = kube_config(args.kubeconfig.as_deref()).await?;
-    let client = Client::try_from(config.clone())?;
+    let client = kube_client::client(config.clone(), args.kube_request_timeout)?;
     let mut eviction_config = config.clone();
     eviction_config.default_retry = false;
-    let eviction_client = Client::try_from(eviction_config)?;
+    let eviction_client = kube_client::client(eviction_config, args.kube_request_timeout)?;
 
     let health = parse_listen_address(&args.health_addr).map_err(RuntimeError::Flag)?;
     let metrics_address =
@@ -271,9 +279,11 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
         secret_store(client.clone(), args.namespace.as_deref());
     tokio::spawn(watch_secrets);
 
+    let identity = identity();
     let actuator = Arc::new(
         Actuator::new(
             ActuatorSettings {
+                user_agent: crate::actuator::user_agent(Some(&identity)),
                 inventory_max_age: args.inventory_refresh_interval,
                 lookup_ttl: args.lookup_cache_ttl,
                 vm_read_ttl: vm_read_ttl(args.poll_interval.min(args.requeue_interval)),
@@ -299,7 +309,6 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
         fail_timed_out_windows_joins: args.fail_timed_out_windows_joins,
         ..ControllerSettings::default()
     };
-    let identity = identity();
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         %identity,
@@ -313,7 +322,7 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
     let mut leadership = if args.leader_elect {
         let namespace = lease_namespace(&args, &config);
         tokio::select! {
-            leadership = leader::acquire(client.clone(), &namespace, &identity, args.leader_elect_lease_duration) => Some(leadership?),
+            leadership = leader::acquire(client.clone(), &namespace, &identity, election) => Some(leadership),
             () = shutdown_signal() => return Ok(()),
         }
     } else {
@@ -367,7 +376,7 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
     };
     let outcome = tokio::select! {
         () = shutdown_signal() => Ok(()),
-        () = lost => Err(RuntimeError::LeaseLost),
+        lost = lost => Err(RuntimeError::LeaseLost(lost)),
         stopped = running.join_next() => Err(RuntimeError::ControllerStopped(
             stopped.and_then(Result::ok).unwrap_or("unknown"),
         )),

@@ -137,6 +137,8 @@ mod tests {
             endpoint: endpoint.to_owned(),
             status,
             vm: vm.map(str::to_owned),
+            user_agent: None,
+            received_unix_ms: 0,
         }
     }
 
