@@ -12,11 +12,12 @@ use crate::world::{self, LINUX_USER_DATA_MARKER, WINDOWS_USER_DATA_MARKER};
 use std::time::SystemTime;
 
 use super::Soak;
-use super::invariants::{Evidence, secret_hits};
+use super::invariants::{Evidence, LeaseEvidence, secret_hits};
 use super::kube_faults::KubeFaultKind;
 use super::recovery;
 use super::report::ChaosReport;
 use super::{faults, invariants, prism_password};
+use crate::leadership::{self, LeaseHistory};
 use crate::world::CONTROLLER_SERVICE_ACCOUNT;
 
 impl Soak<'_> {
@@ -61,6 +62,22 @@ impl Soak<'_> {
             hits.extend(secret_hits(name, text, &secrets));
             log_lines.push((name.clone(), text.lines().count()));
         }
+        let states = self
+            .lease_history
+            .as_ref()
+            .map(LeaseHistory::observations)
+            .unwrap_or_default();
+        let requests = self.world.admin().requests_since(0);
+        let outside = leadership::writes_outside_lease(&states, &requests);
+        let writes = requests
+            .iter()
+            .filter(|r| crate::bench::calls::is_write(&r.method, &r.endpoint))
+            .filter(|r| {
+                r.user_agent
+                    .as_deref()
+                    .is_some_and(|agent| agent.starts_with(leadership::CONTROLLER_PRODUCT))
+            })
+            .count();
         report.invariants = invariants::check(&Evidence {
             namespace: self.world.namespace(),
             tracker: &self.tracker,
@@ -72,6 +89,11 @@ impl Soak<'_> {
             log_lines: &log_lines,
             unexpected_exits: &self.unexpected_exits,
             lease_exits: &self.lease_exits,
+            lease: self.lease_history.as_ref().map(|_| LeaseEvidence {
+                outside: &outside,
+                writes,
+                states: states.len(),
+            }),
         });
         self.recovery(report);
         report.replicas = self.world.replica_count();

@@ -56,6 +56,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+use crate::leadership::LeaseHistory;
 use crate::manifests::{self, LINUX_SET, WINDOWS_IMAGE_SET, WINDOWS_TEMPLATE_SET};
 use crate::world::{
     ControlPlaneChoice, ControllerCommand, ControllerIntervals, ProgressSink, Snapshot, World,
@@ -359,17 +360,20 @@ struct Soak<'w> {
     drains_due: Option<Instant>,
     /// The step's progress label (a fault names itself while it lasts).
     phase_label: String,
-    /// Replicas that exited while they held the Lease last seen (leadership given up).
+    /// Replicas that exited after giving their Lease up.
     lease_exits: Vec<String>,
-    /// The replica the Lease named when last read, and when it was read.
-    last_holder: Option<usize>,
-    last_lease_read: Option<Instant>,
+    /// The Lease's states, read all along (with several replicas).
+    lease_history: Option<LeaseHistory>,
     /// Control-plane programs that exited on their own and were started again.
     plane_restarts: Vec<String>,
 }
 
 /// prism-mock's route of a v4 template deploy (a fault rule's glob).
 const DEPLOY_PATH: &str = "*/$actions/deploy";
+
+/// How often the Lease is read: well under the shortest renew interval the soak gives the
+/// replicas (a sixth of a 15 s lease), so that no renewal is missed.
+const LEASE_READ_EVERY: Duration = Duration::from_millis(200);
 
 /// How often Machines and Nodes are looked at (VMs are polled every [`VM_POLL`]).
 const LOOK_EVERY: Duration = Duration::from_millis(250);
@@ -397,8 +401,13 @@ impl<'w> Soak<'w> {
             drains_due: None,
             phase_label: "setup".to_owned(),
             lease_exits: Vec::new(),
-            last_holder: None,
-            last_lease_read: None,
+            lease_history: (world.replica_count() > 1).then(|| {
+                LeaseHistory::record(
+                    Api::namespaced(world.client().clone(), world.namespace()),
+                    striking::LEASE_NAME,
+                    LEASE_READ_EVERY,
+                )
+            }),
             plane_restarts: Vec::new(),
         }
     }

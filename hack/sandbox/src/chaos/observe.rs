@@ -17,8 +17,8 @@ use super::Soak;
 use super::tracker::VmEvent;
 use super::{LOOK_EVERY, VM_POLL};
 
-/// How often the Lease's holder is read during a run with several replicas.
-const LEASE_READ_EVERY: Duration = Duration::from_secs(1);
+/// The controller's exit status after giving its Lease up (docs/configuration.md).
+const LEASE_LOST_EXIT: i32 = 3;
 
 impl Soak<'_> {
     /// Polls prism-mock's VMs once: the tracker's events, and the Administrator password of
@@ -74,6 +74,7 @@ impl Soak<'_> {
         if let Err(WorldError::ControllerExited {
             replica,
             status,
+            code,
             log_tail,
             ..
         }) = result
@@ -88,9 +89,11 @@ impl Soak<'_> {
                     .collect::<Vec<_>>()
                     .join(" | ")
             );
-            // A replica that held the Lease when last seen and exits has given leadership up
-            // (as it must when it cannot renew); any other exit is a failure.
-            if self.world.replica_count() > 1 && self.last_holder == Some(replica) {
+            // A replica that gave leadership up (it could not renew within its deadline) exits
+            // with the controller's documented status for it (docs/configuration.md, leader
+            // election: 3), as client-go's callers exit on `OnStoppedLeading`; any other exit is
+            // a failure.
+            if code == Some(LEASE_LOST_EXIT) {
                 self.lease_exits.push(line);
             } else {
                 self.unexpected_exits.push(line);
@@ -102,7 +105,6 @@ impl Soak<'_> {
                 .map_err(|e| e.to_string())?;
         }
         self.supervise_control_plane()?;
-        self.read_lease().await;
         if let Some(snapshot) = seen
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -139,22 +141,6 @@ impl Soak<'_> {
             ));
         }
         Ok(())
-    }
-
-    /// Notes which replica the Lease names (at most every [`LEASE_READ_EVERY`], with several
-    /// replicas); keeps the last answer when the API server gives none.
-    async fn read_lease(&mut self) {
-        if self.world.replica_count() < 2
-            || self
-                .last_lease_read
-                .is_some_and(|at| at.elapsed() < LEASE_READ_EVERY)
-        {
-            return;
-        }
-        self.last_lease_read = Some(Instant::now());
-        if let Some(holder) = self.leader().await {
-            self.last_holder = Some(holder);
-        }
     }
 
     /// Polls until `check` holds for a snapshot, or fails after `timeout` with what is missing.

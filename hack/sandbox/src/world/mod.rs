@@ -16,6 +16,7 @@
 //! # Ok(()) }
 //! ```
 
+mod api_paths;
 mod cluster;
 mod controller;
 mod history;
@@ -225,6 +226,8 @@ pub enum WorldError {
         replica: usize,
         pid: Option<u32>,
         status: String,
+        /// The exit code, when the process exited (not killed by a signal).
+        code: Option<i32>,
         log_tail: String,
     },
 }
@@ -331,6 +334,8 @@ pub struct World {
     autoscaler: Autoscaler,
     /// The first replica's launch (its log is `controller.log`).
     launch: ControllerLaunch,
+    /// Each replica's own path to the real API server, when the options ask for them.
+    api_proxies: Vec<crate::api_proxy::ApiProxy>,
     controller: tokio::sync::Mutex<Replicas>,
 }
 
@@ -493,6 +498,16 @@ impl World {
             log_file: work_dir.join("controller.log"),
         };
         let mut replicas = Replicas::new(&launch, options.controller_replicas);
+        let mut api_proxies = Vec::new();
+        if options.controller_api_proxies && matches!(cluster, Cluster::Real(_)) {
+            let paths =
+                api_paths::start(&cluster.url(), &launch.kubeconfig, replicas.replicas.len())
+                    .await?;
+            for (replica, (proxy, kubeconfig)) in replicas.replicas.iter_mut().zip(paths) {
+                replica.launch.kubeconfig = kubeconfig;
+                api_proxies.push(proxy);
+            }
+        }
         for index in 0..replicas.replicas.len() {
             replicas.start(index, None).await?;
         }
@@ -534,6 +549,7 @@ impl World {
             approver,
             autoscaler,
             launch,
+            api_proxies,
             controller: tokio::sync::Mutex::new(replicas),
         })
     }

@@ -122,6 +122,7 @@ impl World {
                 replica: index,
                 pid,
                 status: status.to_string(),
+                code: status.code(),
                 log_tail: lines[lines.len().saturating_sub(30)..].join("\n"),
             });
         }
