@@ -132,7 +132,11 @@ impl Soak<'_> {
                 record.detail = format!("{:.1}s window", window.as_secs_f64());
             }
             KubeFaultKind::SlowPath | KubeFaultKind::ResetPath | KubeFaultKind::BlackHole => {
-                let leader = self.leader().await;
+                let leader = if self.world.replica_count() > 1 {
+                    self.acting_leader().await?
+                } else {
+                    None
+                };
                 // Mostly the leader (whose partition is the dangerous case), sometimes the
                 // standby.
                 let replica = match leader {
@@ -217,7 +221,10 @@ impl Soak<'_> {
     }
 
     /// The replica that holds the controller's Lease now, by its holder identity
-    /// (`<POD_NAME>_<uuid>`); `None` when the Lease cannot be read or names no replica.
+    /// (`<POD_NAME>_<uuid>`), if its running process is the one that acquired it (started before
+    /// the Lease's `acquireTime`: a replica started again after a kill is not the holder its pod
+    /// name still is until the old lease passes). `None` when the Lease cannot be read or no
+    /// running replica holds it.
     pub(super) async fn leader(&self) -> Option<usize> {
         let leases: Api<Lease> =
             Api::namespaced(self.world.client().clone(), self.world.namespace());
@@ -225,10 +232,30 @@ impl Soak<'_> {
             .await
             .ok()?
             .ok()??;
-        let holder = lease.spec?.holder_identity?;
+        let spec = lease.spec?;
+        let holder = spec.holder_identity?;
+        let acquired = SystemTime::from(spec.acquire_time?.0);
         let pod = holder
             .rsplit_once('_')
             .map_or(holder.as_str(), |(pod, _)| pod);
-        (0..self.world.replica_count()).find(|index| replica_pod_name(*index) == pod)
+        let index =
+            (0..self.world.replica_count()).find(|index| replica_pod_name(*index) == pod)?;
+        let started = self.world.replica_started(index).await?;
+        (started <= acquired).then_some(index)
+    }
+
+    /// Waits (watching) up to a lease duration and a few seconds for a running replica to hold
+    /// the Lease, so that a fault meant for the leader finds one after a takeover.
+    pub(super) async fn acting_leader(&mut self) -> Result<Option<usize>, String> {
+        let deadline = Instant::now() + self.options.k8s.lease_duration + Duration::from_secs(5);
+        loop {
+            if let Some(leader) = self.leader().await {
+                return Ok(Some(leader));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            self.idle(Duration::from_millis(500)).await?;
+        }
     }
 }

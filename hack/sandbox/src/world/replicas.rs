@@ -4,6 +4,7 @@
 //! started again on its own.
 
 use std::path::PathBuf;
+use std::time::SystemTime;
 
 use super::{ControllerIntervals, ControllerLaunch, ControllerProcess, World, WorldError};
 
@@ -16,6 +17,8 @@ pub(super) struct Replica {
     /// was.
     pub(super) pod_name: Option<String>,
     pub(super) process: Option<ControllerProcess>,
+    /// When the running process was started (wall clock: the Lease's).
+    pub(super) started: Option<SystemTime>,
 }
 
 /// Every replica, and how many starts there were in all.
@@ -41,6 +44,7 @@ impl Replicas {
                     launch,
                     pod_name: (count > 1).then(|| replica_pod_name(index)),
                     process: None,
+                    started: None,
                 }
             })
             .collect();
@@ -65,6 +69,7 @@ impl Replicas {
             .pod_name
             .clone()
             .unwrap_or_else(|| format!("sandbox-controller-{starts}"));
+        replica.started = Some(SystemTime::now());
         replica.process = Some(
             ControllerProcess::start_as(launch, &pod_name, starts).map_err(|source| {
                 WorldError::Io {
@@ -202,6 +207,13 @@ impl World {
             .replicas
             .get(index)
             .is_some_and(|r| r.process.is_some())
+    }
+
+    /// When replica `index`'s running process was started; `None` while it has none.
+    pub async fn replica_started(&self, index: usize) -> Option<SystemTime> {
+        let replicas = self.controller.lock().await;
+        let replica = replicas.replicas.get(index)?;
+        replica.process.as_ref().and(replica.started)
     }
 
     /// Each replica's log file, in replica order.
