@@ -100,6 +100,9 @@ impl fmt::Display for FaultMoment {
     }
 }
 
+/// A fault and when it strikes.
+pub type Strike = (KubeFaultKind, FaultMoment);
+
 /// The Kubernetes faults of a run: `(scale-up, scale-down)`, each a list of faults and their
 /// moments in the order played. `per_kind` of each of `kinds`, shuffled by `rng`; every other
 /// strike (kind after kind) in each phase, so that two of a kind go one to each phase, and
@@ -112,10 +115,7 @@ pub fn plan(
     up_kills: &[KillAim],
     down_kills: &[KillAim],
     rng: &mut impl Rng,
-) -> (
-    Vec<(KubeFaultKind, FaultMoment)>,
-    Vec<(KubeFaultKind, FaultMoment)>,
-) {
+) -> (Vec<Strike>, Vec<Strike>) {
     let mut up_kinds = Vec::new();
     let mut down_kinds = Vec::new();
     let strikes = kinds
