@@ -67,6 +67,22 @@ impl KubeFaultKind {
     }
 }
 
+impl KubeFaultKind {
+    /// A name for a table column.
+    pub fn short(self) -> &'static str {
+        match self {
+            Self::ApiServerDown => "apiserver",
+            Self::EtcdDown => "etcd",
+            Self::WatchExpiry => "compaction",
+            Self::Throttled => "APF",
+            Self::SlowPath => "slow path",
+            Self::ResetPath => "resets",
+            Self::BlackHole => "black hole",
+            Self::PrismUnreachable => "Prism down",
+        }
+    }
+}
+
 impl fmt::Display for KubeFaultKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

@@ -245,31 +245,36 @@ impl ChaosReport {
     }
 
     /// One row of docs/reliability.md's table: seed, faults per kind, duplicates, orphans,
-    /// stuck, restarts, recovery times.
+    /// stuck, restarts, recovery times per kind (seconds, in the order struck; "–" when no Machine
+    /// needed a write before the next fault).
     pub fn table_row(&self) -> String {
-        let mut kinds: Vec<(super::kube_faults::KubeFaultKind, usize)> = Vec::new();
-        for fault in &self.kube_faults {
-            match kinds.iter_mut().find(|(k, _)| *k == fault.kind) {
-                Some((_, n)) => *n += 1,
-                None => kinds.push((fault.kind, 1)),
-            }
-        }
+        let mut kinds: Vec<super::kube_faults::KubeFaultKind> =
+            self.kube_faults.iter().map(|f| f.kind).collect();
         kinds.sort();
-        let faults: Vec<String> = kinds.iter().map(|(k, n)| format!("{n}× {k}")).collect();
+        kinds.dedup();
+        let of_kind = |kind| self.kube_faults.iter().filter(move |f| f.kind == kind);
+        let faults: Vec<String> = kinds
+            .iter()
+            .map(|kind| format!("{} {}", kind.short(), of_kind(*kind).count()))
+            .collect();
+        let recoveries: Vec<String> = kinds
+            .iter()
+            .map(|kind| {
+                let times: Vec<String> = of_kind(*kind)
+                    .map(|f| {
+                        f.recovery
+                            .map_or("–".to_owned(), |r| format!("{:.1}", r.as_secs_f64()))
+                    })
+                    .collect();
+                format!("{} {}", kind.short(), times.join("/"))
+            })
+            .collect();
         let broken = |name: &str| {
             self.invariants
                 .iter()
                 .find(|i| i.name == name)
                 .map_or("?", |i| if i.held { "0" } else { "FAIL" })
         };
-        let recoveries: Vec<String> = self
-            .kube_faults
-            .iter()
-            .map(|f| {
-                f.recovery
-                    .map_or("–".to_owned(), |r| format!("{:.1}", r.as_secs_f64()))
-            })
-            .collect();
         format!(
             "| {} | {} | {} | {} | {} | {} ({} after giving the Lease up) | {} |",
             self.seed,
@@ -279,7 +284,7 @@ impl ChaosReport {
             broken(super::invariants::NONE_STUCK),
             self.controller_restarts,
             self.lease_exits.len(),
-            recoveries.join(" / "),
+            recoveries.join("; "),
         )
     }
 }
@@ -385,8 +390,8 @@ mod tests {
         );
         assert_eq!(
             report.table_row(),
-            "| 7 | 1× kube-apiserver killed, started again, 2× path to the API server black-holed \
-             | 0 | ? | ? | 4 (1 after giving the Lease up) | 2.5 / – / 1.0 |"
+            "| 7 | apiserver 1, black hole 2 | 0 | ? | ? | 4 (1 after giving the Lease up) \
+             | apiserver –; black hole 2.5/1.0 |"
         );
     }
 }
