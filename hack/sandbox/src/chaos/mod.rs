@@ -27,6 +27,14 @@
 //!    right after a VM delete); wait until no Machine, Node or VM is left.
 //! 3. The invariants ([`invariants`]) over everything recorded, and the logs (the controller's,
 //!    and the sandbox's own when captured) searched for every secret.
+//!
+//! On the real control plane ([`ChaosOptions::on_real_control_plane`], issue 35) two replicas run
+//! with leader election, each through its own proxy to kube-apiserver, and Kubernetes' own faults
+//! ([`kube_faults`]) strike at the kills' moments: kube-apiserver and etcd killed and started
+//! again, etcd compacted, APF throttling, one replica's path slowed, reset or black-holed, Prism
+//! Central unreachable. The invariants add the lease check (no Prism write outside its sender's
+//! lease, from prism-mock's log and the Lease's history) and the recovery after each fault (from
+//! the audit log, [`recovery`]).
 
 pub mod faults;
 pub mod invariants;
