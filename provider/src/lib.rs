@@ -6,10 +6,10 @@
 //!   cloud-init, addresses, MachineSet annotations, lifecycle steps, CSR checks);
 //!   both live in the `nutanix-machine-plan` crate, which has no I/O dependency;
 //! - [`render`]: the `render` command, which previews a plan without contacting Prism;
-//! - [`actuator`]: everything asked of Prism Central (and the create protocol's documentation);
+//! - [`actuator`]: everything asked of Prism Central;
 //! - [`metrics`]: the Prometheus registry;
 //! - [`controller`]: the kube-rs controllers and what they share;
-//! - [`runtime`]: command line, logging, leader election, endpoints, `validate`;
+//! - [`runtime`]: command line, logging, leader election, endpoints, `validate`, `doctor`;
 //! - [`cli_main`]: the command line's dispatch (the binary's `main`, also run by the sandbox and
 //!   the end-to-end tests to start the controller as a process of their own).
 

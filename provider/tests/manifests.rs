@@ -438,9 +438,6 @@ fn the_deployment_agrees_with_the_binary_its_rbac_and_its_service() {
         user: String::new(),
         status: 200,
     };
-    // Leader election reads the Lease and writes it with updates (PUT with the resourceVersion
-    // read): an update the Role did not grant stopped every renewal and takeover on the real
-    // API server (the chaos soak on the real control plane, issue 35).
     for verb in ["get", "update"] {
         assert!(
             permissions.allows(&call(verb, "coordination.k8s.io", "leases", LEASE)),

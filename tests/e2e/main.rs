@@ -8,6 +8,7 @@ mod bench;
 mod chaos;
 mod doctor;
 mod examples;
+mod leader;
 mod mao_operator;
 mod misbehaviours;
 mod node_ip_mismatch;

@@ -19,7 +19,7 @@ use nutanix_machine_controller::plan::vm::secret::generated_password_secret;
 use prism_mock::{MockConfig, MockPrism, Timings};
 use sandbox::approver::{self, ApproverConfig};
 use sandbox::manifests;
-use sandbox::node_agent::{self, JoinBehaviour, NodeAgentConfig};
+use sandbox::node_agent::{self, JoinBehaviour, KubeletIdentities, NodeAgentConfig};
 use sandbox::real_cluster::{self, ControlPlane};
 use sandbox::world::{
     self, ControllerCommand, ControllerIntervals, ControllerLaunch, ControllerProcess,
@@ -242,8 +242,7 @@ impl RealWorld {
             mock.admin().clone(),
             NodeAgentConfig {
                 namespace: NAMESPACE.to_owned(),
-                identities: plane
-                    .kubelet_identities()
+                identities: KubeletIdentities::of_real_cluster(&plane)
                     .await
                     .expect("the kubelets' bootstrap token"),
                 ..node_agent

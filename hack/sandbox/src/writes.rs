@@ -88,10 +88,13 @@ pub type Tally = BTreeMap<WriteKind, u64>;
 
 const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
 
+/// The kube-sim user (token `user:NAME`) the controller's requests are logged as.
+pub const CONTROLLER_USER: &str = "nutanix-machine-controller";
+
 /// kube-sim's users: each actor's client sends `user:<name>` (`world::client_as`).
 fn sim_actor(user: &str) -> Actor {
     match user {
-        crate::world::CONTROLLER_USER => Actor::Controller,
+        CONTROLLER_USER => Actor::Controller,
         "machineset-controller" => Actor::MachineSetController,
         "nodelink" => Actor::Nodelink,
         "approver" => Actor::Approver,
@@ -394,8 +397,8 @@ mod tests {
         let sim = tally_kube_sim(&[
             record("machineset-controller", "create", "machines", 201),
             record("machineset-controller", "create", "machines", 201),
-            record(crate::world::CONTROLLER_USER, "patch", "machines", 200),
-            record(crate::world::CONTROLLER_USER, "get", "machines", 200),
+            record(CONTROLLER_USER, "patch", "machines", 200),
+            record(CONTROLLER_USER, "get", "machines", 200),
         ]);
         let mut real = Tally::new();
         real.insert(

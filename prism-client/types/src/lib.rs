@@ -9,6 +9,7 @@
 //! - [`quote`]: text from outside put into a message with a bounded length.
 
 pub mod error;
+mod message;
 mod open_enum;
 pub mod quote;
 mod sensitive;
@@ -16,7 +17,8 @@ pub mod task;
 pub mod v3;
 pub mod v4;
 
-pub use error::{ConfigError, Error, PrismMessage, PrismMessages, TransportKind};
+pub use error::{ConfigError, Error, TransportKind};
+pub use message::{PrismMessage, PrismMessages};
 pub use sensitive::Sensitive;
 pub use task::{MAX_SUBTASK_READS, SubtaskError, TaskEnd, TaskEntity, TaskFailure, TaskProgress};
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::error::{MAX_MESSAGE_CHARS, PrismMessage, PrismMessages};
+use crate::message::{MAX_MESSAGE_CHARS, PrismMessage, PrismMessages};
 use crate::quote::{MAX_QUOTED_CHARS, bounded};
 use crate::v3::{self, TaskStatus};
 use crate::v4;

@@ -7,55 +7,10 @@
 //! change gets a new client at once, and its old credentials are no longer used, without a
 //! restart; two Secrets for one Prism Central each have their client, sharing the rest.
 //!
-//! # The create protocol: one VM per Machine, whatever fails in between
-//!
-//! `crate::plan::machine::decide` decides it and the Machine controller carries it out
-//! (`crate::controller::machine`, its reads and changes in `controller/machine/perform.rs`, the
-//! create's preparation in `crate::controller::prepare`); each step records on the Machine
-//! (a status merge patch carrying `metadata.resourceVersion`, so a concurrent writer makes it
-//! fail instead of being overwritten) what the next step needs *before* the step that creates
-//! something in Prism:
-//!
-//! 1. **Recovery first.** A Machine with no `vmUUID` and no deploy request id is looked up in the
-//!    shared inventory by the identity marker in VM descriptions (`openshift-machine: ns/name
-//!    uid=<uid>`); a VM found is adopted (its UUID recorded) instead of creating another.
-//! 2. **Image or source VM** (`POST /vms`, `POST /vms/{uuid}/clone`): a UUID reserved through
-//!    `POST /idempotence_identifiers` is recorded as `providerStatus.vmUUID` *first*; only then
-//!    is the request sent, with `metadata.uuid` = that UUID. Whatever happens next, the VM can
-//!    only ever have that UUID: a later reconcile `GET`s it (a PENDING VM is found even though
-//!    lists do not show it yet); a 404 means the create never got through, so it is sent again
-//!    with the same UUID, and a 409 to that repeat means it got through after all. A 500 after
-//!    Prism created the VM, or a controller killed right after sending, are both harmless. A
-//!    422 about `metadata.uuid` (the reservation expired) is answered by confirming with a GET
-//!    that no VM has the UUID, and recording a new one before sending again.
-//! 3. **Template** (v4 deploy, which takes no VM UUID): a request id is recorded as
-//!    `providerStatus.deployRequestId` first, then the deploy is sent with it as
-//!    `NTNX-Request-Id`; a repeat with the same id returns the same task instead of deploying
-//!    again. The VM's UUID is read from the task's affected entities and recorded.
-//! 4. **Tasks are never waited for.** The create, clone or deploy task is recorded as
-//!    `providerStatus.pendingTask`; each reconcile reads it once and requeues, or, while enough
-//!    Machines wait, looks for its VM in the shared listing instead
-//!    ([`Connection::listing_for_waiter`]; for `crate::plan::machine::provision` a listed
-//!    `COMPLETE` VM is a create that ended). A failed task's
-//!    error (with its subtasks' errors, where Prism puts the real cause) goes into the
-//!    condition and the event; `crate::plan::machine::provision` decides whether it fails the Machine
-//!    (invalid configuration) or is retried (a retried create first confirms the VM is gone
-//!    and takes a new UUID or request id).
-//! 5. **Follow-up.** What a clone or deploy cannot set (identity description, categories,
-//!    project, a larger boot disk, power on) is recorded as `providerStatus.pendingFollowUp`
-//!    before the clone or deploy is sent, and applied once the VM exists with GET → change →
-//!    PUT (a 409 means someone else changed the VM: read it again and retry). Applying it again
-//!    changes nothing, so a crash between the PUT and recording its task is harmless.
-//!
-//! 6. **Deletion of an unconfirmed deploy.** A Machine deleted while its deploy request id is
-//!    recorded but its task is not (the deploy's answer was a 500, or the controller stopped
-//!    before recording the task) sends the deploy again with that id before deleting: Prism
-//!    answers with the first deploy's task, whose VM is then deleted, so a deploy that got
-//!    through is never left behind.
-//!
-//! Known gap: for a template deploy, the identity marker only reaches the VM with the follow-up.
-//! A Machine whose status is lost (not merely stale) between the deploy and the follow-up cannot
-//! find its VM by identity; its deploy request id, if still recorded, still finds it.
+//! What these calls serve, the create protocol (one VM per Machine, whatever fails in between:
+//! what is recorded before each send, reserved UUIDs, request ids, tasks never waited for), is
+//! decided in `crate::plan::machine::decide`; docs/architecture.md ("The create protocol") tells
+//! it whole.
 
 pub mod credentials;
 pub mod infrastructure;

@@ -1,15 +1,16 @@
 //! The Windows join reconciler: the `WindowsJoin` condition ([`crate::plan::windows_join`]) on every
 //! Windows Machine (label `machine.openshift.io/os-id: Windows`, not
-//! `windowsmachineconfig.openshift.io/ignore=true`), with an event on each change of its reason;
-//! the Node's `spec.providerID` when it has none and is the Machine's by name and address
-//! ([`crate::plan::machine::node_link`]). A Machine with no linked Node after
-//! `--windows-join-timeout` gets the reason `JoinTimedOut`; with `--fail-timed-out-windows-joins`
-//! the Machine controller, the one writer of phase, reads that reason and fails the Machine
-//! ([`crate::plan::windows_join::timed_out_join`]).
+//! `windowsmachineconfig.openshift.io/ignore=true`), with an event on each change of its reason.
+//! A Machine with no linked Node after `--windows-join-timeout` gets the reason `JoinTimedOut`;
+//! with `--fail-timed-out-windows-joins` the Machine controller, the one writer of phase, reads
+//! that reason and fails the Machine ([`crate::plan::windows_join::timed_out_join`]).
 //!
 //! It reads Machines, Nodes, CertificateSigningRequests and the shared VM inventory (the VM's
-//! addresses as Prism reports them). It approves no CSR, logs in to no VM, and writes nothing
-//! WMCO owns: its only writes are the condition and an empty Node providerID.
+//! addresses as Prism reports them). It approves no CSR, logs in to no VM, writes no Node, and
+//! writes nothing WMCO owns: its only writes are the condition and its events. The Node's
+//! `spec.providerID`, by which nodelink links a Windows Node before it has a nodeRef, is the
+//! Machine controller's to set ([`crate::plan::machine::node_link`],
+//! [`super::node_link::set_provider_id`]).
 //!
 //! The condition has a key of the providerStatus to itself, `windowsJoin` ([`STATUS_FIELD`]),
 //! which the Machine controller never writes (it keeps unknown keys as they are, and a merge

@@ -10,9 +10,6 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 use ipnet::IpNet;
 use prism_client::quote::quoted;
 
-use super::doctor::DoctorArgs;
-use super::validate::ValidateArgs;
-
 /// The command line: no subcommand (or `run`) runs the controller.
 #[derive(Debug, Parser)]
 #[command(
@@ -61,6 +58,52 @@ pub struct RenderArgs {
     /// Prism lookups to apply: names to UUIDs, sizes, categories, GPUs, failure domains (JSON).
     #[arg(long, value_name = "FILE.json")]
     pub resolve: Option<PathBuf>,
+}
+
+/// Flags of `validate`.
+#[derive(Clone, Debug, Args)]
+pub struct ValidateArgs {
+    /// A Machine or MachineSet (machine.openshift.io/v1beta1) in YAML.
+    #[arg(long, value_name = "FILE.yaml")]
+    pub machine: PathBuf,
+    /// The credentials Secret's `credentials` value (JSON list of basic_auth entries), or the
+    /// Secret's manifest (YAML or JSON, with `data.credentials` or `stringData.credentials`).
+    #[arg(long, value_name = "FILE")]
+    pub credentials_file: PathBuf,
+    /// The user-data Secret's `userData` content.
+    #[arg(long, value_name = "FILE")]
+    pub user_data: Option<PathBuf>,
+    /// `Infrastructure/cluster` in YAML, for its failure domains (and its Prism Central
+    /// endpoint when --prism-endpoint is not given).
+    #[arg(long, value_name = "FILE.yaml")]
+    pub infrastructure: Option<PathBuf>,
+    #[command(flatten)]
+    pub prism: PrismArgs,
+}
+
+/// Flags of `doctor`.
+#[derive(Clone, Debug, Args)]
+pub struct DoctorArgs {
+    /// The cluster's kubeconfig (else in-cluster or `$KUBECONFIG`): an administrator's, since
+    /// doctor reads WMCO's namespace and the cluster's network configuration.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The namespace of the MachineSets and of WMCO's `windows-user-data`.
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        default_value = "openshift-machine-api"
+    )]
+    pub namespace: String,
+    /// `table` for people, `json` for scripts.
+    #[arg(long, value_name = "FORMAT", default_value = "table", value_parser = ["table", "json"])]
+    pub output: String,
+    /// The controller's `--windows-join-timeout`: MachineHealthChecks over Windows Machines
+    /// should wait at least this long for a Node.
+    #[arg(long, value_name = "DURATION", default_value = "90m", value_parser = parse_duration)]
+    pub windows_join_timeout: Duration,
+    #[command(flatten)]
+    pub prism: PrismArgs,
 }
 
 /// Flags of the controller (`nutanix-machine-controller` and `nutanix-machine-controller run`).
@@ -171,7 +214,7 @@ pub struct RunArgs {
     pub fail_timed_out_windows_joins: bool,
 }
 
-/// How to reach Prism Central (shared by `run` and `validate`).
+/// How to reach Prism Central (shared by `run`, `validate` and `doctor`).
 #[derive(Clone, Debug, Args)]
 pub struct PrismArgs {
     /// Prism Central endpoint (`https://HOST:PORT`); overrides Infrastructure/cluster.
@@ -361,7 +404,10 @@ mod tests {
             ),
             (None, None)
         );
-        assert_eq!(run.kube_request_timeout, Duration::from_secs(30));
+        assert_eq!(
+            run.kube_request_timeout,
+            crate::runtime::kube_client::DEFAULT_REQUEST_TIMEOUT
+        );
         assert_eq!(run.health_addr, ":9440");
         assert_eq!(run.requeue_interval, Duration::from_secs(30));
         assert_eq!(run.windows_join_timeout, Duration::from_secs(90 * 60));

@@ -3,11 +3,9 @@
 //! each finding with its fix. The reads are here; the rules are [`crate::plan::doctor`].
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Args;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -15,7 +13,9 @@ use kube::{Client, ResourceExt};
 use prism_client::v3::Subnet;
 use serde_json::Value;
 
-use super::cli::{PrismArgs, parse_duration};
+use super::cli::{DoctorArgs, parse_duration};
+use super::clients::{actuator_settings, kube_config};
+use super::kube_client;
 use super::validate::PrismUnusable;
 use crate::actuator::credentials::{CREDENTIALS_KEY, PrismCredentials};
 use crate::actuator::infrastructure::{parse_infrastructure, prism_endpoint};
@@ -39,31 +39,6 @@ use crate::plan::vm::secret::UserData;
 use crate::plan::vm::spec::ParsedSpec;
 use crate::plan::vm::validate::UnreadUserData;
 use crate::render::preview_machine;
-
-/// Flags of `doctor`.
-#[derive(Clone, Debug, Args)]
-pub struct DoctorArgs {
-    /// The cluster's kubeconfig (else in-cluster or `$KUBECONFIG`): an administrator's, since
-    /// doctor reads WMCO's namespace and the cluster's network configuration.
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
-    /// The namespace of the MachineSets and of WMCO's `windows-user-data`.
-    #[arg(
-        long,
-        value_name = "NAMESPACE",
-        default_value = "openshift-machine-api"
-    )]
-    pub namespace: String,
-    /// `table` for people, `json` for scripts.
-    #[arg(long, value_name = "FORMAT", default_value = "table", value_parser = ["table", "json"])]
-    pub output: String,
-    /// The controller's `--windows-join-timeout`: MachineHealthChecks over Windows Machines
-    /// should wait at least this long for a Node.
-    #[arg(long, value_name = "DURATION", default_value = "90m", value_parser = parse_duration)]
-    pub windows_join_timeout: Duration,
-    #[command(flatten)]
-    pub prism: PrismArgs,
-}
 
 /// Exit code when a finding is an error (as `validate`'s invalid Machine).
 const EXIT_FINDINGS: u8 = 2;
@@ -95,8 +70,8 @@ impl DoctorArgs {
 
 /// Runs `doctor`: 0 with no error finding, 2 with one, 1 when the cluster cannot be read at all.
 pub async fn doctor(args: DoctorArgs) -> ExitCode {
-    let client = match super::kube_config(args.kubeconfig.as_deref()).await {
-        Ok(config) => match Client::try_from(config) {
+    let client = match kube_config(args.kubeconfig.as_deref()).await {
+        Ok(config) => match kube_client::client(config, kube_client::DEFAULT_REQUEST_TIMEOUT) {
             Ok(client) => client,
             Err(error) => {
                 eprintln!("error: cannot make a Kubernetes client: {error}");
@@ -108,7 +83,7 @@ pub async fn doctor(args: DoctorArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let actuator = Actuator::new(super::actuator_settings(&args.prism), None);
+    let actuator = Actuator::new(actuator_settings(&args.prism), None);
     let facts = gather(&client, &actuator, &args.settings()).await;
     let report = examine(&facts);
     if args.output == "json" {

@@ -22,6 +22,9 @@ use kube::client::{Body, ClientBuilder, DynBody};
 use kube::{Client, Config};
 use tower::{BoxError, Layer, Service};
 
+/// `--kube-request-timeout`'s default, and the deadline of the one-shot commands.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The deadline a request exceeded (a `kube::Error::Service` carries it).
 #[derive(Debug, thiserror::Error)]
 #[error("{method} {path}: no answer from the API server within {timeout:?}")]

@@ -6,6 +6,7 @@
 //! as does a controller whose watch ends. SIGTERM or Ctrl-C releases the lease and exits 0.
 
 pub mod cli;
+pub mod clients;
 pub mod doctor;
 pub mod kube_client;
 pub mod leader;
@@ -14,17 +15,14 @@ pub mod server;
 pub mod validate;
 
 use std::io::IsTerminal;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Config};
-use prism_client::RateLimit;
 use tokio::sync::broadcast;
 use tokio::task::JoinSet;
 use tracing_subscriber::EnvFilter;
@@ -32,19 +30,15 @@ use tracing_subscriber::EnvFilter;
 use crate::actuator::{Actuator, ActuatorSettings};
 use crate::controller::{ControllerSettings, Shared, WatchedSecrets, controllers};
 use crate::metrics::Metrics;
-use cli::{MACHINE_API_MIGRATION, PrismArgs, RunArgs, parse_listen_address};
+use cli::{MACHINE_API_MIGRATION, RunArgs, parse_listen_address};
+use clients::{actuator_settings, kube_config};
 use secret_changes::SecretDataChanges;
 
 /// Why the controller stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("kubeconfig {path}: {source}")]
-    Kubeconfig {
-        path: String,
-        source: kube::config::KubeconfigError,
-    },
-    #[error("Kubernetes client configuration: {0}")]
-    KubeConfig(#[from] kube::config::InferConfigError),
+    #[error(transparent)]
+    KubeConfig(#[from] clients::KubeConfigError),
     #[error("Kubernetes client: {0}")]
     KubeClient(#[from] kube::Error),
     #[error("{0}")]
@@ -105,46 +99,6 @@ fn install_logging(default_filter: &str, json: bool) {
 /// Where the leader's doctor looks for MachineSets when the controller watches every
 /// namespace: the machine API's namespace on OpenShift.
 const DEFAULT_DOCTOR_NAMESPACE: &str = "openshift-machine-api";
-
-/// The Kubernetes client configuration: `--kubeconfig`, else in-cluster or `$KUBECONFIG`.
-pub async fn kube_config(path: Option<&Path>) -> Result<Config, RuntimeError> {
-    match path {
-        Some(path) => {
-            let kubeconfig =
-                Kubeconfig::read_from(path).map_err(|source| RuntimeError::Kubeconfig {
-                    path: path.display().to_string(),
-                    source,
-                })?;
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|source| RuntimeError::Kubeconfig {
-                    path: path.display().to_string(),
-                    source,
-                })
-        }
-        None => Ok(Config::infer().await?),
-    }
-}
-
-/// The actuator settings from the Prism flags.
-pub fn actuator_settings(prism: &PrismArgs) -> ActuatorSettings {
-    ActuatorSettings {
-        ca_file: prism.prism_ca_file.clone(),
-        // Nothing to watch when no certificate is checked.
-        system_ca_file: if prism.insecure_skip_tls_verify {
-            None
-        } else {
-            prism_client::system_roots_file()
-        },
-        insecure: prism.insecure_skip_tls_verify,
-        allow_plain_http: prism.prism_allow_plain_http,
-        rate_limit: RateLimit {
-            requests_per_second: prism.prism_rate_limit,
-            burst: prism.prism_burst,
-        },
-        ..ActuatorSettings::default()
-    }
-}
 
 /// How long a VM read is reused: long enough for the reconciles a Machine's own status write
 /// triggers, shorter than the soonest planned look again, which must see a fresh VM (a Machine

@@ -6,11 +6,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Args;
 use k8s_openapi::api::core::v1::Secret;
 use prism_client::TransportKind;
 
-use super::cli::PrismArgs;
+use super::cli::ValidateArgs;
+use super::clients::actuator_settings;
 use crate::actuator::Actuator;
 use crate::actuator::credentials::{CREDENTIALS_KEY, PrismCredentials};
 use crate::actuator::infrastructure::{parse_infrastructure, prism_endpoint};
@@ -19,27 +19,6 @@ use crate::plan::vm::secret::UserData;
 use crate::plan::vm::spec::ParsedSpec;
 use crate::plan::vm::validate::UnreadUserData;
 use crate::render::machine_from_yaml;
-
-/// Flags of `validate`.
-#[derive(Clone, Debug, Args)]
-pub struct ValidateArgs {
-    /// A Machine or MachineSet (machine.openshift.io/v1beta1) in YAML.
-    #[arg(long, value_name = "FILE.yaml")]
-    pub machine: PathBuf,
-    /// The credentials Secret's `credentials` value (JSON list of basic_auth entries), or the
-    /// Secret's manifest (YAML or JSON, with `data.credentials` or `stringData.credentials`).
-    #[arg(long, value_name = "FILE")]
-    pub credentials_file: PathBuf,
-    /// The user-data Secret's `userData` content.
-    #[arg(long, value_name = "FILE")]
-    pub user_data: Option<PathBuf>,
-    /// `Infrastructure/cluster` in YAML, for its failure domains (and its Prism Central
-    /// endpoint when --prism-endpoint is not given).
-    #[arg(long, value_name = "FILE.yaml")]
-    pub infrastructure: Option<PathBuf>,
-    #[command(flatten)]
-    pub prism: PrismArgs,
-}
 
 /// Exit code for validation errors (as `render`).
 const EXIT_INVALID: u8 = 2;
@@ -181,7 +160,7 @@ async fn validate_inner(args: &ValidateArgs) -> Result<ExitCode, String> {
         infrastructure.as_ref(),
     )
     .ok_or("no Prism Central endpoint: give --prism-endpoint or --infrastructure")?;
-    let actuator = Actuator::new(super::actuator_settings(&args.prism), None);
+    let actuator = Actuator::new(actuator_settings(&args.prism), None);
     let connection = actuator
         .connection(&endpoint, "--credentials", &credentials)
         .map_err(|e| e.to_string())?;

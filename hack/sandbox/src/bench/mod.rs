@@ -37,9 +37,9 @@ use serde_json::{Value, json};
 
 use crate::manifests::{self, MACHINE_SET_LABEL, ManifestError};
 use crate::world::{
-    CONTROLLER_USER, ControllerCommand, ControllerIntervals, ProgressSink, World, WorldError,
-    WorldOptions,
+    ControllerCommand, ControllerIntervals, ProgressSink, World, WorldError, WorldOptions,
 };
+use crate::writes::CONTROLLER_USER;
 use bound::lower_bound;
 use calls::{CallTable, attribute, is_write};
 use process::{ProcessStats, load_average, metric_sum, metrics_address, parse_metrics};

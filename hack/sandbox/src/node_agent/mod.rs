@@ -56,6 +56,9 @@ use tokio_util::sync::CancellationToken;
 use crate::actor::ActorHandle;
 use crate::csr::{self, CsrError};
 use crate::machine_api::Machine;
+use crate::real_cluster::{
+    ControlPlane, NODE_BOOTSTRAPPER, NODE_BOOTSTRAPPER_NAMESPACE, RealClusterError,
+};
 pub use guest::{
     Guest, GuestSide, NodeIpChoice, UserDataRun, WmcoWait, choose_node_ip, cloudbase_init_run,
     user_data_run, wmco_gate,
@@ -135,6 +138,21 @@ impl std::fmt::Debug for KubeletIdentities {
                 .field("api_url", api_url)
                 .finish_non_exhaustive(),
         }
+    }
+}
+
+impl KubeletIdentities {
+    /// The kubelets' identities on a real API server: the node-bootstrapper's token, then each
+    /// Node's own certificate.
+    pub async fn of_real_cluster(plane: &ControlPlane) -> Result<Self, RealClusterError> {
+        let token = plane
+            .service_account_token(NODE_BOOTSTRAPPER_NAMESPACE, NODE_BOOTSTRAPPER)
+            .await?;
+        Ok(Self::Real {
+            bootstrap: plane.client_as(&json!({"token": token})).await?,
+            api_url: plane.url().to_owned(),
+            ca_pem: plane.ca_pem().to_owned(),
+        })
     }
 }
 
@@ -231,7 +249,7 @@ pub enum AgentError {
     KubeletClient {
         node: String,
         csr: String,
-        source: Box<crate::real_cluster::RealClusterError>,
+        source: Box<RealClusterError>,
     },
 }
 

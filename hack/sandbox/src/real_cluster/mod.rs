@@ -594,21 +594,6 @@ impl ControlPlane {
         std::fs::write(path, text).map_err(io_error(format!("write {}", path.display())))
     }
 
-    /// The kubelets' identities on this API server: the node-bootstrapper's token, then each
-    /// Node's own certificate.
-    pub async fn kubelet_identities(
-        &self,
-    ) -> Result<crate::node_agent::KubeletIdentities, RealClusterError> {
-        let token = self
-            .service_account_token(NODE_BOOTSTRAPPER_NAMESPACE, NODE_BOOTSTRAPPER)
-            .await?;
-        Ok(crate::node_agent::KubeletIdentities::Real {
-            bootstrap: self.client_as(&json!({"token": token})).await?,
-            api_url: self.url.clone(),
-            ca_pem: self.pki.ca_pem.clone(),
-        })
-    }
-
     /// A client of this API server authenticating with `user` (a kubeconfig user: a `token`, or
     /// `client-certificate-data` and `client-key-data`).
     pub async fn client_as(&self, user: &Value) -> Result<Client, RealClusterError> {

@@ -115,7 +115,7 @@ impl Cluster {
         let Self::Real(plane) = self else {
             return Ok(KubeletIdentities::Agent);
         };
-        Ok(plane.kubelet_identities().await?)
+        Ok(KubeletIdentities::of_real_cluster(plane).await?)
     }
 
     pub(super) fn real(&self) -> Option<&ControlPlane> {

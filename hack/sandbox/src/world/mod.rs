@@ -47,6 +47,7 @@ use crate::machineset::{self, MachineSetControllerConfig};
 use crate::manifests::{self, ManifestError};
 use crate::node_agent::{self, NodeAgentConfig, NodeAgentHandle};
 use crate::nodelink::{self, NodeLinkConfig};
+use crate::writes::CONTROLLER_USER;
 pub use cluster::{CONTROLLER_SERVICE_ACCOUNT, ControlPlaneChoice};
 use cluster::{Cluster, Objects};
 pub use controller::{ControllerCommand, ControllerIntervals, Provider};
@@ -61,8 +62,6 @@ pub use snapshot::{Snapshot, join_condition, machine_set_of, provider_condition,
 pub const WINDOWS_USER_DATA_MARKER: &str = "AAAAIOQr8h6wG4CauqEpRnpW+n7iAaX7cGSguySTwhq1I9Yt";
 /// Marker inside the stand-in Linux user data.
 pub const LINUX_USER_DATA_MARKER: &str = "sandbox-linux-user-data-8b2c";
-/// The kube-sim user (token `user:NAME`) the controller's requests are logged as.
-pub const CONTROLLER_USER: &str = "nutanix-machine-controller";
 /// Networks whose addresses the controller never reports: OpenShift's default cluster and
 /// service networks, and OVN-Kubernetes' hybrid overlay (prism-mock's default).
 pub const EXCLUDED_CIDRS: [&str; 3] = ["10.128.0.0/14", "172.30.0.0/16", "10.132.0.0/14"];

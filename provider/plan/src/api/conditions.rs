@@ -1,5 +1,6 @@
-//! The one rule for keeping conditions in a list by type, shared by the Machine's own
-//! conditions (`status.conditions`) and the provider's (`providerStatus.conditions`).
+//! The Machine's own conditions (`status.conditions`) and the provider's
+//! (`providerStatus.conditions`), and the one rule, shared by both, for keeping conditions in a
+//! list by type.
 
 use std::collections::BTreeMap;
 
@@ -7,7 +8,23 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::MachineCondition;
+/// A machine-api condition (not `metav1.Condition`: reason and message are optional and there is
+/// a severity).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub severity: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
 
 /// A condition of `providerStatus.conditions`: `metav1.Condition` as the Go provider leaves it,
 /// read leniently. The Go provider's conditions carry no `lastTransitionTime`

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::choices::AnnotatedChoices;
+use super::conditions::MachineCondition;
 use super::provider::{
     NutanixMachineProviderConfig, NutanixMachineProviderStatus, ParseError, ProviderStatusError,
 };
@@ -125,24 +126,6 @@ pub struct MachineStatus {
     /// `lastOperation`, `synchronizedGeneration`, `deletion` and anything newer.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
-}
-
-/// A machine-api condition (not `metav1.Condition`: reason and message are optional and there is
-/// a severity).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MachineCondition {
-    #[serde(rename = "type")]
-    pub type_: String,
-    pub status: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub severity: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<Time>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
 }
 
 /// Desired state of a MachineSet.

@@ -15,10 +15,10 @@ pub use choices::{
     SYSPREP_ADMIN_PASSWORD_SECRET_ANNOTATION, SYSPREP_TIME_ZONE_ANNOTATION,
     SYSTEM_DISK_STORAGE_CONTAINER_ANNOTATION, VTPM_ANNOTATION, VtpmChoice, unknown_annotations,
 };
-pub use conditions::{ProviderCondition, TypedCondition, merge_condition};
+pub use conditions::{MachineCondition, ProviderCondition, TypedCondition, merge_condition};
 pub use machine::{
-    GuardedMachine, GuardedMachineSet, LifecycleHook, LifecycleHooks, Machine, MachineCondition,
-    MachineSet, MachineSetSpec, MachineSetStatus, MachineSpec, MachineStatus, MachineTemplateSpec,
+    GuardedMachine, GuardedMachineSet, LifecycleHook, LifecycleHooks, Machine, MachineSet,
+    MachineSetSpec, MachineSetStatus, MachineSpec, MachineStatus, MachineTemplateSpec,
     ProviderSpec, provider_spec_reads,
 };
 pub use provider::{
