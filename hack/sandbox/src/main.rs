@@ -7,8 +7,10 @@
 //!   display, prints the closing table, and exits 0 only when the scenario held.
 //! - `sandbox bench --machines N [--kind image|template|clone] [--rate-limit 50]`: the scale
 //!   benchmark (tables, then one JSON line).
-//! - `sandbox chaos [--machines 50] [--kills 5] [--seed S]`: the chaos soak (faults on, the
-//!   controller killed at chosen moments, invariants checked); exits 0 only when they held.
+//! - `sandbox chaos [--machines 50] [--kills 5] [--seed S] [--control-plane real]`: the chaos
+//!   soak (faults on, the controller killed at chosen moments, invariants checked; on the real
+//!   control plane two replicas with leader election, and Kubernetes' own faults); exits 0 only
+//!   when they held.
 //! - `sandbox actors --kubeconfig FILE`: the replica controller, nodelink and the approver against
 //!   an API server until Ctrl-C.
 //! - `sandbox controller -- FLAGS` (hidden): the controller itself, as the scenario starts it in a
@@ -194,6 +196,19 @@ struct ChaosArgs {
     /// directory, removed when the invariants held).
     #[arg(long, value_name = "DIR")]
     work_dir: Option<PathBuf>,
+    /// The Kubernetes API the soak runs on. On the real control plane two replicas of the
+    /// controller run with leader election, and Kubernetes' own faults strike besides Prism's:
+    /// kube-apiserver and etcd killed, etcd compacted, APF throttling, a slow, resetting or
+    /// black-holed path to the API server, and Prism Central unreachable.
+    #[arg(long, value_enum, default_value = "kube-sim")]
+    control_plane: ControlPlaneArg,
+    /// Strikes of each Kubernetes fault (real control plane only; default 2, or 1 with
+    /// `--timings short`).
+    #[arg(long, value_name = "N")]
+    faults_per_kind: Option<usize>,
+    /// Controller replicas on the real control plane (each with `--leader-elect`).
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=5))]
+    replicas: u32,
 }
 
 fn main() -> ExitCode {
@@ -481,10 +496,33 @@ fn run_chaos(args: ChaosArgs, runtime: &tokio::runtime::Runtime) -> ExitCode {
     options.sandbox_log = Some(sandbox_log);
     options.drain_blockers = (options.machines / 15).max(1);
     options.progress = Some(Arc::new(|line: &str| println!("{line}")));
+    if args.control_plane == ControlPlaneArg::Real {
+        let Some(binaries) = Binaries::from_env() else {
+            eprintln!(
+                "sandbox: --control-plane real needs {}: run `export {}=\"$(bash hack/real-cluster/build.sh)\"` first",
+                real_cluster::DIR_VARIABLE,
+                real_cluster::DIR_VARIABLE,
+            );
+            return ExitCode::FAILURE;
+        };
+        println!("sandbox: the real control plane:\n{}", binaries.versions());
+        let mut k8s = match args.timings {
+            ChaosTimings::Sandbox => sandbox::chaos::KubeFaultOptions::soak(),
+            ChaosTimings::Short => sandbox::chaos::KubeFaultOptions::small(),
+        };
+        if let Some(per_kind) = args.faults_per_kind {
+            k8s.per_kind = per_kind;
+        }
+        options = options.on_real_control_plane(binaries, k8s);
+        options.replicas = args.replicas as usize;
+    }
     println!(
-        "sandbox chaos: seed {seed}, {} Machines, {} kills; work directory {}",
+        "sandbox chaos: seed {seed}, {} Machines, {} kills, {} Kubernetes faults of each kind, \
+         {} replica(s); work directory {}",
         options.machines,
         options.kills,
+        options.k8s.per_kind,
+        options.replicas,
         work_dir.display()
     );
     let report = runtime.block_on(async {
@@ -504,6 +542,9 @@ fn run_chaos(args: ChaosArgs, runtime: &tokio::runtime::Runtime) -> ExitCode {
         return ExitCode::from(130);
     };
     println!("\n{}", report.render());
+    if !report.kube_faults.is_empty() {
+        println!("table row (docs/reliability.md):\n{}", report.table_row());
+    }
     if report.held() {
         drop(temp_dir);
         ExitCode::SUCCESS

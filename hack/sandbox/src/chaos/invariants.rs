@@ -5,7 +5,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use nutanix_machine_controller::api::phase;
 
 use super::tracker::VmTracker;
+use crate::leadership::WriteOutsideLease;
 use crate::world::{MachineRecord, Snapshot};
+
+/// The names of the invariants a table reports.
+pub const ONE_VM: &str = "no Machine ever had two VMs";
+pub const NO_ORPHAN: &str = "no VM is left without a Machine";
+pub const NONE_STUCK: &str = "every Machine reached Running or Failed with a reason";
+pub const WRITES_IN_LEASE: &str = "no Prism write by a replica outside its lease";
 
 /// One invariant and whether it held.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +42,19 @@ pub struct Evidence<'a> {
     pub log_lines: &'a [(String, usize)],
     /// The controller exiting without being killed, with its status.
     pub unexpected_exits: &'a [String],
+    /// A replica holding the Lease exiting (leadership given up): counted, not a failure.
+    pub lease_exits: &'a [String],
+    /// With several replicas: the Prism writes sent outside their sender's lease, out of how
+    /// many writes, and how many Lease states were read.
+    pub lease: Option<LeaseEvidence<'a>>,
+}
+
+/// What the lease invariant reads.
+#[derive(Debug)]
+pub struct LeaseEvidence<'a> {
+    pub outside: &'a [WriteOutsideLease],
+    pub writes: usize,
+    pub states: usize,
 }
 
 fn first(items: &[String], max: usize) -> String {
@@ -72,6 +92,25 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Invariant> {
         no_secret_logged(evidence),
         no_unexpected_exit(evidence),
     ]
+    .into_iter()
+    .chain(evidence.lease.as_ref().map(writes_inside_leases))
+    .collect()
+}
+
+fn writes_inside_leases(lease: &LeaseEvidence<'_>) -> Invariant {
+    let mut problems: Vec<String> = lease.outside.iter().map(ToString::to_string).collect();
+    if lease.states == 0 {
+        problems.push("the Lease was never read".to_owned());
+    }
+    invariant(
+        WRITES_IN_LEASE,
+        problems,
+        format!(
+            "each of the {} Prism writes the replicas sent (prism-mock's log, by User-Agent) \
+             came inside its sender's lease ({} Lease states read)",
+            lease.writes, lease.states
+        ),
+    )
 }
 
 fn one_vm_per_machine(evidence: &Evidence<'_>) -> Invariant {
@@ -95,7 +134,7 @@ fn one_vm_per_machine(evidence: &Evidence<'_>) -> Invariant {
         .filter(|name| tracker.vms_named(name).len() > 1)
         .count();
     invariant(
-        "no Machine ever had two VMs",
+        ONE_VM,
         problems,
         format!(
             "{} VMs seen over the run in {} polls (at most {} ms apart), for {} names; {} Machines \
@@ -135,7 +174,7 @@ fn no_vm_without_machine(evidence: &Evidence<'_>) -> Invariant {
         }
     }
     invariant(
-        "no VM is left without a Machine",
+        NO_ORPHAN,
         problems,
         format!(
             "no VM left at the end; each of the {} VMs seen was named after a Machine, and its \
@@ -170,7 +209,7 @@ fn running_or_failed(evidence: &Evidence<'_>) -> Invariant {
         }
     }
     invariant(
-        "every Machine reached Running or Failed with a reason",
+        NONE_STUCK,
         problems,
         format!(
             "{running} reached Running, {failed} Failed with a reason, {} deleted on purpose \
@@ -247,7 +286,15 @@ fn no_unexpected_exit(evidence: &Evidence<'_>) -> Invariant {
     invariant(
         "the controller never exited unless killed",
         evidence.unexpected_exits.to_vec(),
-        "only the run's kills ended it".to_owned(),
+        if evidence.lease_exits.is_empty() {
+            "only the run's kills ended it".to_owned()
+        } else {
+            format!(
+                "only the run's kills ended it, and {} exits of the replica holding the Lease \
+                 (leadership given up when it could not renew)",
+                evidence.lease_exits.len()
+            )
+        },
     )
 }
 
@@ -346,6 +393,8 @@ mod tests {
                 secret_hits: &self.hits,
                 log_lines: &self.lines,
                 unexpected_exits: &self.exits,
+                lease_exits: &[],
+                lease: None,
             })
         }
 
@@ -428,6 +477,52 @@ mod tests {
         case.last.nodes =
             vec![serde_json::from_value(serde_json::json!({"metadata": {"name": "n"}})).unwrap()];
         assert_eq!(case.broken(), ["every deletion finished"]);
+    }
+
+    #[test]
+    fn a_prism_write_outside_its_sender_s_lease_breaks_the_lease_invariant() {
+        let case = Case::good();
+        let check = |outside: &[WriteOutsideLease], states| {
+            check(&Evidence {
+                namespace: "ns",
+                tracker: &case.tracker,
+                machines: &case.machines,
+                failures: &case.failures,
+                deleted_early: &case.deleted_early,
+                last: &case.last,
+                secret_hits: &case.hits,
+                log_lines: &case.lines,
+                unexpected_exits: &case.exits,
+                lease_exits: &[],
+                lease: Some(LeaseEvidence {
+                    outside,
+                    writes: 12,
+                    states,
+                }),
+            })
+        };
+        let held = check(&[], 5);
+        assert_eq!(held.len(), 7);
+        assert!(held.iter().all(|i| i.held), "{held:?}");
+        assert!(held[6].detail.starts_with("each of the 12 Prism writes"));
+        let outside = WriteOutsideLease {
+            identity: Some("nutanix-machine-controller-0_u1".into()),
+            method: "DELETE".into(),
+            endpoint: "/api/nutanix/v3/vms/{uuid}".into(),
+            vm: Some("vm-1".into()),
+            received_unix_ms: 20_000,
+            last_renewal: None,
+        };
+        let broken = check(std::slice::from_ref(&outside), 5);
+        assert!(!broken[6].held);
+        assert!(
+            broken[6]
+                .detail
+                .contains("by nutanix-machine-controller-0_u1"),
+            "{}",
+            broken[6].detail
+        );
+        assert!(!check(&[], 0)[6].held, "a Lease never read proves nothing");
     }
 
     #[test]

@@ -11,6 +11,8 @@ use prism_mock::{FaultKind, FaultRule};
 
 use crate::manifests::{LINUX_SET, WINDOWS_IMAGE_SET, WINDOWS_TEMPLATE_SET};
 
+use rand::Rng;
+
 use super::Soak;
 use super::kills::KillAim;
 use super::report::KillRecord;
@@ -26,39 +28,37 @@ impl Soak<'_> {
         aim: KillAim,
         release_drains_after: Option<Duration>,
     ) -> Result<KillRecord, String> {
-        let arm = self.random_duration(Duration::ZERO, self.options.arm_within);
-        self.idle(arm).await?;
         // The next deploys' answers are lost (Prism deploys, then answers 500), so the kill
         // finds the Machine with its deploy request id and no task: the state in which a
         // deletion must send the deploy again to find the VM.
-        let lost_answers = (aim == KillAim::AfterDeployThenDelete).then(|| {
-            self.world.admin().add_fault(
-                FaultRule::new(Some("POST"), DEPLOY_PATH, FaultKind::CreateThen500).times(2),
+        let (found, lost_answers) = self
+            .await_aim(
+                aim,
+                release_drains_after,
+                aim == KillAim::AfterDeployThenDelete,
             )
-        });
-        let armed = Instant::now();
-        let random_at = armed + self.random_duration(Duration::ZERO, self.options.random_within);
-        let deadline = armed + self.options.trigger_timeout;
-        let mut release_at = release_drains_after.map(|after| armed + after);
-        let found = loop {
-            let events = self.poll_vms();
-            self.look(false).await?;
-            if release_at.is_some_and(|at| Instant::now() >= at) {
-                release_at = None;
-                self.release_drains().await?;
-            }
-            if let Some(found) = self.trigger(aim, &events, random_at) {
-                break Some(found);
-            }
-            if Instant::now() >= deadline {
-                break None;
-            }
-            tokio::time::sleep(VM_POLL).await;
+            .await?;
+        // With several replicas, mostly the leader (whose death hands the Lease over), sometimes
+        // the standby.
+        let replica = if self.world.replica_count() > 1 {
+            let leader = self.leader().await;
+            let index = match leader {
+                Some(leader) if self.rng.random_bool(0.75) => leader,
+                Some(leader) => (leader + 1) % self.world.replica_count(),
+                None => self.rng.random_range(0..self.world.replica_count()),
+            };
+            self.world
+                .kill_replica(index)
+                .await
+                .map_err(|e| e.to_string())?;
+            Some((index, leader == Some(index)))
+        } else {
+            self.world
+                .kill_controller()
+                .await
+                .map_err(|e| e.to_string())?;
+            None
         };
-        self.world
-            .kill_controller()
-            .await
-            .map_err(|e| e.to_string())?;
         let at = self.elapsed();
         if let Some(id) = lost_answers {
             self.world.admin().remove_fault(id);
@@ -80,15 +80,16 @@ impl Soak<'_> {
             );
             while_down = Some(format!("deleted Machine {name}"));
         }
-        if release_at.is_some() {
+        if self.drains_due.take().is_some() {
             self.release_drains().await?;
         }
         let down_for = self.random_duration(self.options.down_time.0, self.options.down_time.1);
         self.idle(down_for).await?;
-        self.world
-            .restart_controller()
-            .await
-            .map_err(|e| e.to_string())?;
+        match replica {
+            Some((index, _)) => self.world.restart_replica(index).await,
+            None => self.world.restart_controller().await,
+        }
+        .map_err(|e| e.to_string())?;
         Ok(KillRecord {
             aim,
             at,
@@ -97,7 +98,47 @@ impl Soak<'_> {
             machine_state,
             while_down,
             down_for,
+            replica,
         })
+    }
+
+    /// Waits a random arming delay, then for the first event matching `aim` (or the trigger
+    /// timeout), watching meanwhile; removes the drain blockers `release_drains_after` arming
+    /// (or leaves that due in `drains_due` if the event came first). With
+    /// `lose_deploy_answers`, the next two deploys are answered 500 once armed (the rule's id is
+    /// returned, for the caller to remove). Returns the event and the Machine it concerns.
+    pub(super) async fn await_aim(
+        &mut self,
+        aim: KillAim,
+        release_drains_after: Option<Duration>,
+        lose_deploy_answers: bool,
+    ) -> Result<(Option<(String, Option<String>)>, Option<u64>), String> {
+        let arm = self.random_duration(Duration::ZERO, self.options.arm_within);
+        self.idle(arm).await?;
+        let lost_answers = lose_deploy_answers.then(|| {
+            self.world.admin().add_fault(
+                FaultRule::new(Some("POST"), DEPLOY_PATH, FaultKind::CreateThen500).times(2),
+            )
+        });
+        let armed = Instant::now();
+        let random_at = armed + self.random_duration(Duration::ZERO, self.options.random_within);
+        let deadline = armed + self.options.trigger_timeout;
+        self.drains_due = release_drains_after.map(|after| armed + after);
+        loop {
+            let events = self.poll_vms();
+            self.look(false).await?;
+            if self.drains_due.is_some_and(|at| Instant::now() >= at) {
+                self.drains_due = None;
+                self.release_drains().await?;
+            }
+            if let Some(found) = self.trigger(aim, &events, random_at) {
+                return Ok((Some(found), lost_answers));
+            }
+            if Instant::now() >= deadline {
+                return Ok((None, lost_answers));
+            }
+            tokio::time::sleep(VM_POLL).await;
+        }
     }
 
     /// Whether the aimed moment has come: the event and the Machine it concerns.

@@ -27,10 +27,20 @@
 //!    right after a VM delete); wait until no Machine, Node or VM is left.
 //! 3. The invariants ([`invariants`]) over everything recorded, and the logs (the controller's,
 //!    and the sandbox's own when captured) searched for every secret.
+//!
+//! On the real control plane ([`ChaosOptions::on_real_control_plane`], issue 35) two replicas run
+//! with leader election, each through its own proxy to kube-apiserver, and Kubernetes' own faults
+//! ([`kube_faults`]) strike at the kills' moments: kube-apiserver and etcd killed and started
+//! again, etcd compacted, APF throttling, one replica's path slowed, reset or black-holed, Prism
+//! Central unreachable. The invariants add the lease check (no Prism write outside its sender's
+//! lease, from prism-mock's log and the Lease's history) and the recovery after each fault (from
+//! the audit log, [`recovery`]).
 
 pub mod faults;
 pub mod invariants;
 pub mod kills;
+pub mod kube_faults;
+pub mod recovery;
 pub mod report;
 pub mod tracker;
 
@@ -38,6 +48,8 @@ mod drains;
 mod finish;
 mod killing;
 mod observe;
+mod paths;
+mod striking;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -52,13 +64,16 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+use crate::leadership::LeaseHistory;
 use crate::manifests::{self, LINUX_SET, WINDOWS_IMAGE_SET, WINDOWS_TEMPLATE_SET};
 use crate::world::{
-    ControllerCommand, ControllerIntervals, ProgressSink, Snapshot, World, WorldError, WorldOptions,
+    ControlPlaneChoice, ControllerCommand, ControllerIntervals, ProgressSink, Snapshot, World,
+    WorldError, WorldOptions,
 };
 use faults::{FaultLabel, FaultProfile};
 pub use finish::capture_logs;
 use kills::KillAim;
+use kube_faults::{FaultMoment, KubeFaultKind};
 use observe::scale_up_done;
 pub use report::{ChaosReport, KillRecord};
 use tracker::VmTracker;
@@ -101,6 +116,72 @@ pub struct ChaosOptions {
     pub down_time: (Duration, Duration),
     /// Nodes whose drain a PodDisruptionBudget blocks until the run removes it.
     pub drain_blockers: usize,
+    /// kube-sim (the default) or the real control plane.
+    pub control_plane: ControlPlaneChoice,
+    /// Replicas of the controller; with more than one, each runs with `--leader-elect` and
+    /// `--leader-elect-lease-duration` of [`KubeFaultOptions::lease_duration`].
+    pub replicas: usize,
+    /// Kubernetes' own faults and Prism Central's outage (none by default).
+    pub k8s: KubeFaultOptions,
+}
+
+/// Kubernetes' own faults in a run (issue 35), and Prism Central unreachable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeFaultOptions {
+    /// The kinds struck, each `per_kind` times.
+    pub kinds: Vec<KubeFaultKind>,
+    pub per_kind: usize,
+    /// kube-apiserver or etcd stays down between these (drawn at random).
+    pub down_time: (Duration, Duration),
+    /// How long an APF squeeze, a slow path or a resetting path lasts (a black hole lasts the
+    /// lease duration more).
+    pub window: Duration,
+    /// How long the controller's connections are reset after a compaction.
+    pub reset_for: Duration,
+    /// The controllers' `--leader-elect-lease-duration`.
+    pub lease_duration: Duration,
+    /// How long Prism Central is unreachable.
+    pub prism_outage: Duration,
+    /// How long each Prism call is held before its connection is dropped, during an outage
+    /// (past the controller's 60 s request timeout).
+    pub prism_call_hang: Duration,
+}
+
+impl KubeFaultOptions {
+    /// No Kubernetes fault (the soak on kube-sim).
+    pub fn none() -> Self {
+        Self {
+            kinds: Vec::new(),
+            per_kind: 0,
+            ..Self::soak()
+        }
+    }
+
+    /// Issue 35's soak: two of every kind; kube-apiserver and etcd down 3 to 30 s; windows of
+    /// 20 s; a lease of 15 s; Prism Central unreachable for a minute.
+    pub fn soak() -> Self {
+        Self {
+            kinds: KubeFaultKind::ALL.to_vec(),
+            per_kind: 2,
+            down_time: (Duration::from_secs(3), Duration::from_secs(30)),
+            window: Duration::from_secs(20),
+            reset_for: Duration::from_secs(2),
+            lease_duration: Duration::from_secs(15),
+            prism_outage: Duration::from_secs(60),
+            prism_call_hang: Duration::from_secs(65),
+        }
+    }
+
+    /// The test suite's version: one of every kind, shorter outages.
+    pub fn small() -> Self {
+        Self {
+            per_kind: 1,
+            down_time: (Duration::from_secs(2), Duration::from_secs(8)),
+            window: Duration::from_secs(8),
+            prism_outage: Duration::from_secs(20),
+            ..Self::soak()
+        }
+    }
 }
 
 impl std::fmt::Debug for ChaosOptions {
@@ -137,6 +218,24 @@ impl ChaosOptions {
             random_within: Duration::from_secs(10),
             down_time: (Duration::from_millis(500), Duration::from_secs(3)),
             drain_blockers: 3,
+            control_plane: ControlPlaneChoice::KubeSim,
+            replicas: 1,
+            k8s: KubeFaultOptions::none(),
+        }
+    }
+
+    /// On the real control plane, with two replicas and Kubernetes' own faults (`k8s`) besides
+    /// the Prism faults and kills of these options.
+    pub fn on_real_control_plane(
+        self,
+        binaries: crate::real_cluster::Binaries,
+        k8s: KubeFaultOptions,
+    ) -> Self {
+        Self {
+            control_plane: ControlPlaneChoice::Real(binaries),
+            replicas: 2,
+            k8s,
+            ..self
         }
     }
 
@@ -211,6 +310,19 @@ pub async fn run(options: ChaosOptions) -> ChaosReport {
     world_options.intervals = options.intervals;
     world_options.controller_verbosity = options.controller_verbosity;
     world_options.controller_args = options.controller_args.clone();
+    world_options.control_plane = options.control_plane.clone();
+    world_options.controller_replicas = options.replicas.max(1);
+    if options.replicas > 1 {
+        world_options.controller_args.extend([
+            "--leader-elect".to_owned(),
+            format!(
+                "--leader-elect-lease-duration={}s",
+                options.k8s.lease_duration.as_secs()
+            ),
+        ]);
+    }
+    world_options.controller_api_proxies =
+        matches!(options.control_plane, ControlPlaneChoice::Real(_));
     world_options.work_dir = Some(options.work_dir.clone());
     world_options.progress = options.progress.clone();
     world_options.mock_rng_seed = Some(options.seed);
@@ -237,6 +349,8 @@ struct Soak<'w> {
     world: &'w World,
     options: &'w ChaosOptions,
     started: Instant,
+    /// When the run started, by the wall clock (the audit log's).
+    started_wall: std::time::SystemTime,
     rng: StdRng,
     seed_vms: BTreeSet<String>,
     tracker: VmTracker,
@@ -250,10 +364,24 @@ struct Soak<'w> {
     last_look: Option<Instant>,
     last: Snapshot,
     blockers: Vec<String>,
+    /// When the drain blockers are due to go (set while an aim is awaited).
+    drains_due: Option<Instant>,
+    /// The step's progress label (a fault names itself while it lasts).
+    phase_label: String,
+    /// Replicas that exited after giving their Lease up.
+    lease_exits: Vec<String>,
+    /// The Lease's states, read all along (with several replicas).
+    lease_history: Option<LeaseHistory>,
+    /// Control-plane programs that exited on their own and were started again.
+    plane_restarts: Vec<String>,
 }
 
 /// prism-mock's route of a v4 template deploy (a fault rule's glob).
 const DEPLOY_PATH: &str = "*/$actions/deploy";
+
+/// How often the Lease is read: well under the shortest renew interval the soak gives the
+/// replicas (a sixth of a 15 s lease), so that no renewal is missed.
+const LEASE_READ_EVERY: Duration = Duration::from_millis(200);
 
 /// How often Machines and Nodes are looked at (VMs are polled every [`VM_POLL`]).
 const LOOK_EVERY: Duration = Duration::from_millis(250);
@@ -266,6 +394,7 @@ impl<'w> Soak<'w> {
             world,
             options,
             started,
+            started_wall: std::time::SystemTime::now() - started.elapsed(),
             rng: StdRng::seed_from_u64(options.seed),
             seed_vms,
             tracker: VmTracker::new(world.namespace()),
@@ -277,7 +406,23 @@ impl<'w> Soak<'w> {
             last_look: None,
             last: Snapshot::default(),
             blockers: Vec::new(),
+            drains_due: None,
+            phase_label: "setup".to_owned(),
+            lease_exits: Vec::new(),
+            lease_history: (world.replica_count() > 1).then(|| {
+                LeaseHistory::record(
+                    Api::namespaced(world.client().clone(), world.namespace()),
+                    striking::LEASE_NAME,
+                    LEASE_READ_EVERY,
+                )
+            }),
+            plane_restarts: Vec::new(),
         }
+    }
+
+    fn set_phase(&mut self, label: String) {
+        self.world.set_label(label.clone());
+        self.phase_label = label;
     }
 
     fn elapsed(&self) -> Duration {
@@ -308,12 +453,22 @@ impl<'w> Soak<'w> {
             self.fault_ids.push((id, label));
         }
         let (up, down) = kills::plan(self.options.kills);
+        let kinds: Vec<KubeFaultKind> = self
+            .options
+            .k8s
+            .kinds
+            .iter()
+            .copied()
+            .filter(|kind| self.world.on_real_control_plane() || !kind.needs_real_control_plane())
+            .collect();
+        let (up_faults, down_faults) =
+            kube_faults::plan(&kinds, self.options.k8s.per_kind, &up, &down, &mut self.rng);
         let sets = machine_sets(self.options.machines);
 
         let step = Instant::now();
-        self.world
-            .set_label(format!("scale up 0 → {}", self.options.machines));
+        self.set_phase(format!("scale up 0 → {}", self.options.machines));
         self.scale(&sets, |n| n.div_ceil(2)).await?;
+        let mut up_faults = up_faults.into_iter().peekable();
         let mut second_burst = false;
         for (index, aim) in up.iter().enumerate() {
             if index == 1 {
@@ -322,9 +477,26 @@ impl<'w> Soak<'w> {
             }
             let kill = self.kill_at(*aim, None).await?;
             report.kills.push(kill);
+            if let Some((kind, moment)) =
+                up_faults.next_if(|(_, m)| matches!(m, FaultMoment::AfterKill(_)))
+            {
+                let record = self
+                    .strike(
+                        kind,
+                        moment,
+                        true,
+                        "the replica was just started again".to_owned(),
+                    )
+                    .await?;
+                report.kube_faults.push(record);
+            }
         }
         if !second_burst {
             self.scale(&sets, |n| n).await?;
+        }
+        for (kind, moment) in up_faults {
+            let record = self.fault_at(kind, moment, None).await?;
+            report.kube_faults.push(record);
         }
         let expected = sets.clone();
         self.wait(
@@ -342,23 +514,42 @@ impl<'w> Soak<'w> {
         ));
 
         let step = Instant::now();
-        self.world
-            .set_label(format!("scale down {} → 0", self.options.machines));
+        self.set_phase(format!("scale down {} → 0", self.options.machines));
         self.block_drains().await?;
         self.scale(&sets, |_| 0).await?;
+        let (mid_drain, rest): (Vec<_>, Vec<_>) = down_faults
+            .into_iter()
+            .partition(|(_, m)| *m == FaultMoment::At(KillAim::MidDrain));
+        for (kind, moment) in mid_drain {
+            let record = self.fault_at(kind, moment, None).await?;
+            report.kube_faults.push(record);
+        }
+        let mut rest = rest.into_iter().peekable();
         let mut released = false;
         for aim in &down {
             // The blocked drains are allowed while the delete kill is armed, so that deletes
             // are being sent when it fires.
-            let release_after = if *aim == KillAim::MidDelete && !released {
-                released = true;
-                let (low, high) = (self.options.arm_within, self.options.arm_within * 3);
-                Some(self.random_duration(low, high))
-            } else {
-                None
-            };
+            let release_after = self.release_when(*aim == KillAim::MidDelete, &mut released);
             let kill = self.kill_at(*aim, release_after).await?;
             report.kills.push(kill);
+            if let Some((kind, moment)) =
+                rest.next_if(|(_, m)| matches!(m, FaultMoment::AfterKill(_)))
+            {
+                let record = self
+                    .strike(
+                        kind,
+                        moment,
+                        true,
+                        "the replica was just started again".to_owned(),
+                    )
+                    .await?;
+                report.kube_faults.push(record);
+            }
+        }
+        for (kind, moment) in rest {
+            let release_after = self.release_when(true, &mut released);
+            let record = self.fault_at(kind, moment, release_after).await?;
+            report.kube_faults.push(record);
         }
         if !released {
             self.release_drains().await?;
@@ -389,6 +580,17 @@ impl<'w> Soak<'w> {
             step.elapsed(),
         ));
         Ok(())
+    }
+
+    /// The delay after arming at which the drain blockers go, for the first strike aimed at VM
+    /// deletes (`deletes`): drawn once, then `None`.
+    fn release_when(&mut self, deletes: bool, released: &mut bool) -> Option<Duration> {
+        if !deletes || *released {
+            return None;
+        }
+        *released = true;
+        let (low, high) = (self.options.arm_within, self.options.arm_within * 3);
+        Some(self.random_duration(low, high))
     }
 
     /// Adds `win-clone`: the example Windows image MachineSet, cloning `windows-golden`.

@@ -17,6 +17,9 @@ use super::Soak;
 use super::tracker::VmEvent;
 use super::{LOOK_EVERY, VM_POLL};
 
+/// The controller's exit status after giving its Lease up (docs/configuration.md).
+const LEASE_LOST_EXIT: i32 = 3;
+
 impl Soak<'_> {
     /// Polls prism-mock's VMs once: the tracker's events, and the Administrator password of
     /// every new Windows VM.
@@ -69,24 +72,39 @@ impl Soak<'_> {
             })
             .await;
         if let Err(WorldError::ControllerExited {
-            status, log_tail, ..
+            replica,
+            status,
+            code,
+            log_tail,
+            ..
         }) = result
         {
             let at = self.elapsed().as_secs_f64();
-            self.unexpected_exits.push(format!(
-                "at +{at:.1}s the controller exited with {status}; last lines: {}",
+            let line = format!(
+                "at +{at:.1}s replica {replica} exited with {status}; last lines: {}",
                 log_tail
                     .lines()
                     .rev()
                     .take(3)
                     .collect::<Vec<_>>()
                     .join(" | ")
-            ));
+            );
+            // A replica that gave leadership up (it could not renew within its deadline) exits
+            // with the controller's documented status for it (docs/configuration.md, leader
+            // election: 3), as client-go's callers exit on `OnStoppedLeading`; any other exit is
+            // a failure.
+            if code == Some(LEASE_LOST_EXIT) {
+                self.lease_exits.push(line);
+            } else {
+                self.unexpected_exits.push(line);
+            }
+            // Its Deployment's kubelet starts it again.
             self.world
-                .restart_controller()
+                .restart_replica(replica)
                 .await
                 .map_err(|e| e.to_string())?;
         }
+        self.supervise_control_plane()?;
         if let Some(snapshot) = seen
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -105,6 +123,22 @@ impl Soak<'_> {
                 }
             }
             self.last = snapshot;
+        }
+        Ok(())
+    }
+
+    /// Starts again the control-plane programs that exited on their own (as their kubelet
+    /// would), and notes them.
+    fn supervise_control_plane(&mut self) -> Result<(), String> {
+        let Some(plane) = self.world.control_plane() else {
+            return Ok(());
+        };
+        let restarted = plane.restart_exited().map_err(|e| e.to_string())?;
+        let at = self.elapsed().as_secs_f64();
+        for (program, status) in restarted {
+            self.plane_restarts.push(format!(
+                "at +{at:.1}s {program} exited with {status}, started again"
+            ));
         }
         Ok(())
     }

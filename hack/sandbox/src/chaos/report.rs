@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::faults::FaultLabel;
 use super::invariants::Invariant;
 use super::kills::KillAim;
+use super::kube_faults::FaultRecord;
 
 /// One kill of the controller.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,6 +23,8 @@ pub struct KillRecord {
     /// What the run did while the controller was down (e.g. deleted the Machine).
     pub while_down: Option<String>,
     pub down_for: Duration,
+    /// With several replicas, the one killed and whether it held the Lease then.
+    pub replica: Option<(usize, bool)>,
 }
 
 /// The whole run.
@@ -32,6 +35,19 @@ pub struct ChaosReport {
     /// Machines per MachineSet at the top, with what each creates.
     pub sets: Vec<(String, &'static str, usize)>,
     pub kills: Vec<KillRecord>,
+    /// Kubernetes' own faults (and Prism Central's outages), in the order struck.
+    pub kube_faults: Vec<FaultRecord>,
+    /// Replicas of the controller.
+    pub replicas: usize,
+    /// The control plane (`kube-sim` or `real`).
+    pub control_plane: &'static str,
+    /// Controller processes started in all, beyond the first start of each replica.
+    pub controller_restarts: u32,
+    /// Exits of a replica that held the Lease when last seen: it gave leadership up, as it must
+    /// when it cannot renew (client-go's leader election ends the process the same way).
+    pub lease_exits: Vec<String>,
+    /// Control-plane programs that exited on their own and were started again.
+    pub plane_restarts: Vec<String>,
     /// Fault rules' firings per kind.
     pub faults: Vec<(FaultLabel, u64)>,
     /// prism-mock's list lag during the run.
@@ -67,10 +83,18 @@ impl ChaosReport {
         let outcome = if self.held() { "HELD" } else { "BROKEN" };
         let _ = writeln!(
             out,
-            "chaos soak: {outcome} (seed {}, {} Machines, {} kills, {:.1}s)",
+            "chaos soak: {outcome} (seed {}, {} Machines, {} kills, {} Kubernetes faults, control \
+             plane {}, {} replica(s), {:.1}s)",
             self.seed,
             self.machines,
             self.kills.len(),
+            self.kube_faults.len(),
+            if self.control_plane.is_empty() {
+                "kube-sim"
+            } else {
+                self.control_plane
+            },
+            self.replicas.max(1),
             self.total.as_secs_f64()
         );
         if let Some(error) = &self.error {
@@ -111,7 +135,12 @@ impl ChaosReport {
             if let Some(action) = &kill.while_down {
                 let _ = writeln!(out, "     while down: {action}");
             }
+            if let Some((replica, leader)) = kill.replica {
+                let role = if leader { "the leader" } else { "the standby" };
+                let _ = writeln!(out, "     killed replica {replica} ({role})");
+            }
         }
+        self.render_kube_faults(&mut out);
 
         let _ = writeln!(
             out,
@@ -162,6 +191,104 @@ impl ChaosReport {
     }
 }
 
+impl ChaosReport {
+    fn render_kube_faults(&self, out: &mut String) {
+        if !self.kube_faults.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nKubernetes faults (recovery: from answering again to the controller's next \
+                 Machine write, by the audit log):"
+            );
+        }
+        for (i, fault) in self.kube_faults.iter().enumerate() {
+            let hit = if fault.aimed {
+                ""
+            } else {
+                " [not aimed: no such event in time]"
+            };
+            let replica = fault.replica.map_or(String::new(), |(replica, leader)| {
+                let role = if leader { "the leader" } else { "the standby" };
+                format!(" on replica {replica} ({role})")
+            });
+            let recovery = fault.recovery.map_or_else(
+                || "no Machine write before the next fault".to_owned(),
+                |r| format!("recovery {:.1}s", r.as_secs_f64()),
+            );
+            let _ = writeln!(
+                out,
+                "  {}. +{:.1}s {}{replica}, {}{hit}: {}; lasted {:.1}s; {}; {recovery}",
+                i + 1,
+                fault.at.as_secs_f64(),
+                fault.kind,
+                fault.moment,
+                fault.event,
+                fault.lasted.as_secs_f64(),
+                fault.detail,
+            );
+        }
+        if self.replicas > 1 || self.controller_restarts > 0 {
+            let _ = writeln!(
+                out,
+                "\nController restarts: {} ({} kills, {} after giving the Lease up, the rest \
+                 other exits)",
+                self.controller_restarts,
+                self.kills.len(),
+                self.lease_exits.len()
+            );
+            for exit in &self.lease_exits {
+                let _ = writeln!(out, "  gave the Lease up: {exit}");
+            }
+        }
+        for restart in &self.plane_restarts {
+            let _ = writeln!(out, "  control plane: {restart}");
+        }
+    }
+
+    /// One row of docs/reliability.md's table: seed, faults per kind, duplicates, orphans,
+    /// stuck, restarts, recovery times per kind (seconds, in the order struck; "–" when no Machine
+    /// needed a write before the next fault).
+    pub fn table_row(&self) -> String {
+        let mut kinds: Vec<super::kube_faults::KubeFaultKind> =
+            self.kube_faults.iter().map(|f| f.kind).collect();
+        kinds.sort();
+        kinds.dedup();
+        let of_kind = |kind| self.kube_faults.iter().filter(move |f| f.kind == kind);
+        let faults: Vec<String> = kinds
+            .iter()
+            .map(|kind| format!("{} {}", kind.short(), of_kind(*kind).count()))
+            .collect();
+        let recoveries: Vec<String> = kinds
+            .iter()
+            .map(|kind| {
+                let times: Vec<String> = of_kind(*kind)
+                    .map(|f| {
+                        f.recovery
+                            .map_or("–".to_owned(), |r| format!("{:.1}", r.as_secs_f64()))
+                    })
+                    .collect();
+                format!("{} {}", kind.short(), times.join("/"))
+            })
+            .collect();
+        let broken = |name: &str| {
+            self.invariants
+                .iter()
+                .find(|i| i.name == name)
+                .map_or("?", |i| if i.held { "0" } else { "FAIL" })
+        };
+        format!(
+            "| {} | {} | {} | {} | {} | {} ({} after giving the Lease up) | {} |",
+            self.seed,
+            faults.join(", "),
+            broken(super::invariants::ONE_VM),
+            broken(super::invariants::NO_ORPHAN),
+            broken(super::invariants::NONE_STUCK),
+            self.controller_restarts,
+            self.lease_exits.len(),
+            recoveries.join("; "),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,6 +322,7 @@ mod tests {
                 machine_state: Some("deployRequestId recorded, no task".into()),
                 while_down: Some("deleted Machine win-tmpl-a".into()),
                 down_for: Duration::from_secs(1),
+                replica: Some((1, true)),
             }],
             faults: vec![(FaultLabel::Error429, 7)],
             answers: vec![(0, 2), (429, 7)],
@@ -206,5 +334,64 @@ mod tests {
         assert!(text.contains("while down: deleted Machine win-tmpl-a"));
         assert!(text.contains("     7  429 + Retry-After on any call"));
         assert!(text.contains("answers dropped 2, 429: 7"));
+        assert!(text.contains("killed replica 1 (the leader)"), "{text}");
+    }
+
+    #[test]
+    fn kubernetes_faults_show_their_moment_replica_and_recovery_and_make_a_table_row() {
+        use super::super::kills::KillAim;
+        use super::super::kube_faults::{FaultMoment, KubeFaultKind};
+        let fault = |kind, recovery: Option<u64>| FaultRecord {
+            kind,
+            moment: FaultMoment::At(KillAim::MidDrain),
+            at: Duration::from_secs(30),
+            aimed: true,
+            event: "Machine m has Drained=False (DrainBlocked)".into(),
+            replica: (kind == KubeFaultKind::BlackHole).then_some((0, true)),
+            lasted: Duration::from_secs(35),
+            answering_again: None,
+            detail: "35.0s window".into(),
+            recovery: recovery.map(Duration::from_millis),
+        };
+        let report = ChaosReport {
+            seed: 7,
+            replicas: 2,
+            control_plane: "real",
+            kube_faults: vec![
+                fault(KubeFaultKind::BlackHole, Some(2500)),
+                fault(KubeFaultKind::ApiServerDown, None),
+                fault(KubeFaultKind::BlackHole, Some(1000)),
+            ],
+            controller_restarts: 4,
+            lease_exits: vec!["at +40.0s replica 0 exited".into()],
+            invariants: vec![Invariant {
+                name: super::super::invariants::ONE_VM,
+                held: true,
+                detail: String::new(),
+            }],
+            ..ChaosReport::default()
+        };
+        let text = report.render();
+        assert!(
+            text.contains("3 Kubernetes faults, control plane real, 2 replica(s)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1. +30.0s path to the API server black-holed on replica 0 (the leader), mid-drain (eviction blocked): Machine m has Drained=False (DrainBlocked); lasted 35.0s; 35.0s window; recovery 2.5s"),
+            "{text}"
+        );
+        assert!(
+            text.contains("no Machine write before the next fault"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Controller restarts: 4 (0 kills, 1 after giving the Lease up"),
+            "{text}"
+        );
+        assert_eq!(
+            report.table_row(),
+            "| 7 | apiserver 1, black hole 2 | 0 | ? | ? | 4 (1 after giving the Lease up) \
+             | apiserver –; black hole 2.5/1.0 |"
+        );
     }
 }

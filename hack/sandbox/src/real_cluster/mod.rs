@@ -11,6 +11,7 @@
 //! Every process binds to `127.0.0.1` where it has a flag for it, and is killed when the
 //! [`ControlPlane`] is dropped (also when a test fails).
 
+mod faults;
 mod pki;
 
 use std::net::TcpListener;
@@ -27,6 +28,7 @@ use kube::{Client, Config};
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
+pub use faults::THROTTLE_NAME;
 pub use pki::Pki;
 
 /// The administrator's user name (its client certificate's CommonName, in `system:masters`).
@@ -76,6 +78,10 @@ pub enum RealClusterError {
     },
     #[error("the TokenRequest for ServiceAccount {service_account} answered no status.token")]
     NoToken { service_account: String },
+    #[error("no program {program} was started on the control plane")]
+    UnknownProgram { program: String },
+    #[error("etcd: {action}: {message}")]
+    Etcd { action: String, message: String },
 }
 
 fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RealClusterError {
@@ -225,11 +231,14 @@ fn log_tail(log: &Path) -> String {
     lines[lines.len().saturating_sub(LINES)..].join("\n")
 }
 
-/// One started program and where its output goes.
+/// One started program, how it was started (a restart uses the same arguments) and where its
+/// output goes.
 #[derive(Debug)]
 struct Process {
     program: &'static str,
-    child: Child,
+    args: Vec<String>,
+    /// `None` while killed on purpose ([`ControlPlane::kill_program`]).
+    child: Option<Child>,
     log: PathBuf,
 }
 
@@ -240,6 +249,8 @@ pub struct ControlPlane {
     processes: std::sync::Mutex<Vec<Process>>,
     dir: PathBuf,
     url: String,
+    /// etcd's client URL (plain HTTP on loopback).
+    etcd_url: String,
     pki: Pki,
     admin_kubeconfig: PathBuf,
     binaries: Binaries,
@@ -317,6 +328,7 @@ impl ControlPlane {
             processes: std::sync::Mutex::new(Vec::new()),
             dir: dir.to_owned(),
             url: format!("https://127.0.0.1:{api_port}"),
+            etcd_url: format!("http://127.0.0.1:{etcd_port}"),
             admin_kubeconfig: dir.join("kubeconfig"),
             pki,
             binaries,
@@ -601,34 +613,55 @@ impl ControlPlane {
     }
 
     fn spawn(&mut self, program: &'static str, args: Vec<String>) -> Result<(), RealClusterError> {
-        let path = self.binaries.program(program)?;
         let log = self.dir.join(format!("{program}.log"));
-        let file =
-            std::fs::File::create(&log).map_err(io_error(format!("create {}", log.display())))?;
+        let child = self.start_child(program, &args, &log, false)?;
+        lock(&self.processes).push(Process {
+            program,
+            args,
+            child: Some(child),
+            log,
+        });
+        Ok(())
+    }
+
+    /// Starts `program` with `args`, its output to `log` (appended to when `append`, as a
+    /// restarted container's log continues).
+    fn start_child(
+        &self,
+        program: &'static str,
+        args: &[String],
+        log: &Path,
+        append: bool,
+    ) -> Result<Child, RealClusterError> {
+        let path = self.binaries.program(program)?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(log)
+            .map_err(io_error(format!("open {}", log.display())))?;
         let err = file
             .try_clone()
             .map_err(io_error(format!("open {}", log.display())))?;
-        let child = Command::new(&path)
-            .args(&args)
+        Command::new(&path)
+            .args(args)
             .env("KUBECONFIG", &self.admin_kubeconfig)
             .stdin(Stdio::null())
             .stdout(Stdio::from(file))
             .stderr(Stdio::from(err))
             .kill_on_drop(true)
             .spawn()
-            .map_err(io_error(format!("start {}", path.display())))?;
-        lock(&self.processes).push(Process {
-            program,
-            child,
-            log,
-        });
-        Ok(())
+            .map_err(io_error(format!("start {}", path.display())))
     }
 
     /// Fails if a started process has exited.
     pub fn check_running(&self) -> Result<(), RealClusterError> {
         for process in lock(&self.processes).iter_mut() {
-            if let Ok(Some(status)) = process.child.try_wait() {
+            let Some(child) = process.child.as_mut() else {
+                continue;
+            };
+            if let Ok(Some(status)) = child.try_wait() {
                 return Err(RealClusterError::Exited {
                     program: process.program,
                     status,

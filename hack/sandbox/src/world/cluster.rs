@@ -118,6 +118,13 @@ impl Cluster {
         Ok(KubeletIdentities::of_real_cluster(plane).await?)
     }
 
+    pub(super) fn real(&self) -> Option<&ControlPlane> {
+        match self {
+            Self::Sim(_) => None,
+            Self::Real(plane) => Some(plane),
+        }
+    }
+
     pub(super) fn sim(&self) -> Option<&RunningKubeSim> {
         match self {
             Self::Sim(sim) => Some(sim),

@@ -203,6 +203,20 @@ impl ControllerProcess {
     /// Starts the controller; its stderr (logs) and stdout go to the launch's log file, after a
     /// line saying which start this is.
     pub fn start(launch: &ControllerLaunch, start_number: u32) -> std::io::Result<Self> {
+        Self::start_as(
+            launch,
+            &format!("sandbox-controller-{start_number}"),
+            start_number,
+        )
+    }
+
+    /// Like [`ControllerProcess::start`], with `POD_NAME` set to `pod_name` (the controller's
+    /// leader-election identity is `<POD_NAME>_<uuid>`).
+    pub fn start_as(
+        launch: &ControllerLaunch,
+        pod_name: &str,
+        start_number: u32,
+    ) -> std::io::Result<Self> {
         let mut log = log_file(&launch.log_file)?;
         writeln!(log, "--- sandbox: controller start #{start_number} ---")?;
         let child = Command::new(&launch.command.program)
@@ -211,7 +225,7 @@ impl ControllerProcess {
             .envs(launch.environment())
             // `--v` decides the level; a RUST_LOG meant for the sandbox must not leak into it.
             .env_remove("RUST_LOG")
-            .env("POD_NAME", format!("sandbox-controller-{start_number}"))
+            .env("POD_NAME", pod_name)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))

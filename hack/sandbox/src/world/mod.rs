@@ -16,10 +16,12 @@
 //! # Ok(()) }
 //! ```
 
+mod api_paths;
 mod cluster;
 mod controller;
 mod history;
 pub mod openshift;
+mod replicas;
 mod snapshot;
 
 use std::collections::BTreeSet;
@@ -51,6 +53,8 @@ use cluster::{Cluster, Objects};
 pub use controller::{ControllerCommand, ControllerIntervals, Provider};
 pub use controller::{ControllerLaunch, ControllerProcess};
 pub use history::{History, MachineRecord};
+use replicas::Replicas;
+pub use replicas::replica_pod_name;
 pub use snapshot::{Snapshot, join_condition, machine_set_of, provider_condition, stage_label};
 
 /// A distinctive part of the Windows user data (the sandbox WMCO's key): it must never show in a
@@ -103,6 +107,13 @@ pub struct WorldOptions {
     pub controller_verbosity: u8,
     /// Extra controller flags, after the sandbox's.
     pub controller_args: Vec<String>,
+    /// How many replicas of the controller run (1; more only make sense with `--leader-elect`
+    /// in `controller_args`).
+    pub controller_replicas: usize,
+    /// Each replica reaches the real API server through a proxy of its own
+    /// ([`crate::api_proxy`]), which a run can slow down, reset or black-hole; the other actors go
+    /// direct. Ignored on kube-sim.
+    pub controller_api_proxies: bool,
     /// The node agent (its namespace is set to `namespace`).
     pub node_agent: NodeAgentConfig,
     /// Where kubeconfigs, the CA and the controller's log go; a temporary directory (deleted at
@@ -145,6 +156,8 @@ impl WorldOptions {
             intervals: ControllerIntervals::sandbox(),
             controller_verbosity: 2,
             controller_args: Vec::new(),
+            controller_replicas: 1,
+            controller_api_proxies: false,
             node_agent: NodeAgentConfig::default(),
             work_dir: None,
             progress: None,
@@ -191,6 +204,8 @@ pub enum WorldError {
         action: String,
         source: Box<kube::Error>,
     },
+    #[error("no controller replica {index}: the world runs {count}")]
+    NoSuchReplica { index: usize, count: usize },
     #[error(transparent)]
     MachineAutoscaler(#[from] MachineAutoscalerError),
     #[error("{0}")]
@@ -203,12 +218,15 @@ pub enum WorldError {
         state: String,
     },
     #[error(
-        "the controller (pid {pid:?}) exited with {status} while waiting for {what}; last log lines:\n{log_tail}"
+        "controller replica {replica} (pid {pid:?}) exited with {status} while waiting for {what}; last log lines:\n{log_tail}"
     )]
     ControllerExited {
         what: String,
+        replica: usize,
         pid: Option<u32>,
         status: String,
+        /// The exit code, when the process exited (not killed by a signal).
+        code: Option<i32>,
         log_tail: String,
     },
 }
@@ -313,13 +331,11 @@ pub struct World {
     actors: Vec<ActorHandle>,
     approver: ApproverHandle,
     autoscaler: Autoscaler,
+    /// The first replica's launch (its log is `controller.log`).
     launch: ControllerLaunch,
-    controller: tokio::sync::Mutex<ControllerState>,
-}
-
-struct ControllerState {
-    process: Option<ControllerProcess>,
-    starts: u32,
+    /// Each replica's own path to the real API server, when the options ask for them.
+    api_proxies: Vec<crate::api_proxy::ApiProxy>,
+    controller: tokio::sync::Mutex<Replicas>,
 }
 
 impl std::fmt::Debug for World {
@@ -480,10 +496,20 @@ impl World {
             extra_args: options.controller_args.clone(),
             log_file: work_dir.join("controller.log"),
         };
-        let process = ControllerProcess::start(&launch, 1).map_err(io_error(format!(
-            "start {}",
-            launch.command.program.display()
-        )))?;
+        let mut replicas = Replicas::new(&launch, options.controller_replicas);
+        let mut api_proxies = Vec::new();
+        if options.controller_api_proxies && matches!(cluster, Cluster::Real(_)) {
+            let paths =
+                api_paths::start(&cluster.url(), &launch.kubeconfig, replicas.replicas.len())
+                    .await?;
+            for (replica, (proxy, kubeconfig)) in replicas.replicas.iter_mut().zip(paths) {
+                replica.launch.kubeconfig = kubeconfig;
+                api_proxies.push(proxy);
+            }
+        }
+        for index in 0..replicas.replicas.len() {
+            replicas.start(index, None).await?;
+        }
 
         let sources = Arc::new(Sources {
             objects,
@@ -522,10 +548,8 @@ impl World {
             approver,
             autoscaler,
             launch,
-            controller: tokio::sync::Mutex::new(ControllerState {
-                process: Some(process),
-                starts: 1,
-            }),
+            api_proxies,
+            controller: tokio::sync::Mutex::new(replicas),
         })
     }
 
@@ -571,6 +595,11 @@ impl World {
     /// kube-sim, when the world runs on it.
     pub fn sim(&self) -> Option<&RunningKubeSim> {
         self.cluster.sim()
+    }
+
+    /// The real control plane, when the world runs on it.
+    pub fn control_plane(&self) -> Option<&crate::real_cluster::ControlPlane> {
+        self.cluster.real()
     }
 
     /// Whether the world runs on the real control plane.
@@ -716,90 +745,6 @@ impl World {
             }
             tokio::time::sleep(OBSERVE_EVERY).await;
         }
-    }
-
-    /// Fails when the controller process exited without being asked to, or a process of the
-    /// real control plane did.
-    async fn check_controller(&self, what: &str) -> Result<(), WorldError> {
-        self.cluster.check_running()?;
-        let mut state = self.controller.lock().await;
-        let Some(process) = state.process.as_mut() else {
-            return Ok(());
-        };
-        let Some(status) = process.exited() else {
-            return Ok(());
-        };
-        let pid = process.pid;
-        state.process = None;
-        let log = self.controller_log();
-        let lines: Vec<&str> = log.lines().collect();
-        Err(WorldError::ControllerExited {
-            what: what.to_owned(),
-            pid,
-            status: status.to_string(),
-            log_tail: lines[lines.len().saturating_sub(30)..].join("\n"),
-        })
-    }
-
-    /// Kills the controller process (SIGKILL: no clean-up, as a crash or an OOM kill would).
-    pub async fn kill_controller(&self) -> Result<(), WorldError> {
-        let mut state = self.controller.lock().await;
-        if let Some(mut process) = state.process.take() {
-            process
-                .kill()
-                .await
-                .map_err(io_error("kill the controller"))?;
-        }
-        Ok(())
-    }
-
-    /// Starts the controller again (killing a running one first).
-    pub async fn restart_controller(&self) -> Result<(), WorldError> {
-        self.kill_controller().await?;
-        let mut state = self.controller.lock().await;
-        state.starts += 1;
-        state.process = Some(
-            ControllerProcess::start(&self.launch, state.starts)
-                .map_err(io_error("restart the controller"))?,
-        );
-        Ok(())
-    }
-
-    /// Starts the controller again (killing a running one first) with other intervals and extra
-    /// flags; a later [`World::restart_controller`] goes back to the flags of the options.
-    pub async fn restart_controller_with(
-        &self,
-        intervals: ControllerIntervals,
-        extra_args: Vec<String>,
-    ) -> Result<(), WorldError> {
-        self.kill_controller().await?;
-        let launch = ControllerLaunch {
-            intervals,
-            extra_args,
-            ..self.launch.clone()
-        };
-        let mut state = self.controller.lock().await;
-        state.starts += 1;
-        state.process = Some(
-            ControllerProcess::start(&launch, state.starts)
-                .map_err(io_error("restart the controller"))?,
-        );
-        Ok(())
-    }
-
-    /// How many times the controller was started.
-    pub async fn controller_starts(&self) -> u32 {
-        self.controller.lock().await.starts
-    }
-
-    /// The running controller's process id.
-    pub async fn controller_pid(&self) -> Option<u32> {
-        self.controller
-            .lock()
-            .await
-            .process
-            .as_ref()
-            .and_then(|p| p.pid)
     }
 
     /// Stops the controller, the actors and the servers, and waits for them. The work directory
