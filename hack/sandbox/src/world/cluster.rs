@@ -102,7 +102,7 @@ impl Cluster {
     /// [`crate::real_cluster::STAND_IN_USERS`], impersonated: the audit log tells them apart).
     pub(super) async fn actor_client(&self, name: &str) -> Result<Client, WorldError> {
         match self {
-            Self::Sim(sim) => super::client_as(sim, name),
+            Self::Sim(sim) => client_as(sim, name),
             Self::Real(plane) => Ok(plane
                 .impersonating_client(&format!("sandbox:{name}"))
                 .await?),
@@ -308,4 +308,10 @@ pub(super) async fn events(cluster: &Cluster, client: &Client) -> Result<Vec<Val
         .into_iter()
         .filter_map(|event| serde_json::to_value(event).ok())
         .collect())
+}
+
+fn client_as(sim: &RunningKubeSim, user: &str) -> Result<Client, WorldError> {
+    let mut config = sim.kube_config();
+    config.auth_info.token = Some(format!("user:{user}").into());
+    Client::try_from(config).map_err(api_error(format!("kube client for {user}")))
 }
