@@ -1,7 +1,7 @@
 //! `sandbox`: the one-command demo of the Nutanix machine controller, and the cluster simulators
 //! around it.
 //!
-//! - `sandbox [run] [--keep] [--control-plane real]` (the default): starts prism-mock, kube-sim
+//! - `sandbox [run] [--keep] [--control-plane real] [--prometheus PATH]` (the default): starts prism-mock, kube-sim
 //!   (or the real control plane of `hack/real-cluster/`), the controller and the simulated
 //!   actors on loopback, applies the CRDs and the examples, plays the scenario with a progress
 //!   display, prints the closing table, and exits 0 only when the scenario held.
@@ -121,6 +121,11 @@ struct RunArgs {
     /// Machines the autoscaler adds to the Windows image MachineSet (at least 2).
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(i32).range(2..=4))]
     windows_replicas: i32,
+    /// A Prometheus server binary (`bash hack/promtool/build.sh prometheus` prints one): run it,
+    /// scraping the controller's metrics every 5 s, and print its URL, to query the dashboard's
+    /// metrics (manifests/monitoring/dashboard.yaml) by hand.
+    #[arg(long, value_name = "PATH", env = "PROMETHEUS")]
+    prometheus: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -258,6 +263,31 @@ fn main() -> ExitCode {
     }
 }
 
+/// Prometheus scraping the world's controller, in the world's directory.
+async fn start_prometheus(
+    world: &World,
+    binary: &std::path::Path,
+) -> Result<sandbox::prometheus::Prometheus, String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let address = loop {
+        if let Some(address) = sandbox::bench::process::metrics_address(&world.controller_log()) {
+            break address;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err("the controller never logged its metrics address".to_owned());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    sandbox::prometheus::Prometheus::start(
+        binary,
+        world.work_dir(),
+        &address,
+        Duration::from_secs(5),
+    )
+    .await
+    .map_err(|error| error.to_string())
+}
+
 async fn run_scenario(args: RunArgs) -> ExitCode {
     let controller = match ControllerCommand::this_sandbox_binary() {
         Ok(command) => command,
@@ -315,6 +345,23 @@ async fn run_scenario(args: RunArgs) -> ExitCode {
             .map_or_else(|| "?".to_owned(), |p| p.to_string()),
         world.controller_log_file().display()
     );
+    let prometheus = match &args.prometheus {
+        Some(binary) => match start_prometheus(&world, binary).await {
+            Ok(prometheus) => {
+                println!(
+                    "  Prometheus {} (scraping the controller)",
+                    prometheus.url()
+                );
+                Some(prometheus)
+            }
+            Err(error) => {
+                eprintln!("sandbox: could not start Prometheus: {error}");
+                world.shutdown().await;
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     println!("  applied: manifests/crds, hack/crds, manifests/examples (MachineSets at 0)\n");
 
     let scenario_options = ScenarioOptions {
@@ -352,13 +399,17 @@ async fn run_scenario(args: RunArgs) -> ExitCode {
              \n  kubectl get machine -n {ns} <machine> -o jsonpath='{{.status.providerStatus.windowsJoin}}'\
              \n  cargo run -p nutanix-machine-controller -- doctor --prism-ca-file {}\
              \n\nPrism Central (mock): {} (CA {}, the mock's default credentials)\
-             \nController log: {}\
+             \nController log: {}{}\
              \nProgress follows; Ctrl-C stops everything.",
             world.kubeconfig().display(),
             dir.join("prism-ca.pem").display(),
             world.mock().base_url(),
             dir.join("prism-ca.pem").display(),
             world.controller_log_file().display(),
+            prometheus.as_ref().map_or_else(String::new, |p| format!(
+                "\nPrometheus: {} (the dashboard's queries: manifests/monitoring/dashboard.yaml)",
+                p.url()
+            )),
             ns = world.namespace(),
         );
         world.set_label("kept running");
@@ -373,6 +424,7 @@ async fn run_scenario(args: RunArgs) -> ExitCode {
         }
         println!("\nsandbox: stopping");
     }
+    drop(prometheus);
     world.shutdown().await;
     if held {
         ExitCode::SUCCESS
