@@ -5,8 +5,10 @@
 //!   (or the real control plane of `hack/real-cluster/`), the controller and the simulated
 //!   actors on loopback, applies the CRDs and the examples, plays the scenario with a progress
 //!   display, prints the closing table, and exits 0 only when the scenario held.
-//! - `sandbox bench --machines N [--kind image|template|clone] [--rate-limit 50]`: the scale
-//!   benchmark (tables, then one JSON line).
+//! - `sandbox bench --machines N [--kind image|template|clone] [--rate-limit 50] [--plots DIR]`:
+//!   the scale benchmark (tables, then one JSON line; with `--plots`, the JSON and SVG pictures of
+//!   the run in DIR). `sandbox side-by-side ... [--plots DIR]` likewise, both providers on the
+//!   same axes.
 //! - `sandbox chaos [--machines 50] [--kills 5] [--seed S]`: the chaos soak (faults on, the
 //!   controller killed at chosen moments, invariants checked); exits 0 only when they held.
 //! - `sandbox actors --kubeconfig FILE`: the replica controller, nodelink and the approver against
@@ -158,6 +160,11 @@ struct SideBySideArgs {
     /// Where each provider's work directory goes (default: temporary directories).
     #[arg(long, value_name = "DIR")]
     work_dir: Option<PathBuf>,
+    /// Write the JSON (`side-by-side.json`) and the pictures (SVG, both providers on the same
+    /// axes: Machines by phase, Prism calls per second by kind, Kubernetes writes per second,
+    /// resident memory) into this directory.
+    #[arg(long, value_name = "DIR")]
+    plots: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -472,11 +479,42 @@ async fn run_side_by_side(args: SideBySideArgs) -> ExitCode {
     match side_by_side::run(&options).await {
         Ok(runs) => {
             println!("\n{}", side_by_side::render(&runs, steady, restart_window));
-            match serde_json::to_string(&runs) {
-                Ok(json) => println!("{json}"),
-                Err(error) => eprintln!("sandbox: cannot write the JSON line: {error}"),
+            let json = match serde_json::to_string(&runs) {
+                Ok(json) => json,
+                Err(error) => {
+                    eprintln!("sandbox: cannot write the JSON line: {error}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            println!("{json}");
+            let Some(dir) = &args.plots else {
+                return ExitCode::SUCCESS;
+            };
+            let written =
+                sandbox::bench::sampling::write_pictures(dir, &side_by_side::charts(&runs))
+                    .and_then(|mut files| {
+                        let path = dir.join("side-by-side.json");
+                        std::fs::write(&path, &json).map_err(|source| {
+                            sandbox::plots::PlotError::Write {
+                                path: path.clone(),
+                                source,
+                            }
+                        })?;
+                        files.push(path);
+                        Ok(files)
+                    });
+            match written {
+                Ok(files) => {
+                    for file in files {
+                        println!("sandbox side-by-side: wrote {}", file.display());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("sandbox side-by-side: {error}");
+                    ExitCode::FAILURE
+                }
             }
-            ExitCode::SUCCESS
         }
         Err(error) => {
             eprintln!("sandbox: side-by-side: {error}");
