@@ -100,7 +100,7 @@ pub fn svg(chart: &Chart) -> Result<String, PlotError> {
         plot.configure_mesh()
             .x_desc("seconds")
             .y_desc(chart.unit.as_str())
-            .light_line_style(WHITE)
+            .max_light_lines(0)
             .draw()
             .map_err(|e| draw_error(&e))?;
         for marker in &chart.markers {
