@@ -27,16 +27,32 @@
 //! - `nutanix_doctor_findings{check,severity}`: the findings of `doctor`'s checks, run by the
 //!   leader every `--doctor-interval` (a series for every check and severity, 0 when none), and
 //!   `nutanix_doctor_checks_skipped{check}`: checks it could not make (a read it may not do),
-//!   for the alert `NutanixWindowsPrerequisiteMissing`.
+//!   for the alert `NutanixWindowsPrerequisiteMissing`;
+//! - `nutanix_machines{namespace,machineset,phase}`: the watched Machines by MachineSet and
+//!   phase, counted from the controller's Machine cache at each scrape;
+//! - `nutanix_windows_join_reason{namespace,name,reason}`: 1 for each Windows Machine, labelled
+//!   with the reason of its `WindowsJoin` condition (the stage its join reached, or why it is
+//!   stuck);
+//! - `nutanix_prism_inventory_listed_timestamp_seconds{endpoint}`: when the last VM inventory
+//!   listing of that Prism Central began (its age is `time()` minus this).
+//!
+//! The console dashboard of manifests/monitoring/ reads these; tests/e2e/dashboard.rs runs its
+//! queries on a real Prometheus scraping a sandbox run.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
+
+use kube::runtime::reflector::Store;
 
 use prism_client::{RequestEvent, RequestObserver};
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
+
+use crate::api::GuardedMachine;
+use crate::plan::windows_join::reasons;
 
 /// Buckets of `mapi_machine_phase_transition_seconds` (the machine-api-operator's).
 pub const PHASE_TRANSITION_BUCKETS: &[f64] = &[
@@ -62,6 +78,14 @@ pub struct Metrics {
     pub vms_without_machine: IntGaugeVec,
     pub doctor_findings: IntGaugeVec,
     pub doctor_skipped: IntGaugeVec,
+    pub inventory_listed: GaugeVec,
+    machines: IntGaugeVec,
+    /// The controller's Machine cache, counted into `machines` at each scrape (set once the
+    /// cache exists).
+    machine_cache: Arc<OnceLock<Store<GuardedMachine>>>,
+    windows_join_reason: IntGaugeVec,
+    /// The reason each Windows Machine's series carries, so that a new reason replaces it.
+    windows_join_reasons: Arc<Mutex<HashMap<(String, String), String>>>,
 }
 
 impl Metrics {
@@ -131,7 +155,36 @@ impl Metrics {
             &["check"],
         )?;
         registry.register(Box::new(doctor_skipped.clone()))?;
+        let inventory_listed = GaugeVec::new(
+            Opts::new(
+                "nutanix_prism_inventory_listed_timestamp_seconds",
+                "When the last VM inventory listing of the Prism Central began (Unix seconds)",
+            ),
+            &["endpoint"],
+        )?;
+        registry.register(Box::new(inventory_listed.clone()))?;
+        let machines = IntGaugeVec::new(
+            Opts::new(
+                "nutanix_machines",
+                "Watched Machines by namespace, MachineSet (empty for none) and phase",
+            ),
+            &["namespace", "machineset", "phase"],
+        )?;
+        registry.register(Box::new(machines.clone()))?;
+        let windows_join_reason = IntGaugeVec::new(
+            Opts::new(
+                "nutanix_windows_join_reason",
+                "1 for each Windows Machine, with the reason of its WindowsJoin condition",
+            ),
+            &["namespace", "name", "reason"],
+        )?;
+        registry.register(Box::new(windows_join_reason.clone()))?;
         Ok(Self {
+            inventory_listed,
+            machines,
+            machine_cache: Arc::default(),
+            windows_join_reason,
+            windows_join_reasons: Arc::default(),
             doctor_findings,
             doctor_skipped,
             vms_without_machine,
@@ -191,8 +244,48 @@ impl Metrics {
         })
     }
 
+    /// Counts the Machines of `cache` into `nutanix_machines` at each scrape. Set once: a
+    /// second call is ignored (one controller, one Machine cache).
+    pub fn count_machines_of(&self, cache: Store<GuardedMachine>) {
+        if self.machine_cache.set(cache).is_err() {
+            tracing::debug!("the metrics' Machine cache was already given");
+        }
+    }
+
+    /// `nutanix_machines` from the Machine cache, as it is now. Machines without a phase yet are
+    /// not counted, as the machine-api-operator's own Machine metrics skip them
+    /// (openshift/machine-api-operator pkg/metrics/metrics.go, `collectMachineMetrics`).
+    fn count_machines(&self) {
+        let Some(cache) = self.machine_cache.get() else {
+            return;
+        };
+        let mut counts: BTreeMap<[String; 3], i64> = BTreeMap::new();
+        for guarded in cache.state() {
+            let Ok(machine) = guarded.0.as_ref() else {
+                continue;
+            };
+            if machine.phase().is_empty() {
+                continue;
+            }
+            let key = [
+                machine.metadata.namespace.clone().unwrap_or_default(),
+                machine.machine_set().unwrap_or_default().to_owned(),
+                machine.phase().to_owned(),
+            ];
+            *counts.entry(key).or_default() += 1;
+        }
+        // Phases no Machine is in any more disappear rather than stay at their last count.
+        self.machines.reset();
+        for (labels, count) in counts {
+            self.machines
+                .with_label_values(&[&labels[0], &labels[1], &labels[2]])
+                .set(count);
+        }
+    }
+
     /// The text exposition format.
     pub fn render(&self) -> String {
+        self.count_machines();
         let mut buffer = Vec::new();
         if let Err(error) = TextEncoder::new().encode(&self.registry.gather(), &mut buffer) {
             tracing::warn!(%error, "cannot encode metrics");
@@ -219,9 +312,35 @@ impl Metrics {
             .observe(event.latency.as_secs_f64());
     }
 
-    /// Records whether the Windows join of Machine `namespace/name` has timed out (a Machine
-    /// that has not, or is gone, has no series).
-    pub fn windows_join_timed_out(&self, namespace: &str, name: &str, timed_out: bool) {
+    /// Records the reason of the `WindowsJoin` condition of Machine `namespace/name` (`None`
+    /// for a Machine the join no longer concerns: it has no series then), and whether its join
+    /// has timed out (a Machine whose join has not has no `nutanix_windows_join_timed_out`
+    /// series).
+    pub fn windows_join(&self, namespace: &str, name: &str, reason: Option<&str>) {
+        let key = (namespace.to_owned(), name.to_owned());
+        let mut reasons_now = self
+            .windows_join_reasons
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let previous = match reason {
+            Some(reason) => reasons_now.insert(key, reason.to_owned()),
+            None => reasons_now.remove(&key),
+        };
+        if let Some(previous) = previous.filter(|previous| Some(previous.as_str()) != reason) {
+            // An absent series is no error.
+            let _ = self
+                .windows_join_reason
+                .remove_label_values(&[namespace, name, &previous]);
+        }
+        if let Some(reason) = reason {
+            self.windows_join_reason
+                .with_label_values(&[namespace, name, reason])
+                .set(1);
+        }
+        self.windows_join_timed_out(namespace, name, reason == Some(reasons::JOIN_TIMED_OUT));
+    }
+
+    fn windows_join_timed_out(&self, namespace: &str, name: &str, timed_out: bool) {
         if timed_out {
             self.windows_join_timed_out
                 .with_label_values(&[namespace, name])
@@ -291,5 +410,76 @@ mod tests {
         );
         assert!(text.contains(r#"code="none",endpoint="POST /vms""#));
         assert!(!text.contains("mapi_instance_create_failed_total"));
+    }
+
+    #[test]
+    fn a_windows_join_has_one_reason_series_and_none_once_it_no_longer_applies() {
+        let metrics = Metrics::new().unwrap();
+        metrics.windows_join("ns", "win-0", Some("VmCreated"));
+        metrics.windows_join("ns", "win-0", Some(reasons::JOIN_TIMED_OUT));
+        let text = metrics.render();
+        assert!(!text.contains(r#"reason="VmCreated""#), "{text}");
+        assert!(text.contains(&format!(
+            r#"nutanix_windows_join_reason{{name="win-0",namespace="ns",reason="{}"}} 1"#,
+            reasons::JOIN_TIMED_OUT
+        )));
+        assert!(text.contains(r#"nutanix_windows_join_timed_out{name="win-0",namespace="ns"} 1"#));
+        metrics.windows_join("ns", "win-0", None);
+        let text = metrics.render();
+        assert!(!text.contains("nutanix_windows_join_reason{"), "{text}");
+        assert!(!text.contains("nutanix_windows_join_timed_out{"), "{text}");
+    }
+
+    #[test]
+    fn machines_are_counted_by_machine_set_and_phase_at_each_scrape() {
+        use kube::runtime::{reflector, watcher};
+        let machine = |name: &str, set: Option<&str>, phase: Option<&str>| -> GuardedMachine {
+            let owners = set.map(|set| {
+                serde_json::json!([{"apiVersion": "machine.openshift.io/v1beta1",
+                    "kind": "MachineSet", "name": set, "uid": "u", "controller": true}])
+            });
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+                "metadata": {"name": name, "namespace": "ns", "ownerReferences": owners},
+                "spec": {}, "status": {"phase": phase},
+            }))
+            .unwrap()
+        };
+        let (store, mut writer) = reflector::store::<GuardedMachine>();
+        let metrics = Metrics::new().unwrap();
+        metrics.count_machines_of(store);
+        writer.apply_watcher_event(&watcher::Event::Apply(machine(
+            "a",
+            Some("workers"),
+            Some("Running"),
+        )));
+        writer.apply_watcher_event(&watcher::Event::Apply(machine(
+            "b",
+            Some("workers"),
+            Some("Running"),
+        )));
+        writer.apply_watcher_event(&watcher::Event::Apply(machine("c", None, Some("Failed"))));
+        writer.apply_watcher_event(&watcher::Event::Apply(machine("d", Some("workers"), None)));
+        let text = metrics.render();
+        assert!(
+            text.contains(
+                r#"nutanix_machines{machineset="workers",namespace="ns",phase="Running"} 2"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"nutanix_machines{machineset="",namespace="ns",phase="Failed"} 1"#)
+        );
+        assert_eq!(
+            text.matches("nutanix_machines{").count(),
+            2,
+            "no phase, no series: {text}"
+        );
+        writer.apply_watcher_event(&watcher::Event::Delete(machine("c", None, Some("Failed"))));
+        let text = metrics.render();
+        assert!(
+            !text.contains(r#"phase="Failed""#),
+            "a phase left empty goes: {text}"
+        );
     }
 }

@@ -21,7 +21,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Container, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Secret, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -241,6 +241,159 @@ fn the_machine_api_operator_overlay_grants_the_same_roles_to_its_service_account
     };
     assert!(!controller.grants.is_empty());
     assert_eq!(rules(&operator), rules(&controller));
+}
+
+/// `manifests/monitoring/`: the alerts and the console dashboard.
+fn expected_monitoring_set() -> BTreeSet<(String, String, String)> {
+    [
+        ("PrometheusRule", NS, "nutanix-machine-controller"),
+        (
+            "ConfigMap",
+            DASHBOARD_NAMESPACE,
+            "grafana-dashboard-nutanix-machine-controller",
+        ),
+    ]
+    .into_iter()
+    .map(|(k, n, m)| (k.to_owned(), n.to_owned(), m.to_owned()))
+    .collect()
+}
+
+/// Where the OpenShift console looks for dashboards (and the label it looks for).
+const DASHBOARD_NAMESPACE: &str = "openshift-config-managed";
+const DASHBOARD_LABEL: &str = "console.openshift.io/dashboard";
+
+#[test]
+fn kustomize_renders_the_alerts_and_the_dashboard_as_written() {
+    if !kubectl_present() {
+        eprintln!("kubectl is not installed: skipped");
+        return;
+    }
+    let rendered = kustomize(&repo("manifests/monitoring"));
+    let ids: BTreeSet<_> = rendered.iter().map(id).collect();
+    assert_eq!(ids.len(), rendered.len(), "an object is rendered twice");
+    assert_eq!(ids, expected_monitoring_set());
+    for file in ["prometheus-rule.yaml", "dashboard.yaml"] {
+        let text = std::fs::read_to_string(repo("manifests/monitoring").join(file)).unwrap();
+        for object in documents(&text) {
+            let installed = rendered.iter().find(|o| id(o) == id(&object)).unwrap();
+            assert_eq!(installed, &object, "{file} is rendered as written");
+        }
+    }
+}
+
+/// The metric names the controller documents (docs/configuration.md, "Metrics"), with the
+/// series names a histogram adds.
+fn documented_metrics() -> BTreeSet<String> {
+    let docs = std::fs::read_to_string(repo("docs/configuration.md")).unwrap();
+    let mut names = BTreeSet::new();
+    for line in docs.lines() {
+        let Some(rest) = line.strip_prefix("| `") else {
+            continue;
+        };
+        let Some((name, rest)) = rest.split_once('`') else {
+            continue;
+        };
+        if !(name.starts_with("mapi_") || name.starts_with("nutanix_")) {
+            continue;
+        }
+        names.insert(name.to_owned());
+        if rest.starts_with(" | histogram") {
+            for suffix in ["_bucket", "_sum", "_count"] {
+                names.insert(format!("{name}{suffix}"));
+            }
+        }
+    }
+    names
+}
+
+/// Every identifier of `expr` that looks like a metric name (words joined by `_`), but PromQL's
+/// own functions.
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut word = String::new();
+    let mut quoted = false;
+    for c in expr.chars().chain(std::iter::once(' ')) {
+        if c == '"' {
+            quoted = !quoted;
+            word.clear();
+        } else if !quoted && (c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+            word.push(c);
+        } else {
+            if word.contains('_') && !["histogram_quantile"].contains(&word.as_str()) {
+                names.push(std::mem::take(&mut word));
+            }
+            word.clear();
+        }
+    }
+    names
+}
+
+#[test]
+fn the_dashboard_is_a_console_dashboard_reading_only_the_controllers_metrics() {
+    let text = std::fs::read_to_string(repo("manifests/monitoring/dashboard.yaml")).unwrap();
+    let [object] = documents(&text).try_into().unwrap();
+    round_trips::<ConfigMap>(Path::new("manifests/monitoring/dashboard.yaml"), &object);
+    let config_map: ConfigMap = serde_json::from_value(object).unwrap();
+    assert_eq!(
+        config_map.metadata.namespace.as_deref(),
+        Some(DASHBOARD_NAMESPACE)
+    );
+    assert_eq!(
+        config_map.metadata.labels.unwrap().get(DASHBOARD_LABEL),
+        Some(&"true".to_owned())
+    );
+    let data = config_map.data.unwrap();
+    let [(key, model)] = data.into_iter().collect::<Vec<_>>().try_into().unwrap();
+    assert!(key.ends_with(".json"), "{key}");
+    let model: Value = serde_json::from_str(&model).unwrap();
+    // The console's Prometheus is the `$datasource` variable every panel names.
+    assert_eq!(model["templating"]["list"][0]["type"], "datasource");
+    assert_eq!(model["templating"]["list"][0]["name"], "datasource");
+    assert!(model["title"].as_str().is_some_and(|t| !t.is_empty()));
+
+    let documented = documented_metrics();
+    assert!(documented.contains("nutanix_machines"), "{documented:?}");
+    let mut ids = BTreeSet::new();
+    let mut titles = Vec::new();
+    for panel in model["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| row["panels"].as_array().unwrap())
+    {
+        let title = panel["title"].as_str().unwrap();
+        titles.push(title);
+        assert!(
+            ids.insert(panel["id"].as_u64().unwrap()),
+            "{title}: id twice"
+        );
+        assert_eq!(panel["datasource"], "$datasource", "{title}");
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "{title}: no query");
+        for target in targets {
+            let expr = target["expr"].as_str().unwrap();
+            let names = metric_names(expr);
+            assert!(!names.is_empty(), "{title}: {expr} reads no metric");
+            for name in names {
+                assert!(
+                    documented.contains(&name),
+                    "{title}: {expr} reads {name}, which the controller does not export"
+                );
+            }
+        }
+    }
+    for wanted in [
+        "Machines by phase",
+        "Machines by MachineSet",
+        "Prism calls per second by endpoint and answer code",
+        "Prism errors and 429s",
+        "Windows joins by stage",
+        "Windows joins timed out",
+        "Inventory age",
+        "doctor findings",
+    ] {
+        assert!(titles.contains(&wanted), "no panel {wanted:?}: {titles:?}");
+    }
 }
 
 /// Deserializes `object` as `T` and serializes it back: anything the type does not know (a

@@ -4,12 +4,15 @@
 //! each Machine's own VM costs little more than its create (waits share one listing), a restarted controller
 //! writes nothing to Prism or Kubernetes, a Running Machine in steady state makes no Prism call of
 //! its own, the whole create stays within issue 9's budget of 6 Prism calls per Machine (shared
-//! lookups included), and each deletion sends one DELETE.
+//! lookups included), and each deletion sends one DELETE. Its pictures are well-formed SVG with
+//! the expected lines, from what the run sampled.
 
 use std::time::Duration;
 
 use prism_mock::Timings;
+use sandbox::bench::sampling::{CallKind, PICTURES, write_pictures};
 use sandbox::bench::{self, BenchKind, BenchOptions};
+use sandbox::plots::svg_texts;
 use sandbox::world::{ControllerCommand, ControllerIntervals};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,4 +67,46 @@ async fn a_small_benchmark_runs_every_phase_within_the_call_budget() {
         "{:?}",
         report.controller_processes
     );
+
+    // The pictures, from what the run sampled: six creates and six deletes among Prism's calls,
+    // the Machines Running at some point, the controller's memory and writes.
+    let samples = &report.samples;
+    let count = |kind: CallKind| samples.prism.iter().filter(|(_, k)| *k == kind).count();
+    assert!(count(CallKind::Create) >= 6, "{:?}", samples.prism);
+    assert_eq!(count(CallKind::Delete), 6);
+    assert!(
+        samples
+            .samples
+            .iter()
+            .any(|s| s.phases.get("Running") == Some(&6))
+    );
+    assert!(samples.samples.iter().all(|s| s.at >= 0.0));
+    assert!(samples.samples.iter().any(|s| s.rss_mib.is_some()));
+    assert!(samples.samples.last().unwrap().kube_writes > 0);
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_pictures(dir.path(), &samples.charts()).unwrap();
+    assert_eq!(files.len(), PICTURES.len());
+    let expected: [&[&str]; 4] = [
+        &["Machines by phase", "Running"],
+        &[
+            "Prism calls per second by kind",
+            "create",
+            "read",
+            "list",
+            "delete",
+        ],
+        &["The provider's Kubernetes writes per second", "writes"],
+        &["The provider's resident memory", "resident memory"],
+    ];
+    for (file, wanted) in files.iter().zip(expected) {
+        let texts = svg_texts(&std::fs::read_to_string(file).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for text in wanted.iter().chain(&["scale-up", "restart", "scale-down"]) {
+            assert!(
+                texts.iter().any(|t| t == text),
+                "{}: no {text:?} in {texts:?}",
+                file.display()
+            );
+        }
+    }
 }

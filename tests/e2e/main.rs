@@ -6,6 +6,7 @@
 
 mod bench;
 mod chaos;
+mod dashboard;
 mod doctor;
 mod examples;
 mod leader;

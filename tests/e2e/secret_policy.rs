@@ -2,7 +2,8 @@
 //! of `manifests/rbac/admission/` lets the controller's ServiceAccount create the Administrator
 //! password Secret the controller writes and refuses every other Secret it creates, without
 //! touching anyone else; and `kubectl apply -k manifests/` installs everything, the
-//! PodDisruptionBudget and a Deployment whose pods get their priority class.
+//! PodDisruptionBudget and a Deployment whose pods get their priority class, and the console
+//! dashboard of `manifests/monitoring/` applies.
 //!
 //! Needs `REAL_CLUSTER_DIR` (what `hack/real-cluster/build.sh` prints): skipped with a message
 //! without it, and failed without it when `REAL_CLUSTER_REQUIRED` is set (CI sets both).
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, ListParams, PostParams};
@@ -340,6 +341,36 @@ async fn kubectl_apply_k_manifests_installs_on_the_real_api_server() {
     assert_eq!(budget.metadata.generation, Some(1));
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(admin.clone());
     policies.get(POLICY).await.expect("the Secret policy");
+
+    // The console dashboard of manifests/monitoring/ goes to openshift-config-managed (which
+    // OpenShift has, and this cluster is given); the PrometheusRule beside it needs the
+    // Prometheus operator's CRD, which promtool checks instead (provider/tests/monitoring.rs).
+    kubectl(&plane, &["create", "namespace", "openshift-config-managed"]);
+    let dashboard = repository("manifests/monitoring/dashboard.yaml");
+    let dashboard = dashboard.to_str().unwrap();
+    let name = "grafana-dashboard-nutanix-machine-controller";
+    for outcome in ["created", "unchanged"] {
+        let applied = kubectl(&plane, &["apply", "-f", dashboard]);
+        assert_eq!(applied.trim(), format!("configmap/{name} {outcome}"));
+    }
+    let stored = Api::<ConfigMap>::namespaced(admin.clone(), "openshift-config-managed")
+        .get(name)
+        .await
+        .expect("the dashboard ConfigMap");
+    assert_eq!(
+        stored
+            .labels()
+            .get("console.openshift.io/dashboard")
+            .map(String::as_str),
+        Some("true")
+    );
+    let model = stored.data.unwrap_or_default();
+    let model: Value = serde_json::from_str(model.values().next().expect("a dashboard")).unwrap();
+    assert!(
+        model["rows"]
+            .as_array()
+            .is_some_and(|rows| !rows.is_empty())
+    );
 
     // kube-controller-manager makes the Deployment's pods (nothing schedules them here): the
     // priority admission plugin resolved their class to its value.

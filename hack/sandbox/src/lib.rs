@@ -43,6 +43,8 @@ pub mod machineset;
 pub mod manifests;
 pub mod node_agent;
 pub mod nodelink;
+pub mod plots;
+pub mod prometheus;
 pub mod real_cluster;
 pub mod scenario;
 pub mod world;

@@ -1,12 +1,14 @@
 //! `sandbox`: the one-command demo of the Nutanix machine controller, and the cluster simulators
 //! around it.
 //!
-//! - `sandbox [run] [--keep] [--control-plane real]` (the default): starts prism-mock, kube-sim
+//! - `sandbox [run] [--keep] [--control-plane real] [--prometheus PATH]` (the default): starts prism-mock, kube-sim
 //!   (or the real control plane of `hack/real-cluster/`), the controller and the simulated
 //!   actors on loopback, applies the CRDs and the examples, plays the scenario with a progress
 //!   display, prints the closing table, and exits 0 only when the scenario held.
-//! - `sandbox bench --machines N [--kind image|template|clone] [--rate-limit 50]`: the scale
-//!   benchmark (tables, then one JSON line).
+//! - `sandbox bench --machines N [--kind image|template|clone] [--rate-limit 50] [--plots DIR]`:
+//!   the scale benchmark (tables, then one JSON line; with `--plots`, the JSON and SVG pictures of
+//!   the run in DIR). `sandbox side-by-side ... [--plots DIR]` likewise, both providers on the
+//!   same axes.
 //! - `sandbox chaos [--machines 50] [--kills 5] [--seed S] [--control-plane real]`: the chaos
 //!   soak (faults on, the controller killed at chosen moments, invariants checked; on the real
 //!   control plane two replicas with leader election, and Kubernetes' own faults); exits 0 only
@@ -123,6 +125,11 @@ struct RunArgs {
     /// Machines the autoscaler adds to the Windows image MachineSet (at least 2).
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(i32).range(2..=4))]
     windows_replicas: i32,
+    /// A Prometheus server binary (`bash hack/promtool/build.sh prometheus` prints one): run it,
+    /// scraping the controller's metrics every 5 s, and print its URL, to query the dashboard's
+    /// metrics (manifests/monitoring/dashboard.yaml) by hand.
+    #[arg(long, value_name = "PATH", env = "PROMETHEUS")]
+    prometheus: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -155,6 +162,11 @@ struct SideBySideArgs {
     /// Where each provider's work directory goes (default: temporary directories).
     #[arg(long, value_name = "DIR")]
     work_dir: Option<PathBuf>,
+    /// Write the JSON (`side-by-side.json`) and the pictures (SVG, both providers on the same
+    /// axes: Machines by phase, Prism calls per second by kind, Kubernetes writes per second,
+    /// resident memory) into this directory.
+    #[arg(long, value_name = "DIR")]
+    plots: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -273,6 +285,31 @@ fn main() -> ExitCode {
     }
 }
 
+/// Prometheus scraping the world's controller, in the world's directory.
+async fn start_prometheus(
+    world: &World,
+    binary: &std::path::Path,
+) -> Result<sandbox::prometheus::Prometheus, String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let address = loop {
+        if let Some(address) = sandbox::bench::process::metrics_address(&world.controller_log()) {
+            break address;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err("the controller never logged its metrics address".to_owned());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    sandbox::prometheus::Prometheus::start(
+        binary,
+        world.work_dir(),
+        &address,
+        Duration::from_secs(5),
+    )
+    .await
+    .map_err(|error| error.to_string())
+}
+
 async fn run_scenario(args: RunArgs) -> ExitCode {
     let controller = match ControllerCommand::this_sandbox_binary() {
         Ok(command) => command,
@@ -330,6 +367,23 @@ async fn run_scenario(args: RunArgs) -> ExitCode {
             .map_or_else(|| "?".to_owned(), |p| p.to_string()),
         world.controller_log_file().display()
     );
+    let prometheus = match &args.prometheus {
+        Some(binary) => match start_prometheus(&world, binary).await {
+            Ok(prometheus) => {
+                println!(
+                    "  Prometheus {} (scraping the controller)",
+                    prometheus.url()
+                );
+                Some(prometheus)
+            }
+            Err(error) => {
+                eprintln!("sandbox: could not start Prometheus: {error}");
+                world.shutdown().await;
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     println!("  applied: manifests/crds, hack/crds, manifests/examples (MachineSets at 0)\n");
 
     let scenario_options = ScenarioOptions {
@@ -367,13 +421,17 @@ async fn run_scenario(args: RunArgs) -> ExitCode {
              \n  kubectl get machine -n {ns} <machine> -o jsonpath='{{.status.providerStatus.windowsJoin}}'\
              \n  cargo run -p nutanix-machine-controller -- doctor --prism-ca-file {}\
              \n\nPrism Central (mock): {} (CA {}, the mock's default credentials)\
-             \nController log: {}\
+             \nController log: {}{}\
              \nProgress follows; Ctrl-C stops everything.",
             world.kubeconfig().display(),
             dir.join("prism-ca.pem").display(),
             world.mock().base_url(),
             dir.join("prism-ca.pem").display(),
             world.controller_log_file().display(),
+            prometheus.as_ref().map_or_else(String::new, |p| format!(
+                "\nPrometheus: {} (the dashboard's queries: manifests/monitoring/dashboard.yaml)",
+                p.url()
+            )),
             ns = world.namespace(),
         );
         world.set_label("kept running");
@@ -388,6 +446,7 @@ async fn run_scenario(args: RunArgs) -> ExitCode {
         }
         println!("\nsandbox: stopping");
     }
+    drop(prometheus);
     world.shutdown().await;
     if held {
         ExitCode::SUCCESS
@@ -435,11 +494,42 @@ async fn run_side_by_side(args: SideBySideArgs) -> ExitCode {
     match side_by_side::run(&options).await {
         Ok(runs) => {
             println!("\n{}", side_by_side::render(&runs, steady, restart_window));
-            match serde_json::to_string(&runs) {
-                Ok(json) => println!("{json}"),
-                Err(error) => eprintln!("sandbox: cannot write the JSON line: {error}"),
+            let json = match serde_json::to_string(&runs) {
+                Ok(json) => json,
+                Err(error) => {
+                    eprintln!("sandbox: cannot write the JSON line: {error}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            println!("{json}");
+            let Some(dir) = &args.plots else {
+                return ExitCode::SUCCESS;
+            };
+            let written =
+                sandbox::bench::sampling::write_pictures(dir, &side_by_side::charts(&runs))
+                    .and_then(|mut files| {
+                        let path = dir.join("side-by-side.json");
+                        std::fs::write(&path, &json).map_err(|source| {
+                            sandbox::plots::PlotError::Write {
+                                path: path.clone(),
+                                source,
+                            }
+                        })?;
+                        files.push(path);
+                        Ok(files)
+                    });
+            match written {
+                Ok(files) => {
+                    for file in files {
+                        println!("sandbox side-by-side: wrote {}", file.display());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("sandbox side-by-side: {error}");
+                    ExitCode::FAILURE
+                }
             }
-            ExitCode::SUCCESS
         }
         Err(error) => {
             eprintln!("sandbox: side-by-side: {error}");

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::jiff::Timestamp;
 use prism_client::v3::{ListRequest, Vm};
 use prism_client::{Client, Error};
-use prometheus::IntGauge;
+use prometheus::{Gauge, IntGauge};
 
 use crate::plan::vm::identity::{MarkedVm, identity_of};
 use crate::plan::vm::scope::{NameClause, VmNameScope};
@@ -183,6 +183,8 @@ pub struct InventoryGauges {
     pub unreadable: Option<IntGauge>,
     /// The cluster's VMs with no Machine.
     pub orphans: Option<IntGauge>,
+    /// When the last listing began (Unix seconds).
+    pub listed: Option<Gauge>,
 }
 
 /// The inventory of one Prism Central.
@@ -199,6 +201,8 @@ struct State {
     /// Set to the number of the cluster's VMs with no Machine in the last listing of every
     /// watched Machine's names (a listing for a few names cannot tell).
     orphans: Option<IntGauge>,
+    /// Set to when the last successful listing began.
+    listed: Option<Gauge>,
     scope_source: SharedScopeSource,
     /// Prism answered the name filter with 400/422: list unfiltered.
     filter_refused: AtomicBool,
@@ -230,6 +234,7 @@ impl Inventory {
                 page_length: page_length.max(1),
                 unreadable: gauges.unreadable,
                 orphans: gauges.orphans,
+                listed: gauges.listed,
                 scope_source,
                 filter_refused: AtomicBool::new(false),
                 current: Mutex::new(None),
@@ -357,6 +362,9 @@ impl Inventory {
         snapshot.listed_at = began;
         if let (Some(gauge), Some(_)) = (&self.state.orphans, self.state.scope_source.get()) {
             gauge.set(i64::try_from(snapshot.orphans).unwrap_or(i64::MAX));
+        }
+        if let Some(gauge) = &self.state.listed {
+            gauge.set(began.as_duration().as_secs_f64());
         }
         let snapshot = Arc::new(snapshot);
         tracing::debug!(vms = snapshot.len(), "VM inventory refreshed");

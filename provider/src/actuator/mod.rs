@@ -28,7 +28,7 @@ use prism_client::v3::Vm;
 use prism_client::{
     CaBundle, Client, ClientConfig, ConfigError, Error, RateLimit, RequestObserver, TaskProgress,
 };
-use prometheus::IntGaugeVec;
+use prometheus::{GaugeVec, IntGaugeVec};
 
 use crate::api::{PendingTask, TaskOperation};
 use crate::plan::machine::provision::first_task_read_after;
@@ -126,6 +126,8 @@ pub struct Actuator {
     inventory_unreadable: Option<IntGaugeVec>,
     /// `nutanix_prism_vms_without_machine`, by endpoint.
     inventory_orphans: Option<IntGaugeVec>,
+    /// `nutanix_prism_inventory_listed_timestamp_seconds`, by endpoint.
+    inventory_listed: Option<GaugeVec>,
     /// The names the inventories list (set once the controller's Machine cache exists).
     vm_scope: SharedScopeSource,
     prism_centrals: Mutex<HashMap<String, Arc<PrismCentral>>>,
@@ -193,6 +195,7 @@ impl Actuator {
             observer,
             inventory_unreadable: None,
             inventory_orphans: None,
+            inventory_listed: None,
             vm_scope: SharedScopeSource::default(),
             prism_centrals: Mutex::new(HashMap::new()),
             ca: Mutex::new(TrustReads::default()),
@@ -200,10 +203,17 @@ impl Actuator {
     }
 
     /// Reports, by endpoint, the VMs each inventory listing skips as unreadable in
-    /// `unreadable`, and the cluster's VMs with no Machine in `orphans`.
-    pub fn with_inventory_gauges(mut self, unreadable: IntGaugeVec, orphans: IntGaugeVec) -> Self {
+    /// `unreadable`, the cluster's VMs with no Machine in `orphans`, and when the last listing
+    /// began in `listed`.
+    pub fn with_inventory_gauges(
+        mut self,
+        unreadable: IntGaugeVec,
+        orphans: IntGaugeVec,
+        listed: GaugeVec,
+    ) -> Self {
         self.inventory_unreadable = Some(unreadable);
         self.inventory_orphans = Some(orphans);
+        self.inventory_listed = Some(listed);
         self
     }
 
@@ -390,6 +400,10 @@ impl Actuator {
                         .map(|gauges| gauges.with_label_values(&[endpoint])),
                     orphans: self
                         .inventory_orphans
+                        .as_ref()
+                        .map(|gauges| gauges.with_label_values(&[endpoint])),
+                    listed: self
+                        .inventory_listed
                         .as_ref()
                         .map(|gauges| gauges.with_label_values(&[endpoint])),
                 },

@@ -82,6 +82,11 @@ impl MachineCache {
         }
     }
 
+    /// The cache's store, for readers that only look (the Machine metrics).
+    pub fn store(&self) -> Store<GuardedMachine> {
+        self.store.clone()
+    }
+
     /// The names of the cached Machines' VMs, for the VM inventory to list.
     pub fn vm_scope(&self) -> ScopeSource {
         let store = self.store.clone();

@@ -55,6 +55,7 @@ pub fn controllers(shared: Arc<Shared>) -> Vec<(&'static str, ControllerFuture)>
     };
     let cache = MachineCache::new();
     shared.actuator.set_vm_scope(cache.vm_scope());
+    shared.metrics.count_machines_of(cache.store());
     let (for_machine, for_join) = (cache.subscribe(), cache.subscribe());
     vec![
         ("machine-cache", Box::pin(cache.run(machines))),

@@ -56,7 +56,7 @@ pub use crate::plan::windows_join::STATUS_FIELD;
 use crate::plan::windows_join::csr::{CLIENT_SIGNER, SERVING_SIGNER};
 use crate::plan::windows_join::csr_pem::{CsrObjectError, csr_of, csr_state};
 use crate::plan::windows_join::{
-    JoinInput, ObservedCsr, applies_to, condition_patch, decide, machine_facts, node_of, reasons,
+    JoinInput, ObservedCsr, applies_to, condition_patch, decide, machine_facts, node_of,
     recorded_condition,
 };
 
@@ -296,10 +296,10 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
     let done = [phase::FAILED, phase::DELETING].contains(&machine.phase());
     if !applies_to(machine) || machine.metadata.deletion_timestamp.is_some() || done {
         // A Machine being replaced or gone is no stuck join any more.
-        context.shared.metrics.windows_join_timed_out(
+        context.shared.metrics.windows_join(
             &machine.namespace().unwrap_or_default(),
             &machine.name_any(),
-            false,
+            None,
         );
         return Ok(Action::await_change());
     }
@@ -353,10 +353,10 @@ async fn reconcile_machine(machine: &Machine, context: &Context) -> Result<Actio
         context.shared.client.clone(),
         &machine.namespace().unwrap_or_default(),
     );
-    context.shared.metrics.windows_join_timed_out(
+    context.shared.metrics.windows_join(
         &machine.namespace().unwrap_or_default(),
         &machine.name_any(),
-        decision.state.reason == reasons::JOIN_TIMED_OUT,
+        Some(decision.state.reason),
     );
     let resource_version = machine.metadata.resource_version.as_deref();
     if let Some(patch) = condition_patch(&status, &decision.condition, resource_version) {

@@ -248,6 +248,7 @@ pub async fn run(args: RunArgs) -> Result<(), RuntimeError> {
         .with_inventory_gauges(
             metrics.inventory_unreadable.clone(),
             metrics.vms_without_machine.clone(),
+            metrics.inventory_listed.clone(),
         ),
     );
     let settings = ControllerSettings {

@@ -78,6 +78,11 @@ pub struct BenchArgs {
     /// (prism-mock's --foreign-vms: a Prism Central shared by many clusters and teams).
     #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_FOREIGN_VMS)))]
     foreign_vms: u32,
+    /// Write the report's JSON (`bench.json`) and its pictures (SVG: Machines by phase, Prism
+    /// calls per second by kind, the controller's Kubernetes writes per second and its resident
+    /// memory, over the run) into this directory.
+    #[arg(long, value_name = "DIR")]
+    plots: Option<PathBuf>,
 }
 
 /// prism-mock's delays.
@@ -160,7 +165,38 @@ pub async fn run(args: BenchArgs) -> ExitCode {
         Some(Ok(report)) => {
             println!("\n{}", report.render());
             println!("{}", report.json());
+            match &args.plots {
+                Some(dir) => write_plots(dir, &report),
+                None => ExitCode::SUCCESS,
+            }
+        }
+    }
+}
+
+/// `bench.json` and the pictures of `report` in `dir`.
+fn write_plots(dir: &std::path::Path, report: &super::report::BenchReport) -> ExitCode {
+    let written =
+        super::sampling::write_pictures(dir, &report.samples.charts()).and_then(|mut files| {
+            let json = dir.join("bench.json");
+            std::fs::write(&json, report.json()).map_err(|source| {
+                crate::plots::PlotError::Write {
+                    path: json.clone(),
+                    source,
+                }
+            })?;
+            files.push(json);
+            Ok(files)
+        });
+    match written {
+        Ok(files) => {
+            for file in files {
+                println!("sandbox bench: wrote {}", file.display());
+            }
             ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("sandbox bench: {error}");
+            ExitCode::FAILURE
         }
     }
 }

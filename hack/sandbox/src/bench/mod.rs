@@ -20,6 +20,7 @@ pub mod calls;
 pub mod cli;
 pub mod process;
 pub mod report;
+pub mod sampling;
 pub mod side_by_side;
 pub mod track;
 
@@ -230,6 +231,8 @@ struct Bench<'a> {
     options: &'a BenchOptions,
     progress: Option<ProgressSink>,
     started: Instant,
+    /// The run over time, for its pictures.
+    sampler: sampling::Sampler,
 }
 
 /// A point in a run: the mock's request log position and the processes' resources.
@@ -585,6 +588,8 @@ pub async fn run(
 
 /// How often the load average is sampled.
 const LOAD_EVERY: Duration = Duration::from_secs(5);
+/// How often the Machines' phases, the provider's writes and its memory are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
 async fn run_in(
     world: &World,
@@ -599,6 +604,7 @@ async fn run_in(
         options,
         progress,
         started: Instant::now(),
+        sampler: sampling::Sampler::new(world, SAMPLE_EVERY),
     };
     let loads = Arc::new(LoadSamples::default());
     let sampler = {
@@ -616,9 +622,12 @@ async fn run_in(
             }
         })
     };
-    let result = phases(&bench, &loads, load_before).await;
+    let (result, samples) = bench
+        .sampler
+        .run(world, phases(&bench, &loads, load_before))
+        .await;
     sampler.abort();
-    result
+    result.map(|report| BenchReport { samples, ..report })
 }
 
 async fn phases(
@@ -652,6 +661,7 @@ async fn phases(
 
     // Scale-up.
     let up = bench.mark().await;
+    bench.sampler.mark("scale-up");
     bench.say(&format!("scaling {BENCH_SET} 0 → {n}"));
     bench.scale(n).await?;
     let mut tracker = Tracker::new(up.at);
@@ -732,6 +742,7 @@ async fn phases(
         world.kill_controller().await?;
         bench.sim.request_log().clear();
         let restart_from = bench.mark().await;
+        bench.sampler.mark("restart");
         bench.say("restarting the controller with the production intervals");
         world
             .restart_controller_with(options.steady_intervals, controller_args(options))
@@ -802,6 +813,7 @@ async fn phases(
             phase_names.push_str(", scale-down");
         }
         let down = bench.mark().await;
+        bench.sampler.mark("scale-down");
         bench.say(&format!("scaling {BENCH_SET} {n} → 0"));
         bench.scale(0).await?;
         let mut tracker = Tracker::new(down.at);
@@ -866,6 +878,7 @@ async fn phases(
         controller_processes: processes,
         targets,
         timelines,
+        samples: sampling::RunSamples::default(),
     })
 }
 

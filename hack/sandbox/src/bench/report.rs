@@ -183,6 +183,9 @@ pub struct BenchReport {
     pub targets: Vec<Target>,
     #[serde(skip)]
     pub timelines: Vec<MachineTimeline>,
+    /// The run over time, for its pictures.
+    #[serde(skip)]
+    pub samples: super::sampling::RunSamples,
 }
 
 fn calls_table(out: &mut String, title: &str, table: &CallTable) {

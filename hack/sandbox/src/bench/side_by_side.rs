@@ -20,6 +20,7 @@ use serde::Serialize;
 
 use super::bound::lower_bound;
 use super::process::{ProcessStats, process_stats};
+use super::sampling::{RunSamples, Sampler};
 use super::{BenchError, BenchKind};
 use crate::manifests::LINUX_SET;
 use crate::real_cluster::Binaries;
@@ -96,6 +97,9 @@ pub struct ProviderRun {
     pub down: Phase,
     pub cpu_seconds: f64,
     pub peak_rss_mib: f64,
+    /// The run over time, for its pictures.
+    #[serde(skip)]
+    pub samples: RunSamples,
 }
 
 /// CPU and memory of every process a provider ran as (a restart makes a second one).
@@ -265,47 +269,59 @@ async fn run_one(
     sample_for(&world, &usage, Duration::from_secs(5)).await;
     let n = options.machines;
 
-    let sampler = spawn_sampler(usage.clone(), world.controller_pid().await);
-    let start = mark(&world, provider).await?;
-    say(format!("{name}: scaling {LINUX_SET} 0 → {n}"));
-    world.set_label(format!("{name}: 0 → {n}"));
-    world
-        .scale(LINUX_SET, i32::try_from(n).unwrap_or(i32::MAX))
-        .await?;
-    world
-        .wait_for(
-            &format!("{n} Machines Running"),
-            options.phase_timeout,
-            |s| all_running(s, n),
-        )
-        .await?;
-    let up_end = mark(&world, provider).await?;
-    sampler.abort();
+    // The pictures' samples: every 2 s (the audit log is read whole each time).
+    let pictures = Sampler::new(&world, Duration::from_secs(2));
+    let (marks, samples) = pictures
+        .run(&world, async {
+            let sampler = spawn_sampler(usage.clone(), world.controller_pid().await);
+            let start = mark(&world, provider).await?;
+            pictures.mark("scale-up");
+            say(format!("{name}: scaling {LINUX_SET} 0 → {n}"));
+            world.set_label(format!("{name}: 0 → {n}"));
+            world
+                .scale(LINUX_SET, i32::try_from(n).unwrap_or(i32::MAX))
+                .await?;
+            world
+                .wait_for(
+                    &format!("{n} Machines Running"),
+                    options.phase_timeout,
+                    |s| all_running(s, n),
+                )
+                .await?;
+            let up_end = mark(&world, provider).await?;
+            sampler.abort();
 
-    say(format!("{name}: steady for {:?}", options.steady));
-    world.set_label(format!("{name}: steady"));
-    sample_for(&world, &usage, options.steady).await;
-    let steady_end = mark(&world, provider).await?;
+            pictures.mark("steady");
+            say(format!("{name}: steady for {:?}", options.steady));
+            world.set_label(format!("{name}: steady"));
+            sample_for(&world, &usage, options.steady).await;
+            let steady_end = mark(&world, provider).await?;
 
-    say(format!("{name}: restart (SIGKILL, then a new process)"));
-    world.set_label(format!("{name}: restart"));
-    world.restart_controller().await?;
-    sample_for(&world, &usage, options.restart_window).await;
-    let restart_end = mark(&world, provider).await?;
+            pictures.mark("restart");
+            say(format!("{name}: restart (SIGKILL, then a new process)"));
+            world.set_label(format!("{name}: restart"));
+            world.restart_controller().await?;
+            sample_for(&world, &usage, options.restart_window).await;
+            let restart_end = mark(&world, provider).await?;
 
-    say(format!("{name}: scaling {LINUX_SET} {n} → 0"));
-    world.set_label(format!("{name}: {n} → 0"));
-    world.scale(LINUX_SET, 0).await?;
-    let sampler = spawn_sampler(usage.clone(), world.controller_pid().await);
-    world
-        .wait_for(
-            "no Machine and no VM left",
-            options.phase_timeout,
-            nothing_left,
-        )
-        .await?;
-    let down_end = mark(&world, provider).await?;
-    sampler.abort();
+            pictures.mark("scale-down");
+            say(format!("{name}: scaling {LINUX_SET} {n} → 0"));
+            world.set_label(format!("{name}: {n} → 0"));
+            world.scale(LINUX_SET, 0).await?;
+            let sampler = spawn_sampler(usage.clone(), world.controller_pid().await);
+            world
+                .wait_for(
+                    "no Machine and no VM left",
+                    options.phase_timeout,
+                    nothing_left,
+                )
+                .await?;
+            let down_end = mark(&world, provider).await?;
+            sampler.abort();
+            Ok::<_, BenchError>((start, up_end, steady_end, restart_end, down_end))
+        })
+        .await;
+    let (start, up_end, steady_end, restart_end, down_end) = marks?;
     let pid = world.controller_pid().await;
     let (cpu_seconds, peak_rss_mib) = {
         let mut usage = usage
@@ -333,7 +349,18 @@ async fn run_one(
         down: phase(&restart_end, &down_end),
         cpu_seconds,
         peak_rss_mib,
+        samples,
     })
+}
+
+/// The pictures of `runs`, both providers on the same axes (in the order of
+/// [`super::sampling::PICTURES`]).
+pub fn charts(runs: &[ProviderRun]) -> Vec<crate::plots::Chart> {
+    let charts: Vec<(&str, Vec<crate::plots::Chart>)> = runs
+        .iter()
+        .map(|run| (run.provider, run.samples.charts()))
+        .collect();
+    crate::plots::side_by_side(&charts)
 }
 
 /// The providers of the options, in order.
@@ -452,6 +479,7 @@ mod tests {
             down: Phase::default(),
             cpu_seconds: 1.25,
             peak_rss_mib: 45.6,
+            samples: RunSamples::default(),
         }
     }
 
