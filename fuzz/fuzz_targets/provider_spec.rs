@@ -404,11 +404,11 @@ fn run_machine(
             UnreadUserData::NotChecked
         },
         admin_password: match (flags >> 4) & 0b11 {
-        claims: ClaimedAddresses::NotClaimed,
             0 => None,
             1 => Some(PasswordValue::Placeholder),
             _ => Some(PasswordValue::Secret(&password)),
         },
+        claims: ClaimedAddresses::NotClaimed,
     };
     match plan_vm(machine, &ParsedSpec::of(machine), &context) {
         Ok(plan) => {
