@@ -215,14 +215,8 @@ async fn a_leader_cut_off_from_the_api_server_stops_writing_to_prism_before_its_
         new_holder.holder.starts_with(&replicas[survivor].pod_name),
         "the survivor holds the Lease: {new_holder:?}"
     );
-    let writes_after_cut = requests
-        .iter()
-        .filter(|request| {
-            request.received_unix_ms >= cut_at
-                && leadership::identity_in_user_agent(request.user_agent.as_deref().unwrap_or(""))
-                    == Some(leader_identity.as_str())
-                && sandbox::bench::calls::is_write(&request.method, &request.endpoint)
-        })
+    let writes_after_cut = leadership::writes_by(&requests, &leader_identity)
+        .filter(|request| request.received_unix_ms >= cut_at)
         .count();
     println!("the old leader's Prism writes after it was cut off: {writes_after_cut}");
     assert!(

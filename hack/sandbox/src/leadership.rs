@@ -214,22 +214,27 @@ pub fn writes_outside_lease(
         .collect()
 }
 
-/// The last Prism write `identity` sent, by when prism-mock received it.
-pub fn last_write_by<'a>(
+/// The Prism writes `identity` sent (named in their `User-Agent`), in the order received.
+pub fn writes_by<'a>(
     requests: &'a [RequestRecord],
-    identity: &str,
-) -> Option<&'a RequestRecord> {
-    requests
-        .iter()
-        .filter(|request| is_write(&request.method, &request.endpoint))
-        .filter(|request| {
-            request
+    identity: &'a str,
+) -> impl Iterator<Item = &'a RequestRecord> {
+    requests.iter().filter(move |request| {
+        is_write(&request.method, &request.endpoint)
+            && request
                 .user_agent
                 .as_deref()
                 .and_then(identity_in_user_agent)
                 == Some(identity)
-        })
-        .max_by_key(|request| request.received_unix_ms)
+    })
+}
+
+/// The last Prism write `identity` sent, by when prism-mock received it.
+pub fn last_write_by<'a>(
+    requests: &'a [RequestRecord],
+    identity: &'a str,
+) -> Option<&'a RequestRecord> {
+    writes_by(requests, identity).max_by_key(|request| request.received_unix_ms)
 }
 
 #[cfg(test)]
