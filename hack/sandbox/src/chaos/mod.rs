@@ -477,17 +477,7 @@ impl<'w> Soak<'w> {
             }
             let kill = self.kill_at(*aim, None).await?;
             report.kills.push(kill);
-            if let Some((kind, moment)) =
-                up_faults.next_if(|(_, m)| matches!(m, FaultMoment::AfterKill(_)))
-            {
-                let record = self
-                    .strike(
-                        kind,
-                        moment,
-                        true,
-                        "the replica was just started again".to_owned(),
-                    )
-                    .await?;
+            if let Some(record) = self.strike_after_kill(&mut up_faults).await? {
                 report.kube_faults.push(record);
             }
         }
@@ -532,17 +522,7 @@ impl<'w> Soak<'w> {
             let release_after = self.release_when(*aim == KillAim::MidDelete, &mut released);
             let kill = self.kill_at(*aim, release_after).await?;
             report.kills.push(kill);
-            if let Some((kind, moment)) =
-                rest.next_if(|(_, m)| matches!(m, FaultMoment::AfterKill(_)))
-            {
-                let record = self
-                    .strike(
-                        kind,
-                        moment,
-                        true,
-                        "the replica was just started again".to_owned(),
-                    )
-                    .await?;
+            if let Some(record) = self.strike_after_kill(&mut rest).await? {
                 report.kube_faults.push(record);
             }
         }

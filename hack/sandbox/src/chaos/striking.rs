@@ -51,6 +51,21 @@ impl Soak<'_> {
     }
 
     /// Carries `kind` out now.
+    /// Strikes the next fault of `faults` if it is one meant for right after a kill (the killed
+    /// replica has just been started again).
+    pub(super) async fn strike_after_kill(
+        &mut self,
+        faults: &mut std::iter::Peekable<std::vec::IntoIter<(KubeFaultKind, FaultMoment)>>,
+    ) -> Result<Option<FaultRecord>, String> {
+        let Some((kind, moment)) =
+            faults.next_if(|(_, moment)| matches!(moment, FaultMoment::AfterKill(_)))
+        else {
+            return Ok(None);
+        };
+        let event = "the replica was just started again".to_owned();
+        self.strike(kind, moment, true, event).await.map(Some)
+    }
+
     pub(super) async fn strike(
         &mut self,
         kind: KubeFaultKind,
