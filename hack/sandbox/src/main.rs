@@ -59,13 +59,13 @@ enum Command {
     /// Play the scenario (the default): Windows and Linux MachineSets scaled up by hand and by the
     /// autoscaler, a scale-down, then everything to 0; exit 0 only when it held.
     Run(RunArgs),
-    /// Scale benchmark: one MachineSet scaled 0 → N (time against the mock's lower bound, Prism
+    /// Scale benchmark: one MachineSet scaled 0 → N (time against the lower bound, Prism
     /// calls per Machine), a controller restart (convergence, writes), the steady state (calls
     /// per minute) and N → 0; controller CPU and peak memory. Prints tables, then one JSON line.
     Bench(sandbox::bench::cli::BenchArgs),
     /// Ours and the Go provider we replace, one after the other on fresh real control planes and
     /// prism-mocks with the same settings: the Linux example MachineSet 0 → N, a steady window, a
-    /// restart, N → 0; time against the mock's lower bound, Prism calls, Kubernetes writes, CPU
+    /// restart, N → 0; time against the lower bound, Prism calls, Kubernetes writes, CPU
     /// and memory of each. Prints the table, then one JSON line.
     SideBySide(SideBySideArgs),
     /// Chaos soak: Machines of every kind scaled 0 → N → 0 with Prism faults on and the
@@ -156,6 +156,13 @@ struct SideBySideArgs {
     /// How long the scale-up, and the scale-down, may take, seconds.
     #[arg(long, value_name = "SECS", default_value_t = 3600)]
     phase_timeout: u64,
+    /// Our controller's --prism-rate-limit (default: its shipped default). The scale-up's
+    /// lower bound counts the calls at the tighter of this and the mock's 50/s.
+    #[arg(long, value_name = "QPS", default_value_t = 20.0)]
+    prism_rate_limit: f64,
+    /// Our controller's --prism-burst (default: its shipped default).
+    #[arg(long, value_name = "N", default_value_t = 40)]
+    prism_burst: u32,
     /// Run one provider only (default: both, ours first).
     #[arg(long, value_enum, value_name = "PROVIDER")]
     only: Option<ProviderArg>,
@@ -486,6 +493,7 @@ async fn run_side_by_side(args: SideBySideArgs) -> ExitCode {
         ours,
         go_provider: args.go_provider,
         mock_rate_limit: (50.0, 50),
+        ours_rate_limit: (args.prism_rate_limit, args.prism_burst),
         timings: Timings::sandbox(),
         phase_timeout: Duration::from_secs(args.phase_timeout),
         work_dir: args.work_dir,

@@ -147,6 +147,11 @@ pub struct Steady {
 pub struct Delete {
     /// Scale-down → no Machine and no VM left.
     pub seconds: f64,
+    /// What the scale-down's own Prism calls take at the binding rate limit
+    /// ([`super::bound::calls_time`]).
+    pub calls_seconds: f64,
+    /// `seconds / calls_seconds`.
+    pub ratio: f64,
     pub calls: CallTable,
     pub controller_cpu_seconds: f64,
 }
@@ -218,6 +223,14 @@ fn calls_table(out: &mut String, title: &str, table: &CallTable) {
     }
 }
 
+/// A rate limit for the report: `45/s, burst 50`, or that none limits.
+fn limit_text(limit: Option<(f64, u32)>) -> String {
+    limit.map_or_else(
+        || "no rate limit".to_owned(),
+        |(rate, burst)| format!("{rate}/s, burst {burst}"),
+    )
+}
+
 fn spread(out: &mut String, name: &str, spread: &Spread) {
     let _ = writeln!(
         out,
@@ -268,15 +281,21 @@ impl BenchReport {
         let up = &self.scale_up;
         let _ = writeln!(
             out,
-            "Scale-up 0 → {}: all Running after {:.2} s; lower bound {:.2} s (rate {:.2} s for {} write(s) per Machine + {:.2} s task and boot; one Machine {:.2} s); ratio {:.2}",
+            "Scale-up 0 → {}: all Running after {:.2} s; lower bound {:.2} s (rate {:.2} s for {} call(s) per Machine at {} + {:.2} s task and boot; one Machine {:.2} s); ratio {:.2}",
             s.machines,
             up.seconds,
             up.bound.seconds,
             up.bound.rate_seconds,
-            up.bound.writes_per_machine,
-            up.bound.after_last_write_seconds,
+            up.bound.calls_per_machine,
+            limit_text(up.bound.limit),
+            up.bound.after_last_call_seconds,
             up.bound.one_machine_seconds,
             up.ratio
+        );
+        let _ = writeln!(
+            out,
+            "  the bound's calls per Machine: {} (none a correct controller can skip)",
+            up.bound.calls
         );
         let _ = writeln!(
             out,
@@ -353,8 +372,13 @@ impl BenchReport {
         if let Some(delete) = &self.delete {
             let _ = writeln!(
                 out,
-                "\nScale-down {} → 0: no Machine and no VM after {:.2} s; controller CPU {:.2} s",
-                s.machines, delete.seconds, delete.controller_cpu_seconds
+                "\nScale-down {} → 0: no Machine and no VM after {:.2} s; its {} Prism calls take {:.2} s at the binding rate limit; ratio {:.2}; controller CPU {:.2} s",
+                s.machines,
+                delete.seconds,
+                delete.calls.total,
+                delete.calls_seconds,
+                delete.ratio,
+                delete.controller_cpu_seconds
             );
             calls_table(&mut out, "  delete", &delete.calls);
         }

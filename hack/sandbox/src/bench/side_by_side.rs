@@ -5,7 +5,7 @@
 //! 0 → N, a steady window, a restart (SIGKILL, then a new process), N → 0. Each provider runs
 //! with the flags the machine-api-operator gives it and its own defaults otherwise.
 //!
-//! Per provider: the scale-up's time against the mock's lower bound ([`super::bound`]), Prism
+//! Per provider: the scale-up's time against the lower bound ([`super::bound`]), Prism
 //! calls (prism-mock's counters: only the provider calls it over HTTP) and Kubernetes writes (the
 //! audit log, [`crate::writes`]) per phase, and the CPU seconds and peak resident memory of its
 //! processes (`/proc`).
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use prism_mock::{RateLimit, Timings};
 use serde::Serialize;
 
-use super::bound::lower_bound;
+use super::bound::{binding_limit, lower_bound};
 use super::process::{ProcessStats, process_stats};
 use super::sampling::{RunSamples, Sampler};
 use super::{BenchError, BenchKind};
@@ -47,6 +47,8 @@ pub struct SideBySideOptions {
     pub go_provider: Option<PathBuf>,
     /// prism-mock's rate limit (requests per second, burst).
     pub mock_rate_limit: (f64, u32),
+    /// Our controller's `--prism-rate-limit` and `--prism-burst`, passed to it as flags.
+    pub ours_rate_limit: (f64, u32),
     pub timings: Timings,
     pub phase_timeout: Duration,
     pub work_dir: Option<PathBuf>,
@@ -246,6 +248,15 @@ async fn run_one(
     world_options.mock_timings = options.timings.clone();
     // Each provider with its shipped defaults (the Go provider has no interval flags).
     world_options.intervals = ControllerIntervals::production();
+    if provider == Provider::Ours {
+        let (rate, burst) = options.ours_rate_limit;
+        world_options.controller_args = vec![
+            "--prism-rate-limit".into(),
+            rate.to_string(),
+            "--prism-burst".into(),
+            burst.to_string(),
+        ];
+    }
     world_options.work_dir = options.work_dir.as_ref().map(|dir| dir.join(name));
     world_options.observe_every = Duration::from_secs(1);
     world_options.progress = options.progress.clone();
@@ -337,7 +348,7 @@ async fn run_one(
         n,
         options.timings.task_queued_ms + options.timings.task_running_ms,
         options.timings.boot_to_address_ms,
-        Some(options.mock_rate_limit),
+        binding_limit(Some(options.mock_rate_limit), Some(options.ours_rate_limit)),
     );
     Ok(ProviderRun {
         provider: name,
@@ -389,7 +400,7 @@ pub fn render(runs: &[ProviderRun], steady: Duration, restart_window: Duration) 
     out.push('\n');
     out.push_str(&format!("|---|{}\n", "---|".repeat(runs.len())));
     let minutes = steady.as_secs_f64() / 60.0;
-    out.push_str(&row("0 → N, seconds (÷ the mock's lower bound)", &|r| {
+    out.push_str(&row("0 → N, seconds (÷ the lower bound)", &|r| {
         format!(
             "{:.1} ({:.1}×)",
             r.up.seconds,
@@ -495,9 +506,7 @@ mod tests {
             "{table}"
         );
         assert!(
-            table.contains(
-                "| 0 → N, seconds (÷ the mock's lower bound) | 25.0 (5.0×) | 50.0 (10.0×) |"
-            ),
+            table.contains("| 0 → N, seconds (÷ the lower bound) | 25.0 (5.0×) | 50.0 (10.0×) |"),
             "{table}"
         );
         assert!(
