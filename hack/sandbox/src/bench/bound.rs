@@ -8,9 +8,11 @@
 //!   the whole spec with the `spec_version` it read). Neither request can power the VM on: v3's
 //!   `vm_clone_input` carries only `metadata.categories_mapping` and an `override_spec` of
 //!   name, CPU, memory, NICs, boot config and guest customization (prism-go-client
-//!   `v3/swagger.json`, `vm_clone_input`, `vm_metadata_override`, `vm_clone_override_spec`),
-//!   and the clone is made powered off; so the update that powers it on is one a correct
-//!   controller must send, and the `GET` with it. docs/performance.md, "Clone and template
+//!   `v3/swagger.json`, `vm_clone_input`, `vm_metadata_override`, `vm_clone_override_spec`);
+//!   v4's deploy overrides only name, CPU, memory, NICs and guest customization (the official
+//!   Python SDK ntnx-vmm-py-client 4.0.1 and its newest, `vmm.v4.content.VmConfigOverride`;
+//!   the newest adds a guest customization profile). Both make the VM powered off, so the update
+//!   that powers it on is one a correct controller must send, and the `GET` with it. docs/performance.md, "Clone and template
 //!   against an honest bound", tells the rest.
 //!
 //! Reads of many VMs can be shared (one paged list shows every VM) and a UUID reservation serves
