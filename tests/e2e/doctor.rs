@@ -9,9 +9,9 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind,
 use kube::api::{PatchParams, PostParams};
 use serde_json::{Value, json};
 
+use sandbox::cluster_objects::{WMCO_NAMESPACE, wmco_csv_name};
 use sandbox::manifests::{CREDENTIALS_SECRET, WINDOWS_IMAGE_SET, WINDOWS_USER_DATA_SECRET};
 use sandbox::world::World;
-use sandbox::world::openshift::{WMCO_NAMESPACE, wmco_csv_name};
 
 use crate::support::{options, start};
 
@@ -172,7 +172,7 @@ async fn doctor_finds_each_planted_fault_and_nothing_on_a_healthy_sandbox() {
     merge(
         &csvs,
         &csv,
-        json!({"spec": {"version": sandbox::world::openshift::WMCO_VERSION}}),
+        json!({"spec": {"version": sandbox::cluster_objects::WMCO_VERSION}}),
     )
     .await;
 

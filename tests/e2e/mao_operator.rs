@@ -4,7 +4,7 @@
 //!
 //! What MAO needs to decide it runs on Nutanix, as an OpenShift cluster holds it: the config CRDs
 //! and objects of openshift/api's manifests (`Infrastructure/cluster` with platform Nutanix, as
-//! the sandbox writes it; `ClusterVersion/version`; `FeatureGate/cluster` whose status lists the
+//! the sandbox writes it; `ClusterVersion/version`, also the sandbox's; `FeatureGate/cluster` whose status lists the
 //! gates of the release MAO runs as, `RELEASE_VERSION`, which library-go's feature-gate accessor
 //! waits for; `Proxy/cluster`; `ClusterOperator` is its own to write), and its images file (the
 //! images ConfigMap's `images.json`, mounted into its pod) naming our image for
@@ -49,12 +49,11 @@ fn images_json(nutanix: &str) -> String {
     .to_string()
 }
 
-/// The cluster-scoped config objects MAO reads (openshift/api `config/v1`).
+/// The cluster-scoped config objects MAO reads (openshift/api `config/v1`) that the sandbox's
+/// cluster does not have already (`ClusterVersion/version` is one of its objects,
+/// `sandbox::cluster_objects`).
 async fn cluster_config(client: &Client) {
     for object in [
-        json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterVersion",
-               "metadata": {"name": "version"},
-               "spec": {"clusterID": "5d3c4b2a-1111-4222-8333-444455556666", "channel": "stable-4.21"}}),
         json!({"apiVersion": "config.openshift.io/v1", "kind": "FeatureGate",
                "metadata": {"name": "cluster"}, "spec": {}}),
         json!({"apiVersion": "config.openshift.io/v1", "kind": "Proxy",

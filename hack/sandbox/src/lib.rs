@@ -34,6 +34,7 @@ pub mod approver;
 pub mod autoscaler;
 pub mod bench;
 pub mod chaos;
+pub mod cluster_objects;
 pub mod csr;
 pub mod ipam;
 pub mod leadership;

@@ -31,17 +31,22 @@ pub const MACHINE_API_CRDS: [Manifest; 2] = [
 ];
 
 /// CRDs an OpenShift cluster has and kube-sim lacks (`hack/crds/`): `Infrastructure`, the two
-/// `Network`s, `MachineAutoscaler`, `ClusterVersion`, `MachineHealthCheck` and OLM's
+/// `Network`s, `DNS`, `MachineAutoscaler`, `ClusterVersion`, `MachineHealthCheck` and OLM's
 /// `ClusterServiceVersion`.
-pub const SANDBOX_CRDS: [Manifest; 7] = [
+pub const SANDBOX_CRDS: [Manifest; 8] = [
     manifest!("hack/crds/infrastructure.yaml"),
     manifest!("hack/crds/network-config.yaml"),
     manifest!("hack/crds/network-operator.yaml"),
+    manifest!("hack/crds/dns.yaml"),
     MACHINE_AUTOSCALER_CRD,
     manifest!("hack/crds/clusterversion.yaml"),
     manifest!("hack/crds/machinehealthcheck.yaml"),
-    manifest!("hack/crds/clusterserviceversion.yaml"),
+    CLUSTER_SERVICE_VERSION_CRD,
 ];
+
+/// OLM's `ClusterServiceVersion` (`hack/crds/`), which the real control plane needs too: no OLM
+/// runs there, and WMCO's CSV is one of the cluster's objects ([`crate::cluster_objects`]).
+pub const CLUSTER_SERVICE_VERSION_CRD: Manifest = manifest!("hack/crds/clusterserviceversion.yaml");
 
 /// The Cluster API's IPAM kinds (`IPAddressClaim`, `IPAddress`, as OpenShift installs them) and
 /// the reference IPAM controller's pools, for static addresses (`hack/crds/`), for kube-sim; the
@@ -60,8 +65,8 @@ pub const POOL_CRDS: [Manifest; 2] = [
     manifest!("hack/crds/ipam.cluster.x-k8s.io_globalinclusterippools.yaml"),
 ];
 
-/// `MachineAutoscaler` (`hack/crds/`): the one sandbox CRD the real control plane needs too
-/// (openshift/api's manifests give it the others).
+/// `MachineAutoscaler` (`hack/crds/`): a sandbox CRD the real control plane needs too
+/// (openshift/api's manifests give it the config kinds).
 pub const MACHINE_AUTOSCALER_CRD: Manifest = manifest!("hack/crds/machineautoscaler.yaml");
 
 /// `manifests/examples/`.

@@ -91,6 +91,10 @@ const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deleteco
 /// The kube-sim user (token `user:NAME`) the controller's requests are logged as.
 pub const CONTROLLER_USER: &str = "nutanix-machine-controller";
 
+/// The kube-sim user the cluster's objects are applied as, as the administrator applies them on
+/// the real control plane.
+pub const ADMINISTRATOR_USER: &str = "administrator";
+
 /// kube-sim's users: each actor's client sends `user:<name>` (`world::client_as`).
 fn sim_actor(user: &str) -> Actor {
     match user {
@@ -102,6 +106,9 @@ fn sim_actor(user: &str) -> Actor {
         "autoscaler" => Actor::Autoscaler,
         "ipam" => Actor::Ipam,
         "sandbox" => Actor::Test,
+        // The cluster's objects are applied as the administrator on both control planes
+        // (`world::start`, `real_cluster::seed`).
+        ADMINISTRATOR_USER => Actor::Administrator,
         other => Actor::Other(other.to_owned()),
     }
 }

@@ -47,6 +47,8 @@ pub enum RealClusterError {
     UnknownProgram { program: String },
     #[error("etcd: {action}: {message}")]
     Etcd { action: String, message: String },
+    #[error(transparent)]
+    Seed(#[from] crate::cluster_objects::SeedError),
 }
 
 pub(super) fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RealClusterError {

@@ -156,6 +156,13 @@ impl ControlPlane {
 
         let client = plane.admin_client().await?;
         plane.apply_crds(&client).await?;
+        // OLM's ClusterServiceVersion, for WMCO's among the cluster's objects: no OLM runs here.
+        let olm_crd = crate::manifests::objects(&[crate::manifests::CLUSTER_SERVICE_VERSION_CRD])
+            .map_err(|e| RealClusterError::Manifest {
+            path: e.path.into(),
+            message: e.message,
+        })?;
+        plane.add_crds(&client, olm_crd).await?;
         seed::seed_objects(&client, namespace, infrastructure_name, prism_port).await?;
 
         let webhook_port = free_port()?;

@@ -23,6 +23,8 @@ pub enum WorldError {
     RealCluster(Box<crate::real_cluster::RealClusterError>),
     #[error(transparent)]
     AuditLog(#[from] crate::writes::AuditLogError),
+    #[error(transparent)]
+    Seed(#[from] crate::cluster_objects::SeedError),
     #[error("kube-sim: {what}: {message}")]
     Store { what: String, message: String },
     #[error("manifest {0}")]

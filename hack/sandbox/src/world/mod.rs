@@ -26,7 +26,7 @@ mod controller;
 mod error;
 mod history;
 mod observe;
-pub mod openshift;
+mod openshift;
 mod options;
 mod replicas;
 mod seed;
@@ -66,10 +66,6 @@ pub use seed::{
     windows_user_data, write_secrets,
 };
 pub use snapshot::{Snapshot, join_condition, machine_set_of, provider_condition, stage_label};
-
-/// Networks whose addresses the controller never reports: OpenShift's default cluster and
-/// service networks, and OVN-Kubernetes' hybrid overlay (prism-mock's default).
-pub const EXCLUDED_CIDRS: [&str; 3] = ["10.128.0.0/14", "172.30.0.0/16", "10.132.0.0/14"];
 
 /// The running world. Dropping it kills the controller and stops everything, without waiting;
 /// [`World::shutdown`] waits.

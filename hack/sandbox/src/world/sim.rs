@@ -1,13 +1,12 @@
-//! kube-sim's start: the in-process API server with the machine-api-operator's webhooks, the
-//! CRDs, and the cluster-scoped objects (Infrastructure, Networks) written into its store.
+//! kube-sim's start: the in-process API server with the machine-api-operator's webhooks and the
+//! CRDs (the cluster's objects come through its API, [`crate::cluster_objects`]).
 
 use std::path::Path;
 
 use kube_sim::{KubeSim, RunningKubeSim};
-use serde_json::json;
 
 use super::options::WorldOptions;
-use super::{EXCLUDED_CIDRS, WorldError, io_error};
+use super::{WorldError, io_error};
 use crate::manifests;
 use crate::writes::CONTROLLER_USER;
 
@@ -56,78 +55,4 @@ pub(super) async fn start_kube_sim(
         })?;
     }
     Ok(sim)
-}
-
-pub(super) fn create_infrastructure(
-    sim: &RunningKubeSim,
-    prism_port: u16,
-) -> Result<(), WorldError> {
-    let store_error = |what: &str| {
-        let what = what.to_owned();
-        move |e: kube_sim::ApiError| WorldError::Store {
-            what,
-            message: e.to_string(),
-        }
-    };
-    sim.create(json!({
-        "apiVersion": "config.openshift.io/v1", "kind": "Infrastructure",
-        "metadata": {"name": "cluster"},
-        "spec": {"platformSpec": {"type": "Nutanix", "nutanix": {
-            "prismCentral": {"address": "127.0.0.1", "port": prism_port},
-            "prismElements": [{"name": "pe-1", "endpoint": {"address": "127.0.0.1", "port": prism_port}}],
-        }}},
-    }))
-    .map_err(store_error("create Infrastructure/cluster"))?;
-    sim.set_status(
-        "config.openshift.io",
-        "infrastructures",
-        "",
-        "cluster",
-        json!({
-            "infrastructureName": manifests::INFRASTRUCTURE_ID,
-            "platform": "Nutanix",
-            "platformStatus": {"type": "Nutanix"},
-        }),
-    )
-    .map_err(store_error("write Infrastructure/cluster status"))?;
-    Ok(())
-}
-
-/// `Network.config.openshift.io/cluster` and `Network.operator.openshift.io/cluster` as an
-/// OVN-Kubernetes cluster with the hybrid overlay that WMCO requires has them (openshift/api
-/// `config/v1/types_network.go`, `operator/v1/types_network.go`; WMCO refuses a cluster without
-/// `hybridClusterNetwork`, openshift/windows-machine-config-operator `pkg/cluster/config.go`):
-/// the controller reads the networks whose addresses are never a Machine's from them.
-pub(super) fn create_networks(sim: &RunningKubeSim) -> Result<(), WorldError> {
-    let store_error = |what: &str| {
-        let what = what.to_owned();
-        move |e: kube_sim::ApiError| WorldError::Store {
-            what,
-            message: e.to_string(),
-        }
-    };
-    let [cluster, service, hybrid] = EXCLUDED_CIDRS;
-    let networks = json!({
-        "clusterNetwork": [{"cidr": cluster, "hostPrefix": 23}],
-        "serviceNetwork": [service],
-        "networkType": "OVNKubernetes",
-    });
-    sim.create(json!({
-        "apiVersion": "config.openshift.io/v1", "kind": "Network",
-        "metadata": {"name": "cluster"},
-        "spec": networks,
-    }))
-    .map_err(store_error("create Network.config.openshift.io/cluster"))?;
-    sim.set_status("config.openshift.io", "networks", "", "cluster", networks)
-        .map_err(store_error(
-            "write Network.config.openshift.io/cluster status",
-        ))?;
-    sim.create(json!({
-        "apiVersion": "operator.openshift.io/v1", "kind": "Network",
-        "metadata": {"name": "cluster"},
-        "spec": {"defaultNetwork": {"type": "OVNKubernetes", "ovnKubernetesConfig": {
-            "hybridOverlayConfig": {"hybridClusterNetwork": [{"cidr": hybrid, "hostPrefix": 23}]}}}},
-    }))
-    .map_err(store_error("create Network.operator.openshift.io/cluster"))?;
-    Ok(())
 }

@@ -13,18 +13,20 @@ use super::observe::{Observed, Sources, observe};
 use super::options::WorldOptions;
 use super::replicas::Replicas;
 use super::seed::{apply_examples, write_secrets};
-use super::sim::{create_infrastructure, create_networks, start_kube_sim};
+use super::sim::start_kube_sim;
 use super::{AbortOnDrop, World, WorldError, api_paths, io_error, openshift};
 use crate::approver::{self, ApproverConfig};
 use crate::autoscaler::Autoscaler;
+use crate::cluster_objects;
 use crate::machine_autoscaler;
 use crate::machineset::{self, MachineSetControllerConfig};
 use crate::manifests;
 use crate::node_agent::{self, NodeAgentConfig};
 use crate::nodelink::{self, NodeLinkConfig};
+use crate::writes::ADMINISTRATOR_USER;
 
 impl World {
-    /// Starts everything, applies the CRDs, the Infrastructure object, the Secrets and the
+    /// Starts everything, applies the CRDs, the cluster's objects, the Secrets and the
     /// examples (MachineSets at 0 replicas), plays the cluster-autoscaler-operator for the
     /// MachineAutoscaler, then starts the actors and the controller.
     pub async fn start(options: WorldOptions) -> Result<Self, WorldError> {
@@ -65,10 +67,20 @@ impl World {
         let (cluster, client) = match &options.control_plane {
             ControlPlaneChoice::KubeSim => {
                 let sim = start_kube_sim(&options, &kubeconfig, &controller_kubeconfig).await?;
-                create_infrastructure(&sim, mock.addr().port())?;
-                create_networks(&sim)?;
                 let cluster = Cluster::Sim(sim);
                 let client = cluster.actor_client("sandbox").await?;
+                // The real control plane applies the same objects, as its administrator, while
+                // it starts, before the machine-api-operator's webhooks, which read them at
+                // start (`real_cluster`).
+                cluster_objects::apply_all(
+                    &cluster.actor_client(ADMINISTRATOR_USER).await?,
+                    &cluster_objects::openshift_on_nutanix(
+                        &namespace,
+                        manifests::INFRASTRUCTURE_ID,
+                        mock.addr().port(),
+                    ),
+                )
+                .await?;
                 (cluster, client)
             }
             ControlPlaneChoice::Real(binaries) => {
@@ -93,9 +105,6 @@ impl World {
         }
         write_secrets(&client, &options.namespace, &mock).await?;
         openshift::write_cloud_private_key(&client).await?;
-        if let Cluster::Sim(sim) = &cluster {
-            openshift::create_cluster_version_and_wmco(sim)?;
-        }
         apply_examples(&client, &options.namespace).await?;
         machine_autoscaler::apply_machine_autoscalers(&client, &options.namespace).await?;
 
