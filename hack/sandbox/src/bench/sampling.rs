@@ -23,8 +23,9 @@ pub struct Sample {
     pub phases: BTreeMap<String, usize>,
     /// The provider's Kubernetes writes so far (as the request or audit log has them).
     pub kube_writes: u64,
-    /// The provider's resident memory, MiB (`None` between a kill and its restart).
-    pub rss_mib: Option<f64>,
+    /// Each replica's resident memory, MiB, in replica order (`None` between a kill and its
+    /// restart).
+    pub rss_mib: Vec<Option<f64>>,
 }
 
 /// What Prism was asked, as the pictures group it.
@@ -159,10 +160,14 @@ impl Sampler {
         let at = self.elapsed();
         let phases = machine_phases(world);
         let rss_mib = world
-            .controller_pid()
+            .replica_pids()
             .await
-            .and_then(process_stats)
-            .map(|stats| stats.rss_kib as f64 / 1024.0);
+            .into_iter()
+            .map(|pid| {
+                pid.and_then(process_stats)
+                    .map(|s| s.rss_kib as f64 / 1024.0)
+            })
+            .collect();
         let kube_writes = self.provider_writes(world);
         self.lock().samples.push(Sample {
             at,
@@ -320,17 +325,32 @@ impl RunSamples {
             }],
             markers: self.markers.clone(),
         };
+        let replicas = self
+            .samples
+            .iter()
+            .map(|sample| sample.rss_mib.len())
+            .max()
+            .unwrap_or(1);
         let memory = Chart {
             title: "The provider's resident memory".to_owned(),
             unit: "MiB".to_owned(),
-            series: vec![Series {
-                name: "resident memory".to_owned(),
-                points: self
-                    .samples
-                    .iter()
-                    .filter_map(|sample| sample.rss_mib.map(|mib| (sample.at, mib)))
-                    .collect(),
-            }],
+            series: (0..replicas.max(1))
+                .map(|replica| Series {
+                    name: if replicas > 1 {
+                        format!("replica-{replica}")
+                    } else {
+                        "resident memory".to_owned()
+                    },
+                    points: self
+                        .samples
+                        .iter()
+                        .filter_map(|sample| {
+                            let mib = sample.rss_mib.get(replica).copied().flatten()?;
+                            Some((sample.at, mib))
+                        })
+                        .collect(),
+                })
+                .collect(),
             markers: self.markers.clone(),
         };
         vec![machines, prism, writes, memory]
@@ -383,7 +403,7 @@ mod tests {
             at,
             phases: phases.iter().map(|(p, n)| ((*p).to_owned(), *n)).collect(),
             kube_writes: writes,
-            rss_mib: Some(20.0),
+            rss_mib: vec![Some(20.0)],
         };
         let run = RunSamples {
             samples: vec![
@@ -404,5 +424,37 @@ mod tests {
         assert_eq!(charts[1].series[0].name, "create");
         assert_eq!(charts[1].series[0].points, [(0.5, 2.0), (1.5, 0.0)]);
         assert_eq!(charts[2].series[0].points, [(0.5, 0.0), (1.5, 6.0)]);
+        let memory: Vec<&str> = charts[3].series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(memory, ["resident memory"]);
+    }
+
+    #[test]
+    fn several_replicas_have_a_memory_line_each_without_the_moments_they_were_down() {
+        let sample = |at: f64, rss_mib: Vec<Option<f64>>| Sample {
+            at,
+            rss_mib,
+            ..Sample::default()
+        };
+        let run = RunSamples {
+            samples: vec![
+                sample(0.0, vec![Some(20.0), Some(21.0)]),
+                sample(1.0, vec![None, Some(22.0)]),
+                sample(2.0, vec![Some(19.0), Some(23.0)]),
+            ],
+            ..RunSamples::default()
+        };
+        let charts = run.charts();
+        let lines: Vec<(&str, &[(f64, f64)])> = charts[3]
+            .series
+            .iter()
+            .map(|s| (s.name.as_str(), s.points.as_slice()))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                ("replica-0", &[(0.0, 20.0), (2.0, 19.0)][..]),
+                ("replica-1", &[(0.0, 21.0), (1.0, 22.0), (2.0, 23.0)][..]),
+            ]
+        );
     }
 }
