@@ -92,6 +92,10 @@ pub struct Sampler {
     state: Mutex<RunSamples>,
     /// Writes counted before the request log was last cleared (kube-sim's is, at restarts).
     writes_offset: Mutex<(u64, u64)>,
+    /// On the real control plane: how far the audit log was read, and the provider's writes in
+    /// it up to there (read a piece at a time: reading the whole log at each sample grows with
+    /// the run, and a sample holds up the work it samples).
+    audit_read: Mutex<(u64, u64)>,
 }
 
 impl Sampler {
@@ -104,6 +108,7 @@ impl Sampler {
             prism_from: world.admin().request_count(),
             state: Mutex::default(),
             writes_offset: Mutex::default(),
+            audit_read: Mutex::default(),
         }
     }
 
@@ -129,12 +134,11 @@ impl Sampler {
 
     /// The provider's writes so far, across clears of the log.
     fn provider_writes(&self, world: &World) -> u64 {
+        if let Some(plane) = world.control_plane() {
+            return self.audit_log_writes(&plane.audit_log());
+        }
         let now: u64 = match world.writes() {
-            Ok(tally) => tally
-                .iter()
-                .filter(|(kind, _)| matches!(kind.actor, Actor::Controller | Actor::GoProvider))
-                .map(|(_, count)| *count)
-                .sum(),
+            Ok(tally) => provider_total(&tally),
             Err(error) => {
                 tracing::debug!(%error, "sampling: the writes cannot be read");
                 return self
@@ -154,6 +158,40 @@ impl Sampler {
         }
         *last_seen = now;
         *counted_before + now
+    }
+
+    /// The provider's writes in the audit log at `path` so far: the complete lines added since
+    /// the last look, counted onto the earlier ones. A log shorter than what was read (started
+    /// anew) is read from its beginning.
+    fn audit_log_writes(&self, path: &Path) -> u64 {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut read = self
+            .audit_read
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (offset, counted) = &mut *read;
+        let mut added = Vec::new();
+        let opened = std::fs::File::open(path).and_then(|mut file| {
+            if file.metadata()?.len() < *offset {
+                *offset = 0;
+            }
+            file.seek(SeekFrom::Start(*offset))?;
+            file.read_to_end(&mut added)
+        });
+        if let Err(error) = opened {
+            tracing::debug!(%error, path = %path.display(), "sampling: the audit log cannot be read");
+            return *counted;
+        }
+        let Some(end) = added.iter().rposition(|byte| *byte == b'\n') else {
+            return *counted;
+        };
+        let lines = String::from_utf8_lossy(&added[..=end]);
+        match crate::writes::tally_audit_log(&lines) {
+            Ok(tally) => *counted += provider_total(&tally),
+            Err(error) => tracing::debug!(%error, "sampling: an audit log line cannot be read"),
+        }
+        *offset += end as u64 + 1;
+        *counted
     }
 
     async fn sample(&self, world: &World) {
@@ -203,6 +241,15 @@ impl Sampler {
             .collect();
         (output, samples)
     }
+}
+
+/// The provider's writes in `tally` (ours or the Go provider's).
+fn provider_total(tally: &crate::writes::Tally) -> u64 {
+    tally
+        .iter()
+        .filter(|(kind, _)| matches!(kind.actor, Actor::Controller | Actor::GoProvider))
+        .map(|(_, count)| *count)
+        .sum()
 }
 
 /// The Machines by phase: from kube-sim's store directly (cheap at a thousand Machines, as the
@@ -426,6 +473,36 @@ mod tests {
         assert_eq!(charts[2].series[0].points, [(0.5, 0.0), (1.5, 6.0)]);
         let memory: Vec<&str> = charts[3].series.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(memory, ["resident memory"]);
+    }
+
+    #[test]
+    fn the_audit_log_is_read_a_piece_at_a_time_counting_complete_lines_once() {
+        // Recorded on the real control plane: one write of our controller among five lines.
+        const AUDIT: &str = include_str!("../../fixtures/kube-apiserver-1.34.2-audit.jsonl");
+        let controller_line = AUDIT
+            .lines()
+            .find(|line| line.contains("serviceaccount:openshift-machine-api:nutanix"))
+            .unwrap();
+        let sampler = Sampler {
+            started: Instant::now(),
+            every: Duration::from_secs(1),
+            mock_ms: 0,
+            prism_from: 0,
+            state: Mutex::default(),
+            writes_offset: Mutex::default(),
+            audit_read: Mutex::default(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let (head, tail) = controller_line.split_at(40);
+        std::fs::write(&path, format!("{AUDIT}{head}")).unwrap();
+        assert_eq!(sampler.audit_log_writes(&path), 1, "the line being written waits");
+        std::fs::write(&path, format!("{AUDIT}{head}{tail}\n")).unwrap();
+        assert_eq!(sampler.audit_log_writes(&path), 2);
+        assert_eq!(sampler.audit_log_writes(&path), 2, "nothing new");
+        // A log started anew (shorter than what was read) is read from its beginning.
+        std::fs::write(&path, format!("{controller_line}\n")).unwrap();
+        assert_eq!(sampler.audit_log_writes(&path), 3);
     }
 
     #[test]
