@@ -496,7 +496,11 @@ mod tests {
         let path = dir.path().join("audit.log");
         let (head, tail) = controller_line.split_at(40);
         std::fs::write(&path, format!("{AUDIT}{head}")).unwrap();
-        assert_eq!(sampler.audit_log_writes(&path), 1, "the line being written waits");
+        assert_eq!(
+            sampler.audit_log_writes(&path),
+            1,
+            "the line being written waits"
+        );
         std::fs::write(&path, format!("{AUDIT}{head}{tail}\n")).unwrap();
         assert_eq!(sampler.audit_log_writes(&path), 2);
         assert_eq!(sampler.audit_log_writes(&path), 2, "nothing new");
