@@ -81,7 +81,7 @@ async fn a_small_benchmark_runs_every_phase_within_the_call_budget() {
             .any(|s| s.phases.get("Running") == Some(&6))
     );
     assert!(samples.samples.iter().all(|s| s.at >= 0.0));
-    assert!(samples.samples.iter().any(|s| s.rss_mib.is_some()));
+    assert!(samples.samples.iter().any(|s| s.rss_mib[0].is_some()));
     assert!(samples.samples.last().unwrap().kube_writes > 0);
     let dir = tempfile::tempdir().unwrap();
     let files = write_pictures(dir.path(), &samples.charts()).unwrap();

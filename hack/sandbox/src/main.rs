@@ -9,10 +9,11 @@
 //!   the scale benchmark (tables, then one JSON line; with `--plots`, the JSON and SVG pictures of
 //!   the run in DIR). `sandbox side-by-side ... [--plots DIR]` likewise, both providers on the
 //!   same axes.
-//! - `sandbox chaos [--machines 50] [--kills 5] [--seed S] [--control-plane real]`: the chaos
-//!   soak (faults on, the controller killed at chosen moments, invariants checked; on the real
-//!   control plane two replicas with leader election, and Kubernetes' own faults); exits 0 only
-//!   when they held.
+//! - `sandbox chaos [--machines 50] [--kills 5] [--seed S] [--control-plane real] [--plots DIR]`:
+//!   the chaos soak (faults on, the controller killed at chosen moments, invariants checked; on
+//!   the real control plane two replicas with leader election, and Kubernetes' own faults);
+//!   exits 0 only when they held. With `--plots`, the report's JSON and its SVG pictures, each
+//!   kill and fault marked, in DIR.
 //! - `sandbox actors --kubeconfig FILE`: the replica controller, nodelink and the approver against
 //!   an API server until Ctrl-C.
 //! - `sandbox controller -- FLAGS` (hidden): the controller itself, as the scenario starts it in a
@@ -228,6 +229,12 @@ struct ChaosArgs {
     /// Controller replicas on the real control plane (each with `--leader-elect`).
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=5))]
     replicas: u32,
+    /// Write the report's JSON (`chaos.json`) and its pictures (SVG: Machines by phase, Prism
+    /// calls per second by kind, the controller's Kubernetes writes per second and each
+    /// replica's resident memory, each phase, kill and Kubernetes fault marked) into this
+    /// directory.
+    #[arg(long, value_name = "DIR")]
+    plots: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -643,10 +650,22 @@ fn run_chaos(args: ChaosArgs, runtime: &tokio::runtime::Runtime) -> ExitCode {
     if !report.kube_faults.is_empty() {
         println!("table row (docs/reliability.md):\n{}", report.table_row());
     }
-    if report.held() {
-        drop(temp_dir);
-        ExitCode::SUCCESS
-    } else {
+    let plots_written = match &args.plots {
+        None => true,
+        Some(dir) => match sandbox::chaos::write_plots(dir, &report) {
+            Ok(files) => {
+                for file in files {
+                    println!("sandbox chaos: wrote {}", file.display());
+                }
+                true
+            }
+            Err(error) => {
+                eprintln!("sandbox chaos: {error}");
+                false
+            }
+        },
+    };
+    if !report.held() {
         if let Some(temp) = temp_dir {
             let _ = temp.keep();
         }
@@ -654,6 +673,12 @@ fn run_chaos(args: ChaosArgs, runtime: &tokio::runtime::Runtime) -> ExitCode {
             "sandbox chaos: an invariant broke or a step did not finish; logs in {}",
             work_dir.display()
         );
+        return ExitCode::FAILURE;
+    }
+    drop(temp_dir);
+    if plots_written {
+        ExitCode::SUCCESS
+    } else {
         ExitCode::FAILURE
     }
 }

@@ -46,6 +46,16 @@ pub enum PlotError {
 
 const WIDTH: u32 = 900;
 const HEIGHT: u32 = 420;
+/// The plotting area's width: the picture's less the margins (12 px each side) and the y
+/// axis's labels (60 px).
+const PLOT_WIDTH: f64 = (WIDTH - 2 * 12 - 60) as f64;
+/// A marker label's font size, and about how wide its characters are on average in a sans-serif
+/// face (a bit over half the size), for telling whether two labels would overlap.
+const MARKER_FONT: u32 = 12;
+const MARKER_CHAR_WIDTH: f64 = 6.6;
+/// Rows of marker labels below the top of the plot: labels too close to the previous one on a
+/// row go to the next row down.
+const MARKER_ROWS: usize = 5;
 
 /// A line colour per series, told apart in print as on screen (the first is the palette's
 /// blue, then orange, green, red...: Paul Tol's "bright" scheme).
@@ -103,7 +113,8 @@ pub fn svg(chart: &Chart) -> Result<String, PlotError> {
             .max_light_lines(0)
             .draw()
             .map_err(|e| draw_error(&e))?;
-        for marker in &chart.markers {
+        let rows = label_rows(&chart.markers, x_end);
+        for (marker, row) in chart.markers.iter().zip(rows) {
             let grey = RGBColor(0x88, 0x88, 0x88);
             plot.draw_series(LineSeries::new(
                 [(marker.at, 0.0), (marker.at, y_end)],
@@ -112,8 +123,8 @@ pub fn svg(chart: &Chart) -> Result<String, PlotError> {
             .map_err(|e| draw_error(&e))?;
             plot.draw_series(std::iter::once(Text::new(
                 marker.label.clone(),
-                (marker.at, y_end * 0.98),
-                ("sans-serif", 12).into_font().color(&grey),
+                (marker.at, y_end * (0.98 - 0.06 * row as f64)),
+                ("sans-serif", MARKER_FONT).into_font().color(&grey),
             )))
             .map_err(|e| draw_error(&e))?;
         }
@@ -138,6 +149,34 @@ pub fn svg(chart: &Chart) -> Result<String, PlotError> {
         root.present().map_err(|e| draw_error(&e))?;
     }
     Ok(text)
+}
+
+/// The row of each marker's label (0 at the top), in the markers' order: in the order of time,
+/// each label takes the first row where it starts after the previous label on it ends (widths
+/// estimated from the characters, on an axis from 0 to `x_end`), else the row whose last label
+/// ends first.
+fn label_rows(markers: &[Marker], x_end: f64) -> Vec<usize> {
+    let pixels_per_second = PLOT_WIDTH / x_end.max(f64::EPSILON);
+    let mut order: Vec<usize> = (0..markers.len()).collect();
+    order.sort_by(|a, b| markers[*a].at.total_cmp(&markers[*b].at));
+    let mut row_ends = [f64::NEG_INFINITY; MARKER_ROWS];
+    let mut rows = vec![0; markers.len()];
+    for index in order {
+        let marker = &markers[index];
+        let start = marker.at * pixels_per_second;
+        let end = start + (marker.label.chars().count() as f64 + 1.0) * MARKER_CHAR_WIDTH;
+        let row = row_ends
+            .iter()
+            .position(|row_end| *row_end <= start)
+            .unwrap_or_else(|| {
+                (0..MARKER_ROWS)
+                    .min_by(|a, b| row_ends[*a].total_cmp(&row_ends[*b]))
+                    .unwrap_or(0)
+            });
+        row_ends[row] = end;
+        rows[index] = row;
+    }
+    rows
 }
 
 /// Draws `chart` into `path`.
@@ -276,6 +315,30 @@ mod tests {
         ] {
             assert!(texts.iter().any(|t| t == wanted), "{wanted}: {texts:?}");
         }
+    }
+
+    #[test]
+    fn marker_labels_close_in_time_go_to_rows_below_and_far_ones_share_the_top() {
+        let marker = |at: f64, label: &str| Marker {
+            at,
+            label: label.to_owned(),
+        };
+        // On an axis of 100 s, 8.16 px a second: "scale-up" (5 s) ends at about 12 s, "kill
+        // replica-1" (10 s) at about 22 s, so "apiserver" (12 s) takes the third row and "etcd"
+        // (13 s) the first again.
+        let markers = [
+            marker(10.0, "kill replica-1"),
+            marker(12.0, "apiserver"),
+            marker(13.0, "etcd"),
+            marker(50.0, "black hole"),
+            marker(5.0, "scale-up"),
+        ];
+        assert_eq!(label_rows(&markers, 100.0), [1, 2, 0, 0, 0]);
+        // More labels at one moment than rows: the row that frees first is reused.
+        let crowded: Vec<Marker> = (0..MARKER_ROWS + 1).map(|_| marker(1.0, "kill")).collect();
+        let rows = label_rows(&crowded, 100.0);
+        assert_eq!(rows[..MARKER_ROWS], [0, 1, 2, 3, 4]);
+        assert_eq!(rows[MARKER_ROWS], 0);
     }
 
     #[test]

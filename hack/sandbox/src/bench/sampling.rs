@@ -23,8 +23,9 @@ pub struct Sample {
     pub phases: BTreeMap<String, usize>,
     /// The provider's Kubernetes writes so far (as the request or audit log has them).
     pub kube_writes: u64,
-    /// The provider's resident memory, MiB (`None` between a kill and its restart).
-    pub rss_mib: Option<f64>,
+    /// Each replica's resident memory, MiB, in replica order (`None` between a kill and its
+    /// restart).
+    pub rss_mib: Vec<Option<f64>>,
 }
 
 /// What Prism was asked, as the pictures group it.
@@ -91,6 +92,10 @@ pub struct Sampler {
     state: Mutex<RunSamples>,
     /// Writes counted before the request log was last cleared (kube-sim's is, at restarts).
     writes_offset: Mutex<(u64, u64)>,
+    /// On the real control plane: how far the audit log was read, and the provider's writes in
+    /// it up to there (read a piece at a time: reading the whole log at each sample grows with
+    /// the run, and a sample holds up the work it samples).
+    audit_read: Mutex<(u64, u64)>,
 }
 
 impl Sampler {
@@ -103,6 +108,7 @@ impl Sampler {
             prism_from: world.admin().request_count(),
             state: Mutex::default(),
             writes_offset: Mutex::default(),
+            audit_read: Mutex::default(),
         }
     }
 
@@ -128,12 +134,11 @@ impl Sampler {
 
     /// The provider's writes so far, across clears of the log.
     fn provider_writes(&self, world: &World) -> u64 {
+        if let Some(plane) = world.control_plane() {
+            return self.audit_log_writes(&plane.audit_log());
+        }
         let now: u64 = match world.writes() {
-            Ok(tally) => tally
-                .iter()
-                .filter(|(kind, _)| matches!(kind.actor, Actor::Controller | Actor::GoProvider))
-                .map(|(_, count)| *count)
-                .sum(),
+            Ok(tally) => provider_total(&tally),
             Err(error) => {
                 tracing::debug!(%error, "sampling: the writes cannot be read");
                 return self
@@ -155,14 +160,52 @@ impl Sampler {
         *counted_before + now
     }
 
+    /// The provider's writes in the audit log at `path` so far: the complete lines added since
+    /// the last look, counted onto the earlier ones. A log shorter than what was read (started
+    /// anew) is read from its beginning.
+    fn audit_log_writes(&self, path: &Path) -> u64 {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut read = self
+            .audit_read
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (offset, counted) = &mut *read;
+        let mut added = Vec::new();
+        let opened = std::fs::File::open(path).and_then(|mut file| {
+            if file.metadata()?.len() < *offset {
+                *offset = 0;
+            }
+            file.seek(SeekFrom::Start(*offset))?;
+            file.read_to_end(&mut added)
+        });
+        if let Err(error) = opened {
+            tracing::debug!(%error, path = %path.display(), "sampling: the audit log cannot be read");
+            return *counted;
+        }
+        let Some(end) = added.iter().rposition(|byte| *byte == b'\n') else {
+            return *counted;
+        };
+        let lines = String::from_utf8_lossy(&added[..=end]);
+        match crate::writes::tally_audit_log(&lines) {
+            Ok(tally) => *counted += provider_total(&tally),
+            Err(error) => tracing::debug!(%error, "sampling: an audit log line cannot be read"),
+        }
+        *offset += end as u64 + 1;
+        *counted
+    }
+
     async fn sample(&self, world: &World) {
         let at = self.elapsed();
         let phases = machine_phases(world);
         let rss_mib = world
-            .controller_pid()
+            .replica_pids()
             .await
-            .and_then(process_stats)
-            .map(|stats| stats.rss_kib as f64 / 1024.0);
+            .into_iter()
+            .map(|pid| {
+                pid.and_then(process_stats)
+                    .map(|s| s.rss_kib as f64 / 1024.0)
+            })
+            .collect();
         let kube_writes = self.provider_writes(world);
         self.lock().samples.push(Sample {
             at,
@@ -198,6 +241,15 @@ impl Sampler {
             .collect();
         (output, samples)
     }
+}
+
+/// The provider's writes in `tally` (ours or the Go provider's).
+fn provider_total(tally: &crate::writes::Tally) -> u64 {
+    tally
+        .iter()
+        .filter(|(kind, _)| matches!(kind.actor, Actor::Controller | Actor::GoProvider))
+        .map(|(_, count)| *count)
+        .sum()
 }
 
 /// The Machines by phase: from kube-sim's store directly (cheap at a thousand Machines, as the
@@ -320,17 +372,32 @@ impl RunSamples {
             }],
             markers: self.markers.clone(),
         };
+        let replicas = self
+            .samples
+            .iter()
+            .map(|sample| sample.rss_mib.len())
+            .max()
+            .unwrap_or(1);
         let memory = Chart {
             title: "The provider's resident memory".to_owned(),
             unit: "MiB".to_owned(),
-            series: vec![Series {
-                name: "resident memory".to_owned(),
-                points: self
-                    .samples
-                    .iter()
-                    .filter_map(|sample| sample.rss_mib.map(|mib| (sample.at, mib)))
-                    .collect(),
-            }],
+            series: (0..replicas.max(1))
+                .map(|replica| Series {
+                    name: if replicas > 1 {
+                        format!("replica-{replica}")
+                    } else {
+                        "resident memory".to_owned()
+                    },
+                    points: self
+                        .samples
+                        .iter()
+                        .filter_map(|sample| {
+                            let mib = sample.rss_mib.get(replica).copied().flatten()?;
+                            Some((sample.at, mib))
+                        })
+                        .collect(),
+                })
+                .collect(),
             markers: self.markers.clone(),
         };
         vec![machines, prism, writes, memory]
@@ -383,7 +450,7 @@ mod tests {
             at,
             phases: phases.iter().map(|(p, n)| ((*p).to_owned(), *n)).collect(),
             kube_writes: writes,
-            rss_mib: Some(20.0),
+            rss_mib: vec![Some(20.0)],
         };
         let run = RunSamples {
             samples: vec![
@@ -404,5 +471,71 @@ mod tests {
         assert_eq!(charts[1].series[0].name, "create");
         assert_eq!(charts[1].series[0].points, [(0.5, 2.0), (1.5, 0.0)]);
         assert_eq!(charts[2].series[0].points, [(0.5, 0.0), (1.5, 6.0)]);
+        let memory: Vec<&str> = charts[3].series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(memory, ["resident memory"]);
+    }
+
+    #[test]
+    fn the_audit_log_is_read_a_piece_at_a_time_counting_complete_lines_once() {
+        // Recorded on the real control plane: one write of our controller among five lines.
+        const AUDIT: &str = include_str!("../../fixtures/kube-apiserver-1.34.2-audit.jsonl");
+        let controller_line = AUDIT
+            .lines()
+            .find(|line| line.contains("serviceaccount:openshift-machine-api:nutanix"))
+            .unwrap();
+        let sampler = Sampler {
+            started: Instant::now(),
+            every: Duration::from_secs(1),
+            mock_ms: 0,
+            prism_from: 0,
+            state: Mutex::default(),
+            writes_offset: Mutex::default(),
+            audit_read: Mutex::default(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let (head, tail) = controller_line.split_at(40);
+        std::fs::write(&path, format!("{AUDIT}{head}")).unwrap();
+        assert_eq!(
+            sampler.audit_log_writes(&path),
+            1,
+            "the line being written waits"
+        );
+        std::fs::write(&path, format!("{AUDIT}{head}{tail}\n")).unwrap();
+        assert_eq!(sampler.audit_log_writes(&path), 2);
+        assert_eq!(sampler.audit_log_writes(&path), 2, "nothing new");
+        // A log started anew (shorter than what was read) is read from its beginning.
+        std::fs::write(&path, format!("{controller_line}\n")).unwrap();
+        assert_eq!(sampler.audit_log_writes(&path), 3);
+    }
+
+    #[test]
+    fn several_replicas_have_a_memory_line_each_without_the_moments_they_were_down() {
+        let sample = |at: f64, rss_mib: Vec<Option<f64>>| Sample {
+            at,
+            rss_mib,
+            ..Sample::default()
+        };
+        let run = RunSamples {
+            samples: vec![
+                sample(0.0, vec![Some(20.0), Some(21.0)]),
+                sample(1.0, vec![None, Some(22.0)]),
+                sample(2.0, vec![Some(19.0), Some(23.0)]),
+            ],
+            ..RunSamples::default()
+        };
+        let charts = run.charts();
+        let lines: Vec<(&str, &[(f64, f64)])> = charts[3]
+            .series
+            .iter()
+            .map(|s| (s.name.as_str(), s.points.as_slice()))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                ("replica-0", &[(0.0, 20.0), (2.0, 19.0)][..]),
+                ("replica-1", &[(0.0, 21.0), (1.0, 22.0), (2.0, 23.0)][..]),
+            ]
+        );
     }
 }

@@ -51,12 +51,14 @@ impl Soak<'_> {
                 .kill_replica(index)
                 .await
                 .map_err(|e| e.to_string())?;
+            self.pictures.mark(&format!("kill replica-{index}"));
             Some((index, leader == Some(index)))
         } else {
             self.world
                 .kill_controller()
                 .await
                 .map_err(|e| e.to_string())?;
+            self.pictures.mark("kill");
             None
         };
         let at = self.elapsed();

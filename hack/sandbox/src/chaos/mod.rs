@@ -64,6 +64,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+use crate::bench::sampling::Sampler;
 use crate::leadership::LeaseHistory;
 use crate::manifests::{self, LINUX_SET, WINDOWS_IMAGE_SET, WINDOWS_TEMPLATE_SET};
 use crate::world::{
@@ -75,7 +76,7 @@ pub use finish::capture_logs;
 use kills::KillAim;
 use kube_faults::{FaultMoment, KubeFaultKind};
 use observe::scale_up_done;
-pub use report::{ChaosReport, KillRecord};
+pub use report::{ChaosReport, KillRecord, write_plots};
 use tracker::VmTracker;
 
 /// The MachineSet the chaos run adds: Windows Machines cloned from prism-mock's powered-off
@@ -334,10 +335,20 @@ pub async fn run(options: ChaosOptions) -> ChaosReport {
             return report;
         }
     };
-    let mut soak = Soak::new(&world, &options, started);
-    if let Err(error) = soak.play(&mut report).await {
+    // The pictures' samples: every 2 s on the real control plane (its audit log is read whole
+    // each time), every second on kube-sim.
+    let every = if world.on_real_control_plane() {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_secs(1)
+    };
+    let pictures = Sampler::new(&world, every);
+    let mut soak = Soak::new(&world, &options, started, &pictures);
+    let (played, samples) = pictures.run(&world, soak.play(&mut report)).await;
+    if let Err(error) = played {
         report.error = Some(error);
     }
+    report.samples = samples;
     soak.finish(&mut report).await;
     report.total = started.elapsed();
     world.shutdown().await;
@@ -374,6 +385,8 @@ struct Soak<'w> {
     lease_history: Option<LeaseHistory>,
     /// Control-plane programs that exited on their own and were started again.
     plane_restarts: Vec<String>,
+    /// Samples the run for its pictures; each phase, kill and fault is marked on it.
+    pictures: &'w Sampler,
 }
 
 /// prism-mock's route of a v4 template deploy (a fault rule's glob).
@@ -388,7 +401,12 @@ const LOOK_EVERY: Duration = Duration::from_millis(250);
 const VM_POLL: Duration = Duration::from_millis(5);
 
 impl<'w> Soak<'w> {
-    fn new(world: &'w World, options: &'w ChaosOptions, started: Instant) -> Self {
+    fn new(
+        world: &'w World,
+        options: &'w ChaosOptions,
+        started: Instant,
+        pictures: &'w Sampler,
+    ) -> Self {
         let seed_vms = world.admin().vms().into_iter().map(|vm| vm.uuid).collect();
         Self {
             world,
@@ -417,6 +435,7 @@ impl<'w> Soak<'w> {
                 )
             }),
             plane_restarts: Vec::new(),
+            pictures,
         }
     }
 
@@ -466,6 +485,7 @@ impl<'w> Soak<'w> {
         let sets = machine_sets(self.options.machines);
 
         let step = Instant::now();
+        self.pictures.mark("scale-up");
         self.set_phase(format!("scale up 0 → {}", self.options.machines));
         self.scale(&sets, |n| n.div_ceil(2)).await?;
         let mut up_faults = up_faults.into_iter().peekable();
@@ -504,6 +524,7 @@ impl<'w> Soak<'w> {
         ));
 
         let step = Instant::now();
+        self.pictures.mark("scale-down");
         self.set_phase(format!("scale down {} → 0", self.options.machines));
         self.block_drains().await?;
         self.scale(&sets, |_| 0).await?;

@@ -3,10 +3,13 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use serde_json::{Value, json};
+
 use super::faults::FaultLabel;
 use super::invariants::Invariant;
 use super::kills::KillAim;
 use super::kube_faults::FaultRecord;
+use crate::bench::sampling::RunSamples;
 
 /// One kill of the controller.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,6 +70,9 @@ pub struct ChaosReport {
     pub invariants: Vec<Invariant>,
     /// A step that did not finish, or the world not starting.
     pub error: Option<String>,
+    /// The run over time, for its pictures: Machines by phase, Prism calls, the controller's
+    /// writes and each replica's memory, with each phase, kill and Kubernetes fault marked.
+    pub samples: RunSamples,
 }
 
 impl ChaosReport {
@@ -192,6 +198,74 @@ impl ChaosReport {
 }
 
 impl ChaosReport {
+    /// The report as one JSON document (times in seconds since the run started).
+    pub fn json(&self) -> Value {
+        let seconds = |d: Duration| (d.as_secs_f64() * 10.0).round() / 10.0;
+        let replica = |r: Option<(usize, bool)>| {
+            r.map(|(replica, leader)| json!({"index": replica, "leader": leader}))
+        };
+        json!({
+            "held": self.held(),
+            "seed": self.seed,
+            "machines": self.machines,
+            "machine_sets": self.sets.iter().map(|(set, kind, n)| {
+                json!({"name": set, "kind": kind, "machines": n})
+            }).collect::<Vec<_>>(),
+            "control_plane": if self.control_plane.is_empty() { "kube-sim" } else { self.control_plane },
+            "replicas": self.replicas.max(1),
+            "total_s": seconds(self.total),
+            "steps": self.steps.iter().map(|(step, took)| {
+                json!({"step": step, "took_s": seconds(*took)})
+            }).collect::<Vec<_>>(),
+            "kills": self.kills.iter().map(|kill| json!({
+                "aim": kill.aim.to_string(),
+                "at_s": seconds(kill.at),
+                "aimed": kill.aimed,
+                "event": kill.event,
+                "while_down": kill.while_down,
+                "down_for_s": seconds(kill.down_for),
+                "replica": replica(kill.replica),
+            })).collect::<Vec<_>>(),
+            "kube_faults": self.kube_faults.iter().map(|fault| json!({
+                "kind": fault.kind.short(),
+                "moment": fault.moment.to_string(),
+                "at_s": seconds(fault.at),
+                "aimed": fault.aimed,
+                "event": fault.event,
+                "replica": replica(fault.replica),
+                "lasted_s": seconds(fault.lasted),
+                "detail": fault.detail,
+                "recovery_s": fault.recovery.map(seconds),
+            })).collect::<Vec<_>>(),
+            "controller_restarts": self.controller_restarts,
+            "lease_exits": self.lease_exits,
+            "plane_restarts": self.plane_restarts,
+            "prism_faults": self.faults.iter().map(|(label, fired)| {
+                json!({"fault": label.describe(), "fired": fired})
+            }).collect::<Vec<_>>(),
+            "list_lag_ms": self.list_lag_ms,
+            "prism_calls": self.prism_calls,
+            // Status 0: the connection was dropped without an answer.
+            "prism_answers": self.answers.iter().map(|(status, count)| {
+                json!({"status": status, "count": count})
+            }).collect::<Vec<_>>(),
+            "machines_seen": self.machines_seen,
+            "vms_seen": self.vms_seen,
+            "failed": self.failed.iter().map(|(name, reason, message)| {
+                json!({"machine": name, "reason": reason, "message": message})
+            }).collect::<Vec<_>>(),
+            "deleted_early": self.deleted_early.iter().map(|(name, why)| {
+                json!({"machine": name, "why": why})
+            }).collect::<Vec<_>>(),
+            "invariants": self.invariants.iter().map(|invariant| json!({
+                "name": invariant.name,
+                "held": invariant.held,
+                "detail": invariant.detail,
+            })).collect::<Vec<_>>(),
+            "error": self.error,
+        })
+    }
+
     fn render_kube_faults(&self, out: &mut String) {
         if !self.kube_faults.is_empty() {
             let _ = writeln!(
@@ -289,6 +363,24 @@ impl ChaosReport {
     }
 }
 
+/// Writes the report's JSON (`chaos.json`) and its pictures
+/// ([`crate::bench::sampling::PICTURES`]) into `dir`, returning the files.
+pub fn write_plots(
+    dir: &std::path::Path,
+    report: &ChaosReport,
+) -> Result<Vec<std::path::PathBuf>, crate::plots::PlotError> {
+    let mut files = crate::bench::sampling::write_pictures(dir, &report.samples.charts())?;
+    let path = dir.join("chaos.json");
+    std::fs::write(&path, report.json().to_string()).map_err(|source| {
+        crate::plots::PlotError::Write {
+            path: path.clone(),
+            source,
+        }
+    })?;
+    files.push(path);
+    Ok(files)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,6 +401,49 @@ mod tests {
         assert!(text.starts_with("chaos soak: BROKEN"), "{text}");
         assert!(text.contains("error: timed out"));
         assert!(text.contains("ok   x: fine"));
+    }
+
+    #[test]
+    fn the_json_has_each_kill_and_fault_with_its_moment() {
+        use super::super::kube_faults::{FaultMoment, KubeFaultKind};
+        let report = ChaosReport {
+            seed: 7,
+            kills: vec![KillRecord {
+                aim: KillAim::MidDelete,
+                at: Duration::from_millis(12_340),
+                aimed: true,
+                event: "VM u1 of w-a went DELETE_PENDING".into(),
+                machine_state: None,
+                while_down: None,
+                down_for: Duration::from_millis(1500),
+                replica: Some((1, true)),
+            }],
+            kube_faults: vec![FaultRecord {
+                kind: KubeFaultKind::EtcdDown,
+                moment: FaultMoment::At(KillAim::MidDrain),
+                at: Duration::from_secs(20),
+                aimed: false,
+                event: "struck when the wait ran out".into(),
+                replica: None,
+                lasted: Duration::from_secs(4),
+                answering_again: None,
+                detail: "down 3.0s".into(),
+                recovery: Some(Duration::from_millis(2_050)),
+            }],
+            answers: vec![(0, 2), (200, 9)],
+            ..ChaosReport::default()
+        };
+        let json = report.json();
+        assert_eq!(json["held"], false);
+        assert_eq!(json["seed"], 7);
+        assert_eq!(json["control_plane"], "kube-sim");
+        assert_eq!(json["kills"][0]["at_s"], 12.3);
+        assert_eq!(json["kills"][0]["replica"]["index"], 1);
+        assert_eq!(json["kills"][0]["replica"]["leader"], true);
+        assert_eq!(json["kube_faults"][0]["kind"], "etcd");
+        assert_eq!(json["kube_faults"][0]["recovery_s"], 2.1);
+        assert_eq!(json["kube_faults"][0]["replica"], Value::Null);
+        assert_eq!(json["prism_answers"][0]["status"], 0);
     }
 
     #[test]

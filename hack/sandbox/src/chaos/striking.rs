@@ -50,7 +50,6 @@ impl Soak<'_> {
         self.strike(kind, moment, aimed, event).await
     }
 
-    /// Carries `kind` out now.
     /// Strikes the next fault of `faults` if it is one meant for right after a kill (the killed
     /// replica has just been started again).
     pub(super) async fn strike_after_kill(
@@ -66,6 +65,7 @@ impl Soak<'_> {
         self.strike(kind, moment, true, event).await.map(Some)
     }
 
+    /// Carries `kind` out now.
     pub(super) async fn strike(
         &mut self,
         kind: KubeFaultKind,
@@ -88,6 +88,10 @@ impl Soak<'_> {
             recovery: None,
         };
         self.world.set_label(format!("fault: {kind}"));
+        // A path fault is marked once its replica is chosen (that can wait for a leader).
+        if !kind.on_a_path() {
+            self.pictures.mark(kind.short());
+        }
         match kind {
             KubeFaultKind::ApiServerDown | KubeFaultKind::EtcdDown => {
                 let program = if kind == KubeFaultKind::ApiServerDown {
@@ -169,6 +173,8 @@ impl Soak<'_> {
                 } else {
                     self.options.k8s.window
                 };
+                self.pictures
+                    .mark(&format!("{} replica-{replica}", kind.short()));
                 self.set_path(replica, kind)?;
                 self.idle(window).await?;
                 self.open_path(replica)?;

@@ -194,6 +194,17 @@ impl World {
             .and_then(|p| p.pid)
     }
 
+    /// Each replica's process id while it runs, in replica order.
+    pub async fn replica_pids(&self) -> Vec<Option<u32>> {
+        self.controller
+            .lock()
+            .await
+            .replicas
+            .iter()
+            .map(|r| r.process.as_ref().and_then(|p| p.pid))
+            .collect()
+    }
+
     /// How many replicas the world runs.
     pub fn replica_count(&self) -> usize {
         self.options.controller_replicas.max(1)
