@@ -132,11 +132,6 @@ impl Usage {
     }
 }
 
-/// The provider's writes in a tally of the audit log.
-fn writes_of(tally: &Tally, provider: Provider) -> u64 {
-    writes_by_kind(tally, provider).values().sum()
-}
-
 /// The provider's writes in a tally of the audit log, by kind (the actor left out).
 fn writes_by_kind(tally: &Tally, provider: Provider) -> BTreeMap<String, u64> {
     let actor = match provider {
@@ -575,8 +570,9 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        assert_eq!(writes_of(&tally, Provider::Ours), 7);
-        assert_eq!(writes_of(&tally, Provider::Go), 11);
+        let total = |provider| -> u64 { writes_by_kind(&tally, provider).values().sum() };
+        assert_eq!(total(Provider::Ours), 7);
+        assert_eq!(total(Provider::Go), 11);
         assert_eq!(
             writes_by_kind(&tally, Provider::Ours),
             BTreeMap::from([("patch machines/status → 200".to_owned(), 7)])
