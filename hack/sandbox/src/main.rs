@@ -509,6 +509,7 @@ async fn run_side_by_side(args: SideBySideArgs) -> ExitCode {
     match side_by_side::run(&options).await {
         Ok(runs) => {
             println!("\n{}", side_by_side::render(&runs, steady, restart_window));
+            println!("{}", side_by_side::render_writes(&runs));
             let json = match serde_json::to_string(&runs) {
                 Ok(json) => json,
                 Err(error) => {

@@ -3,9 +3,9 @@
 //! Each reconcile builds a [`Scope`] (the Machine parsed once, the Prism environment resolved
 //! at most once), then runs the plan's script, [`Rounds`]: ask `decide`, write the status change
 //! that makes a retry safe before anything is sent, perform the one action it asks for, feed the
-//! result back, and ask again (at most [`MAX_ROUNDS`] times); at the end, write at most one
-//! metadata patch and one status patch in the script's order, publish the events and count the
-//! metrics. Which read to make, what an answer means and what to write are the plan's alone;
+//! result back, and ask again (at most [`MAX_ROUNDS`] times), planning on at once after a change
+//! it only writes; at the end, write the metadata and status patches in the script's order
+//! (each only if it changes anything), publish the events and count the metrics. Which read to make, what an answer means and what to write are the plan's alone;
 //! each call's result goes into the snapshot as it is, and a call that failed returns its own
 //! error, which the reconcile ends with when the plan fails it.
 //!
@@ -320,8 +320,8 @@ impl Scope {
                     Ok(failed) => failed,
                     Err(error) => Some(self.connection_failed(error)?),
                 },
-                Step::Record(update) => {
-                    self.write_status(*update).await?;
+                Step::Record(writes) => {
+                    self.write_all(writes).await?;
                     continue;
                 }
                 Step::Send(change) => self.send(change).await?,
@@ -383,13 +383,8 @@ impl Scope {
 
     /// Writes what the reconcile decided, in the script's order, then publishes the events
     /// and applies the effects.
-    async fn flush(&mut self, finish: Finish) -> Result<(), Error> {
-        for write in &finish.writes {
-            match write {
-                Write::Status(update) => self.write_status(update.as_ref().clone()).await?,
-                Write::Metadata(change) => self.write_metadata(change.clone()).await?,
-            }
-        }
+    async fn flush(&mut self, mut finish: Finish) -> Result<(), Error> {
+        self.write_all(std::mem::take(&mut finish.writes)).await?;
         let machine = self.machine.clone();
         for event in finish.events(self.wrote) {
             if event.warning {
@@ -403,6 +398,17 @@ impl Scope {
         }
         for effect in finish.effects {
             self.apply(effect);
+        }
+        Ok(())
+    }
+
+    /// Performs `writes` in order, each only if it changes anything.
+    async fn write_all(&mut self, writes: Vec<Write>) -> Result<(), Error> {
+        for write in writes {
+            match write {
+                Write::Status(update) => self.write_status(*update).await?,
+                Write::Metadata(change) => self.write_metadata(change).await?,
+            }
         }
         Ok(())
     }

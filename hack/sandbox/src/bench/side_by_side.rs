@@ -10,7 +10,7 @@
 //! audit log, [`crate::writes`]) per phase, and the CPU seconds and peak resident memory of its
 //! processes (`/proc`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -71,6 +71,9 @@ pub struct Phase {
     pub seconds: f64,
     pub prism_calls: u64,
     pub kube_writes: u64,
+    /// The provider's writes by kind (`verb resource[/subresource] → code`), which add up to
+    /// `kube_writes`: where a Machine's writes go (issue 37).
+    pub writes_by_kind: BTreeMap<String, u64>,
 }
 
 impl Phase {
@@ -131,32 +134,67 @@ impl Usage {
     }
 }
 
-/// The provider's writes in a tally of the audit log.
-fn writes_of(tally: &Tally, provider: Provider) -> u64 {
+/// The provider's writes in a tally of the audit log, by kind (the actor left out).
+fn writes_by_kind(tally: &Tally, provider: Provider) -> BTreeMap<String, u64> {
     let actor = match provider {
         Provider::Ours => Actor::Controller,
         Provider::Go => Actor::GoProvider,
     };
-    tally
-        .iter()
-        .filter(|(kind, _)| kind.actor == actor)
-        .map(|(_, count)| count)
-        .sum()
+    let mut kinds = BTreeMap::new();
+    for (kind, count) in tally.iter().filter(|(kind, _)| kind.actor == actor) {
+        let resource = if kind.subresource.is_empty() {
+            kind.resource.clone()
+        } else {
+            format!("{}/{}", kind.resource, kind.subresource)
+        };
+        *kinds
+            .entry(format!("{} {resource} → {}", kind.verb, kind.code))
+            .or_default() += count;
+    }
+    kinds
 }
 
-/// Where a run is: the time, Prism calls and the provider's writes so far.
+/// Where a run is: the time, Prism calls and the provider's writes so far, by kind.
 struct Mark {
     at: Instant,
     calls: u64,
-    writes: u64,
+    writes: BTreeMap<String, u64>,
 }
 
 fn phase(from: &Mark, to: &Mark) -> Phase {
+    let writes_by_kind: BTreeMap<String, u64> = to
+        .writes
+        .iter()
+        .map(|(kind, count)| {
+            let before = from.writes.get(kind).copied().unwrap_or_default();
+            (kind.clone(), count.saturating_sub(before))
+        })
+        .filter(|(_, count)| *count > 0)
+        .collect();
     Phase {
         seconds: to.at.duration_since(from.at).as_secs_f64(),
         prism_calls: to.calls.saturating_sub(from.calls),
-        kube_writes: to.writes.saturating_sub(from.writes),
+        kube_writes: writes_by_kind.values().sum(),
+        writes_by_kind,
     }
+}
+
+/// Each phase's writes per Machine by kind, for a report: one line per phase and kind.
+pub fn render_writes(runs: &[ProviderRun]) -> String {
+    let mut out = String::new();
+    for run in runs {
+        let machines = run.machines.max(1) as f64;
+        for (name, phase) in [("0 → N", &run.up), ("N → 0", &run.down)] {
+            for (kind, count) in &phase.writes_by_kind {
+                out.push_str(&format!(
+                    "{}: {name}: {:.2} per Machine: {kind}\n",
+                    run.provider,
+                    *count as f64 / machines
+                ));
+            }
+        }
+    }
+    out
 }
 
 fn all_running(snapshot: &Snapshot, machines: usize) -> Result<(), String> {
@@ -192,7 +230,7 @@ fn nothing_left(snapshot: &Snapshot) -> Result<(), String> {
 }
 
 async fn mark(world: &World, provider: Provider) -> Result<Mark, BenchError> {
-    let writes = writes_of(&world.writes()?, provider);
+    let writes = writes_by_kind(&world.writes()?, provider);
     Ok(Mark {
         at: Instant::now(),
         calls: world.prism_calls(),
@@ -479,12 +517,14 @@ mod tests {
                 seconds: up_seconds,
                 prism_calls: up_calls,
                 kube_writes: 120,
+                writes_by_kind: BTreeMap::new(),
             },
             bound_seconds: 5.0,
             steady: Phase {
                 seconds: 120.0,
                 prism_calls: 30,
                 kube_writes: 0,
+                writes_by_kind: BTreeMap::new(),
             },
             restart: Phase::default(),
             down: Phase::default(),
@@ -539,7 +579,47 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        assert_eq!(writes_of(&tally, Provider::Ours), 7);
-        assert_eq!(writes_of(&tally, Provider::Go), 11);
+        let total = |provider| -> u64 { writes_by_kind(&tally, provider).values().sum() };
+        assert_eq!(total(Provider::Ours), 7);
+        assert_eq!(total(Provider::Go), 11);
+        assert_eq!(
+            writes_by_kind(&tally, Provider::Ours),
+            BTreeMap::from([("patch machines/status → 200".to_owned(), 7)])
+        );
+    }
+
+    #[test]
+    fn a_phase_has_the_writes_of_each_kind_made_in_it() {
+        let mark = |writes: &[(&str, u64)]| Mark {
+            at: Instant::now(),
+            calls: 0,
+            writes: writes
+                .iter()
+                .map(|(kind, count)| ((*kind).to_owned(), *count))
+                .collect(),
+        };
+        let from = mark(&[("patch machines/status → 200", 3)]);
+        let to = mark(&[
+            ("patch machines/status → 200", 7),
+            ("create events → 201", 2),
+        ]);
+        let phase = phase(&from, &to);
+        assert_eq!(phase.kube_writes, 6);
+        assert_eq!(
+            phase.writes_by_kind,
+            BTreeMap::from([
+                ("create events → 201".to_owned(), 2),
+                ("patch machines/status → 200".to_owned(), 4),
+            ])
+        );
+        let runs = [ProviderRun {
+            up: phase,
+            ..run("ours", 25.0, 33)
+        }];
+        assert_eq!(
+            render_writes(&runs),
+            "ours: 0 → N: 0.20 per Machine: create events → 201\n\
+             ours: 0 → N: 0.40 per Machine: patch machines/status → 200\n"
+        );
     }
 }

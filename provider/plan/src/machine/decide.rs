@@ -206,6 +206,8 @@ fn follow_step(d: &mut Draft<'_>, step: Step, vm: Option<Vm>) -> Decided {
         }
         Step::SetPhase(phase) => {
             d.update.phase = Some(phase);
+            // The create, or the deletion, follows from the phase alone: written with it.
+            d.plan_on = true;
             Ok(Next::AwaitChange)
         }
         Step::WaitForPreDrainHooks => {
@@ -235,6 +237,7 @@ fn follow_step(d: &mut Draft<'_>, step: Step, vm: Option<Vm>) -> Decided {
                 Some(why.into()),
             );
             d.event(false, drain::events::SKIPPED, "Node drain skipped");
+            d.plan_on = true;
             Ok(Next::AwaitChange)
         }
         Step::Drain { node } => drain::drain(d, node),

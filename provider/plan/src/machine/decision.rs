@@ -21,6 +21,11 @@ pub struct Decision {
     pub events: Vec<Event>,
     pub effects: Vec<Effect>,
     pub next: Next,
+    /// The reconcile plans on at once on the Machine as this decision's changes leave it,
+    /// instead of ending and waiting for their write to trigger the next ([`super::Rounds`]):
+    /// set where the next step follows from the change alone (a phase entered, a task ended,
+    /// a drain done), so that the changes of one transition are written together.
+    pub plan_on: bool,
 }
 
 /// A change to the Machine's metadata.
@@ -102,10 +107,14 @@ impl Change {
 }
 
 /// How many times one reconcile asks [`super::decide`] at most: a bound against a loop, above
-/// the longest path, a create with static addresses whose claim is adopted (environment,
-/// identity marker, claims, adoption, the plan's inputs, UUID, create, a GET after a 409, then
-/// the outcome: 9 asks). The executor stops there and looks again later.
-pub const MAX_ROUNDS: usize = 12;
+/// the longest path. A reconcile plans on after a change it only writes ([`super::Rounds`]), so
+/// a Machine's first reconcile goes from the finalizer to the create sent: the finalizer (1 ask),
+/// phase `Provisioning` (environment, identity marker, then the decision: 3), then a create with
+/// static addresses whose claim is adopted (environment, identity marker, claims, adoption, the
+/// plan's inputs, UUID, create, a GET after a 409, then the outcome: 9), 13 in all; a deletion
+/// from phase `Deleting` to the VM's DELETE sent fewer. The executor stops there and looks again
+/// later.
+pub const MAX_ROUNDS: usize = 24;
 
 /// A read; its result fills the [`super::Seen`] slot named.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -230,12 +239,22 @@ pub enum Change {
 
 impl Change {
     /// Whether what was decided so far is written to the Machine before this change is sent
-    /// (record before send: a retry after a crash finds on the Machine what was sent). Setting
-    /// a Node's providerID needs no record (a retry reads the Node again), and it goes first so
-    /// that a Machine is never seen `Running` with its Node still lacking the providerID that
-    /// the same reconcile is about to set.
+    /// (record before send: a retry after a crash finds on the Machine what was sent). The
+    /// changes that need no record go without one, so that the status they follow is written
+    /// once with what comes after them: reserving a UUID (one never used costs nothing; the
+    /// record before the create carries it), setting a Node's providerID (a retry reads the Node
+    /// again; and it goes first so that a Machine is never seen `Running` with its Node still
+    /// lacking the providerID the same reconcile is about to set), a drain round (cordon and
+    /// evictions, which a retry repeats harmlessly) and the Node's deletion (a Node already
+    /// gone is success).
     pub fn records_first(&self) -> bool {
-        !matches!(self, Self::NodeProviderId { .. })
+        !matches!(
+            self,
+            Self::NodeProviderId { .. }
+                | Self::Drain { .. }
+                | Self::DeleteNode { .. }
+                | Self::ReserveUuid
+        )
     }
 }
 

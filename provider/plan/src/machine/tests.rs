@@ -838,8 +838,8 @@ impl World {
             );
             match step {
                 Step::Read(read) => self.read(&mut rounds.snapshot, read),
-                Step::Record(update) => {
-                    self.write_status(&update);
+                Step::Record(writes) => {
+                    self.write_all(&writes);
                     done += 1;
                     if stop_after == Some(done) {
                         return outcome;
@@ -859,18 +859,23 @@ impl World {
                         super::MAX_ROUNDS,
                         self.log
                     );
-                    for write in &finish.writes {
-                        match write {
-                            Write::Status(update) => self.write_status(update),
-                            Write::Metadata(change) => self.write_metadata(change),
-                        }
-                    }
+                    self.write_all(&finish.writes);
                     let wrote = self.writes() > writes_before;
                     outcome.events = finish.events(wrote).map(|event| event.reason).collect();
                     outcome.effects = finish.effects;
                     outcome.next = Some(finish.next);
                     return outcome;
                 }
+            }
+        }
+    }
+
+    /// Performs `writes` in order, as the executor does.
+    fn write_all(&mut self, writes: &[Write]) {
+        for write in writes {
+            match write {
+                Write::Status(update) => self.write_status(update),
+                Write::Metadata(change) => self.write_metadata(change),
             }
         }
     }
@@ -922,6 +927,12 @@ impl World {
 
     fn delete(&mut self) {
         self.machine["metadata"]["deletionTimestamp"] = json!(self.now.to_string());
+    }
+
+    /// The finalizer is on and nothing else: the next reconcile enters phase `Provisioning`
+    /// and, planning on, records and sends the create.
+    fn about_to_create(&self) -> bool {
+        self.machine["metadata"]["finalizers"] == json!(["machine.machine.openshift.io"])
     }
 
     fn finalized(&self) -> bool {
@@ -1011,13 +1022,12 @@ fn a_whole_create_from_an_image_and_a_whole_delete_in_order() {
     let mut world = World::new("image");
     let (steps, _) = world.steps();
     assert_eq!(steps, strings(&["write metadata"]), "the finalizer first");
-    let (steps, _) = world.steps();
-    assert_eq!(steps, strings(&["env", "list Marker", "write status"]));
-    assert_eq!(world.phase(), phase::PROVISIONING);
     let (steps, outcome) = world.steps();
     assert_eq!(
         steps,
         strings(&[
+            "env",
+            "list Marker",
             "env",
             "list Marker",
             "inputs",
@@ -1026,14 +1036,27 @@ fn a_whole_create_from_an_image_and_a_whole_delete_in_order() {
             "create",
             "write status"
         ]),
-        "the UUID is recorded before the create is sent"
+        "phase Provisioning written with the UUID, before the create is sent"
     );
+    assert_eq!(world.phase(), phase::PROVISIONING);
     assert_eq!(outcome.events, ["Create"]);
     let status = world.status();
     assert!(status.vm_uuid.is_some() && status.pending_task.is_some());
     world.tick();
     let (steps, outcome) = world.steps();
-    assert_eq!(steps, strings(&["env", "task", "write status"]));
+    assert_eq!(
+        steps,
+        strings(&[
+            "env",
+            "task",
+            "env",
+            "GET",
+            "addresses",
+            "write metadata",
+            "write status"
+        ]),
+        "the task's end written with what the VM it made shows"
+    );
     assert!(matches!(
         outcome.effects[0],
         Effect::TaskEnded {
@@ -1041,11 +1064,7 @@ fn a_whole_create_from_an_image_and_a_whole_delete_in_order() {
             ..
         }
     ));
-    let (steps, _) = world.steps();
-    assert_eq!(
-        steps,
-        strings(&["env", "GET", "addresses", "write metadata", "write status"])
-    );
+    assert!(outcome.events.is_empty(), "{:?}", outcome.events);
     assert_eq!(world.phase(), phase::PROVISIONED);
     world.link_node();
     let (steps, _) = world.steps();
@@ -1065,10 +1084,6 @@ fn a_whole_create_from_an_image_and_a_whole_delete_in_order() {
     assert_eq!(world.vms.len(), 1);
 
     world.delete();
-    let (steps, _) = world.steps();
-    assert_eq!(steps, strings(&["write status"]), "phase Deleting");
-    let (steps, _) = world.steps();
-    assert_eq!(steps, strings(&["drain", "write status"]));
     let mut deletion = Vec::new();
     while !world.finalized() {
         let (steps, _) = world.steps();
@@ -1078,19 +1093,104 @@ fn a_whole_create_from_an_image_and_a_whole_delete_in_order() {
     assert_eq!(
         deletion,
         strings(&[
+            "drain",
             "node",
             "env",
-            "DELETE",
             "write status",
+            "DELETE",
             "env",
             "GET",
             "delete node",
             "write metadata"
         ]),
-        "no GET before the DELETE; the GET that finds it gone ends the deletion"
+        "phase Deleting, the drain's end and the delete's record in one write before the \
+         DELETE; no GET before it; the GET that finds it gone ends the deletion"
     );
     assert!(World::prism_calls(&deletion) <= 3);
     assert!(world.vms.is_empty());
+}
+
+/// The Kubernetes writes of one Machine's life, by kind: each is a write to etcd on the
+/// cluster's control plane (issue 37).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct WriteTally {
+    status: usize,
+    metadata: usize,
+    node: usize,
+    events: Vec<&'static str>,
+}
+
+impl WriteTally {
+    fn total(&self) -> usize {
+        self.status + self.metadata + self.node + self.events.len()
+    }
+}
+
+impl World {
+    /// Reconciles (time passing between) until `done`, at most `limit` times, tallying the
+    /// writes and the events published.
+    fn tally_until(&mut self, limit: usize, done: impl Fn(&World) -> bool) -> WriteTally {
+        let mut tally = WriteTally::default();
+        for _ in 0..limit {
+            if done(self) {
+                break;
+            }
+            let (steps, outcome) = self.steps();
+            let count = |name: &str| steps.iter().filter(|step| *step == name).count();
+            tally.status += count("write status");
+            tally.metadata += count("write metadata");
+            tally.node += count("node providerID") + count("delete node");
+            tally.events.extend(outcome.events);
+            self.tick();
+        }
+        assert!(
+            done(self),
+            "not done after {limit} reconciles: {:?}",
+            self.log
+        );
+        tally
+    }
+}
+
+/// From create to Running: the finalizer; phase Provisioning with the reserved UUID (the
+/// record before the create); the create's task; the task's end with the VM's addresses, and
+/// its labels, annotations and providerID; phase Running; the Node's providerID (where no cloud
+/// controller manager set it); the `Create` and `Update` events. A deletion: phase Deleting,
+/// the drain's end and the delete's record in one status write; the Node; the finalizer; one
+/// event. A write more is a regression: fold it into the transition it belongs to.
+#[test]
+fn a_create_to_running_and_a_deletion_make_few_writes_each() {
+    let mut world = World::new("image");
+    let mut created = world.tally_until(12, |w| w.phase() == phase::PROVISIONED);
+    world.link_node();
+    let running = world.tally_until(4, |w| w.phase() == phase::RUNNING);
+    created.status += running.status;
+    created.metadata += running.metadata;
+    created.node += running.node;
+    created.events.extend(running.events);
+    assert_eq!(
+        created,
+        WriteTally {
+            status: 4,
+            metadata: 2,
+            node: 1,
+            events: vec!["Create", "Update"],
+        }
+    );
+    assert_eq!(created.total(), 9);
+
+    world.delete();
+    let deleted = world.tally_until(8, World::finalized);
+    assert_eq!(
+        deleted,
+        WriteTally {
+            status: 1,
+            metadata: 1,
+            node: 1,
+            events: vec!["Delete"],
+        }
+    );
+    assert!(deleted.total() <= 4);
 }
 
 /// The Node's providerID has one writer here, the protocol, on the Node the watch cache shows:
@@ -1448,8 +1548,8 @@ fn a_vm_missing_from_the_listing_is_confirmed_by_a_get_not_failed() {
 fn a_409_on_create_is_confirmed_by_a_get() {
     // The VM exists: an earlier create got through, and shows up once Prism answers 409.
     let mut world = World::new("image");
-    world.run_until(4, |w| w.phase() == phase::PROVISIONING);
-    world.reconcile_until(Some(3));
+    world.run_until(4, World::about_to_create);
+    world.reconcile_until(Some(2));
     assert!(
         world.status().vm_uuid.is_some(),
         "stopped after recording the UUID"
@@ -1467,7 +1567,7 @@ fn a_409_on_create_is_confirmed_by_a_get() {
 
     // No VM has the UUID: a conflict of Prism's own, retried with backoff.
     let mut world = World::new("image");
-    world.run_until(4, |w| w.phase() == phase::PROVISIONING);
+    world.run_until(4, World::about_to_create);
     world
         .answers
         .push_back(Answer::Refuse(SendOutcome::Conflict("409".into())));
@@ -1475,6 +1575,8 @@ fn a_409_on_create_is_confirmed_by_a_get() {
     assert_eq!(
         steps,
         strings(&[
+            "env",
+            "list Marker",
             "env",
             "list Marker",
             "inputs",
@@ -1499,7 +1601,7 @@ fn a_409_on_create_is_confirmed_by_a_get() {
 #[test]
 fn a_rejected_reservation_is_replaced_once_no_vm_has_it() {
     let mut world = World::new("image");
-    world.run_until(4, |w| w.phase() == phase::PROVISIONING);
+    world.run_until(4, World::about_to_create);
     world
         .answers
         .push_back(Answer::Refuse(SendOutcome::ReservationRejected));
@@ -1507,6 +1609,8 @@ fn a_rejected_reservation_is_replaced_once_no_vm_has_it() {
     assert_eq!(
         steps,
         strings(&[
+            "env",
+            "list Marker",
             "env",
             "list Marker",
             "inputs",
@@ -1531,7 +1635,7 @@ fn a_rejected_reservation_is_replaced_once_no_vm_has_it() {
 #[test]
 fn a_create_refused_as_invalid_fails_the_machine() {
     let mut world = World::new("image");
-    world.run_until(4, |w| w.phase() == phase::PROVISIONING);
+    world.run_until(4, World::about_to_create);
     world
         .answers
         .push_back(Answer::Refuse(SendOutcome::Invalid("422: bad".into())));
@@ -1552,7 +1656,7 @@ fn a_create_refused_as_invalid_fails_the_machine() {
 fn a_500_after_prism_made_the_vm_finds_it_and_creates_no_second() {
     for source in ["image", "clone", "template"] {
         let mut world = World::new(source);
-        world.run_until(4, |w| w.phase() == phase::PROVISIONING);
+        world.run_until(4, World::about_to_create);
         world.answers.push_back(Answer::Lost);
         let (_, outcome) = world.steps();
         assert_eq!(
@@ -1829,7 +1933,19 @@ fn a_deploy_is_found_through_its_task_or_by_name() {
     assert!(world.status().deploy_request_id.is_some());
     world.tick();
     let (steps, _) = world.steps();
-    assert_eq!(steps, strings(&["env", "task", "write status"]));
+    assert_eq!(
+        steps,
+        strings(&[
+            "env",
+            "task",
+            "env",
+            "GET",
+            "write status",
+            "follow-up",
+            "write status"
+        ]),
+        "the task's end recorded with the follow-up it leads to"
+    );
     assert!(world.status().vm_uuid.is_some());
 
     // It names none: the VM is looked for by name in a fresh listing.
@@ -1925,10 +2041,12 @@ fn a_delete_just_sent_is_not_looked_at_before_a_poll_interval() {
     let mut world = World::new("image");
     world.run_until(8, |w| w.phase() == phase::PROVISIONED);
     world.delete();
-    world.reconcile();
-    world.reconcile();
     let (steps, _) = world.steps();
-    assert_eq!(steps, strings(&["env", "DELETE", "write status"]));
+    assert_eq!(
+        steps,
+        strings(&["env", "write status", "DELETE"]),
+        "phase Deleting, the skipped drain and the delete's record in one write, before the DELETE"
+    );
     assert!(world.status().deletion_sent.is_some());
     // The reconcile its own write triggers, at once: only the connection is looked at (for
     // how long deletes take), nothing is asked of Prism.
@@ -1955,10 +2073,8 @@ fn a_delete_is_first_looked_at_when_deletes_on_its_prism_usually_end() {
     };
     world.run_until(8, |w| w.phase() == phase::PROVISIONED);
     world.delete();
-    world.reconcile();
-    world.reconcile();
     let (steps, _) = world.steps();
-    assert_eq!(steps, strings(&["env", "DELETE", "write status"]));
+    assert_eq!(steps, strings(&["env", "write status", "DELETE"]));
     // Three seconds on (two, less the recorded time's second): no GET yet, a look in two.
     world.now += SignedDuration::from_secs(3);
     let (steps, outcome) = world.steps();
@@ -1978,7 +2094,7 @@ fn a_delete_is_first_looked_at_when_deletes_on_its_prism_usually_end() {
 #[test]
 fn a_deletion_before_anything_was_recorded_needs_no_prism() {
     let mut world = World::new("image");
-    world.run_until(4, |w| w.phase() == phase::PROVISIONING);
+    world.run_until(4, World::about_to_create);
     world.environment = EnvironmentSeen::Unavailable(EnvironmentProblem::CredentialsRefused {
         secret: "ns/nutanix-credentials".into(),
     });
@@ -1993,10 +2109,11 @@ fn a_deletion_whose_vm_is_already_gone_finishes_on_the_delete_404() {
     world.run_until(8, |w| w.phase() == phase::PROVISIONED);
     world.vms.clear();
     world.delete();
-    world.reconcile();
-    world.reconcile();
     let (steps, _) = world.steps();
-    assert_eq!(steps, strings(&["env", "DELETE", "write metadata"]));
+    assert_eq!(
+        steps,
+        strings(&["env", "write status", "DELETE", "write metadata"])
+    );
     assert!(world.finalized());
 }
 
@@ -2020,14 +2137,13 @@ fn a_vm_holding_volume_groups_is_deleted_once_they_are_detached_and_they_are_kep
     world.link_node();
     world.nodes.clear();
     world.delete();
-    world.reconcile();
-    world.reconcile();
 
     // Read, recorded, then both detached (never the VM deleted while it holds one).
     let (steps, outcome) = world.steps();
     assert_eq!(
         steps,
         strings(&[
+            "drain",
             "node",
             "env",
             "GET",
@@ -2072,7 +2188,7 @@ fn a_vm_holding_volume_groups_is_deleted_once_they_are_detached_and_they_are_kep
     let (steps, _) = world.steps();
     assert_eq!(
         steps,
-        strings(&["node", "env", "GET", "DELETE", "write status"])
+        strings(&["node", "env", "GET", "write status", "DELETE"])
     );
     assert!(world.attached_volume_groups(&uuid).is_empty());
     world.tick();
@@ -2159,8 +2275,6 @@ fn a_deletion_sent_by_an_older_controller_is_waited_for_not_sent_again() {
     world.run_until(8, |w| w.phase() == phase::PROVISIONED);
     let uuid = world.status().vm_uuid.unwrap();
     world.delete();
-    world.reconcile();
-    world.reconcile();
     // An older controller recorded the delete only in its condition.
     let mut status = world.status();
     status.set_condition(provider_condition(
@@ -2173,7 +2287,11 @@ fn a_deletion_sent_by_an_older_controller_is_waited_for_not_sent_again() {
     world.machine["status"]["providerStatus"] = status.to_value();
     world.vms.get_mut(&uuid).unwrap()["status"]["state"] = json!("DELETE_PENDING");
     let (steps, _) = world.steps();
-    assert_eq!(steps, strings(&["env", "GET"]));
+    assert_eq!(
+        steps,
+        strings(&["env", "GET", "write status"]),
+        "phase Deleting and the skipped drain written, no DELETE"
+    );
     world.tick();
     let (steps, _) = world.steps();
     assert_eq!(steps, strings(&["env", "GET", "write metadata"]));
@@ -2220,18 +2338,20 @@ fn a_recorded_deletion_names_its_vm() {
 #[test]
 fn an_unconfirmed_deploy_is_sent_again_when_deleting_and_its_vm_deleted() {
     let mut world = World::new("template");
-    world.run_until(4, |w| w.phase() == phase::PROVISIONING);
+    world.run_until(4, World::about_to_create);
     // The deploy got through but its answer was lost before the task was recorded.
     world.reconcile_until(Some(2));
-    assert!(world.status().deploy_request_id.is_some() && world.status().pending_task.is_none());
+    assert!(
+        world.status().deploy_request_id.is_some() && world.status().pending_task.is_none(),
+        "{:?}",
+        world.log
+    );
     assert_eq!(world.vms.len(), 1);
     world.delete();
-    world.reconcile();
-    world.reconcile();
     let (steps, _) = world.steps();
     assert_eq!(
         steps,
-        strings(&["env", "inputs", "deploy", "write status"]),
+        strings(&["env", "inputs", "write status", "deploy", "write status"]),
         "the same request id: the same task"
     );
     assert_eq!(world.tasks.len(), 1);
@@ -2249,30 +2369,36 @@ fn a_drain_blocked_by_a_budget_is_typed_and_reported_with_maos_events() {
     world.link_node();
     world.run_until(12, |w| w.phase() == phase::RUNNING);
     world.delete();
-    world.reconcile();
     world.drain = DrainProgress::Blocked {
         note: "eviction blocked: default/web: budget".into(),
     };
     let (_, outcome) = world.steps();
-    assert_eq!(outcome.events, ["DrainProceeds", "DrainRequeued"]);
+    assert_eq!(outcome.events, ["DrainRequeued"]);
+    assert_eq!(world.phase(), phase::DELETING);
     assert!(has_condition(&world, "Drained", conditions::DRAIN_BLOCKED));
     world.drain = DrainProgress::InProgress {
         note: "1 pods terminating".into(),
     };
     let (_, outcome) = world.steps();
-    assert_eq!(outcome.events, ["DrainProceeds", "DrainRequeued"]);
+    assert_eq!(outcome.events, ["DrainRequeued"]);
     assert!(has_condition(
         &world,
         "Drained",
         conditions::DRAIN_IN_PROGRESS
     ));
     world.drain = DrainProgress::Done;
-    let (_, outcome) = world.steps();
+    let (steps, outcome) = world.steps();
+    assert_eq!(
+        steps,
+        strings(&["drain", "node", "env", "write status", "DELETE"]),
+        "the drain's end written with the delete's record, before the DELETE"
+    );
     assert_eq!(
         outcome.events,
-        ["DrainProceeds", "Deleted", "DrainSucceeded"],
-        "MAO names the drained Node in an event it calls Deleted"
+        ["Delete"],
+        "one event, naming the drained Node, not MAO's three"
     );
+    assert!(has_condition(&world, "Drained", conditions::DRAINED));
 }
 
 #[test]
@@ -2281,12 +2407,11 @@ fn a_control_plane_drain_that_may_not_start_waits_twenty_seconds_as_maos_drain_e
     world.link_node();
     world.run_until(12, |w| w.phase() == phase::RUNNING);
     world.delete();
-    world.reconcile();
     world.drain = DrainProgress::NotPermitted {
         other_node: "master-1".into(),
     };
     let (_, outcome) = world.steps();
-    assert_eq!(outcome.events, ["DrainProceeds", "DrainRequeued"]);
+    assert_eq!(outcome.events, ["DrainRequeued"]);
     assert_eq!(outcome.next, Some(Next::Requeue(Duration::from_secs(20))));
     assert!(has_condition(&world, "Drained", conditions::DRAIN_ERROR));
     assert!(world.vms.len() == 1, "the VM waits for the drain");
@@ -2302,9 +2427,8 @@ fn nothing_to_drain_is_maos_drain_skipped() {
     world.machine["metadata"]["annotations"]["machine.openshift.io/exclude-node-draining"] =
         json!("");
     world.delete();
-    world.reconcile();
     let (_, outcome) = world.steps();
-    assert_eq!(outcome.events, ["DrainSkipped"]);
+    assert_eq!(outcome.events, ["DrainSkipped", "Delete"]);
     assert!(has_condition(&world, "Drained", conditions::DRAIN_SKIPPED));
 }
 
@@ -2613,7 +2737,6 @@ fn plan_warnings_are_a_condition_and_events_before_the_vm_is_made_once_per_chang
     let mut world = World::new("image");
     with_warnings(&mut world, &[secure_boot, other]);
     world.reconcile(); // the finalizer
-    world.reconcile(); // Provisioning
     // The reconcile that creates writes the warnings with the VM's UUID, before the create.
     let (steps, outcome) = world.steps();
     let first_write = steps.iter().position(|step| step == "write status");
@@ -2654,7 +2777,6 @@ fn plan_warnings_are_a_condition_and_events_before_the_vm_is_made_once_per_chang
 fn about_to_create(shown: &[&str], warnings: &[&str]) -> World {
     let mut world = World::new("image");
     world.reconcile(); // the finalizer
-    world.reconcile(); // Provisioning
     let mut status = world.status();
     status.set_condition(provider_condition(
         conditions::CONFIGURATION_WARNING,
@@ -2744,14 +2866,16 @@ fn a_machine_with_a_pool_claims_first_waits_for_the_bind_then_creates_with_the_a
     let mut world = World::new("image").with_pool(&["10.0.0.21"]);
     world.link_node();
     world.reconcile();
-    world.reconcile();
     let (steps, outcome) = world.steps();
     assert_eq!(
         steps,
         strings(&[
             "env",
             "list Marker",
+            "env",
+            "list Marker",
             "claims",
+            "write status",
             "create claims",
             "write status"
         ]),
@@ -2791,13 +2915,12 @@ fn a_machine_with_a_pool_claims_first_waits_for_the_bind_then_creates_with_the_a
             "list Marker",
             "claims",
             "inputs",
-            "write status",
             "reserve",
             "write status",
             "create",
             "write status"
         ]),
-        "the condition turns true before the UUID is reserved"
+        "the condition turns true with the UUID's record, before the create"
     );
     assert_eq!(
         world.assigned,

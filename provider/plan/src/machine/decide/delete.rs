@@ -60,22 +60,23 @@ pub(super) fn delete_vm(d: &mut Draft<'_>) -> Decided {
         None => {}
         Some(DeleteOutcome::Gone) => return finish_deletion(d, s.machine.state.node.clone()),
         Some(DeleteOutcome::Accepted) => {
-            let message = format!("deleting VM {uuid}");
-            let sent = DeletionSent {
-                vm_uuid: uuid.clone(),
-                at: d.now(),
+            // Recorded before the send (`record_deletion`): the same record again, no write.
+            let message = record_deletion(d, &uuid);
+            // The one event of a deletion that goes well: the Node's drain, when it was drained,
+            // is told here rather than in events of its own ([`super::drain`]).
+            let state = &s.machine.state;
+            let message = match &state.node {
+                Some(node) if state.drained && !state.exclude_node_draining => {
+                    format!("Node {node} drained; {message}")
+                }
+                _ => message,
             };
-            d.record(|status| status.deletion_sent = Some(sent));
-            d.provider_condition(
-                conditions::MACHINE_DELETION,
-                false,
-                conditions::DELETION_IN_PROGRESS,
-                message.clone(),
-            );
             d.event(false, "Delete", message);
             return Ok(Next::Requeue(d.poll()));
         }
         Some(DeleteOutcome::Failed(message)) => {
+            // Not sent after all: the record goes, so that the next look does not wait for it.
+            d.record(|status| status.deletion_sent = None);
             d.provider_condition(
                 conditions::MACHINE_DELETION,
                 false,
@@ -160,6 +161,7 @@ pub(super) fn delete_vm(d: &mut Draft<'_>) -> Decided {
     }
     environment::require(d)?;
     if !may_hold_volume_groups && s.seen.observe.vm.is_none() {
+        record_deletion(d, &uuid);
         return Err(Ask::Send(Change::DeleteVm { uuid }));
     }
     let vm = match &s.seen.observe.vm {
@@ -174,7 +176,30 @@ pub(super) fn delete_vm(d: &mut Draft<'_>) -> Decided {
     if !attached.is_empty() {
         return detach_volume_groups(d, uuid, attached);
     }
+    record_deletion(d, &uuid);
     Err(Ask::Send(Change::DeleteVm { uuid }))
+}
+
+/// Records the DELETE of VM `uuid` (`deletionSent`, `MachineDeletion` in progress), written
+/// before it is sent with the rest of the deletion's status (phase `Deleting`, `Drained`) in one
+/// write, not in a write of its own after the answer; the message. A controller that stops
+/// between the record and the answer waits a poll interval, then looks at the VM as after any
+/// DELETE: being deleted, it waits; gone, the deletion finishes; still there (the DELETE never
+/// got through), it is deleted then, as a restart between a DELETE and its record always did.
+fn record_deletion(d: &mut Draft<'_>, uuid: &str) -> String {
+    let message = format!("deleting VM {uuid}");
+    let sent = DeletionSent {
+        vm_uuid: uuid.to_owned(),
+        at: d.now(),
+    };
+    d.record(|status| status.deletion_sent = Some(sent));
+    d.provider_condition(
+        conditions::MACHINE_DELETION,
+        false,
+        conditions::DELETION_IN_PROGRESS,
+        message.clone(),
+    );
+    message
 }
 
 /// Detaches the volume groups `attached` to VM `vm_uuid` before its delete, as CAPX does (#460

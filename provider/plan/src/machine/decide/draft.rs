@@ -49,6 +49,8 @@ pub(super) struct Draft<'a> {
     pub(super) metadata: Option<MetadataChange>,
     pub(super) events: Vec<Event>,
     pub(super) effects: Vec<Effect>,
+    /// [`Decision::plan_on`].
+    pub(super) plan_on: bool,
 }
 
 /// How a Machine fails.
@@ -94,6 +96,7 @@ impl<'a> Draft<'a> {
             metadata: None,
             events: Vec::new(),
             effects: Vec::new(),
+            plan_on: false,
         }
     }
 
@@ -124,6 +127,7 @@ impl<'a> Draft<'a> {
             events: self.events,
             effects: self.effects,
             next,
+            plan_on: self.plan_on,
         }
     }
 

@@ -1,8 +1,11 @@
 //! The drain of a Machine being deleted, one round per reconcile, with the machine-api-operator's
 //! drain events (`pkg/controller/machine/drain_controller.go`, `Reconcile` and `drainNode`; all
-//! of type Normal there): `DrainProceeds` for each attempt, then `DrainRequeued` while it is not
-//! done, `Deleted` and `DrainSucceeded` when it is; `DrainSkipped` when there is nothing to
-//! drain, `DrainBlocked` while a pre-drain hook holds it.
+//! of type Normal there) where they say something the Machine's status does not: `DrainRequeued`
+//! while it is not done (with why), `DrainSkipped` when there is nothing to drain, `DrainBlocked`
+//! while a pre-drain hook holds it. MAO also announces every attempt (`DrainProceeds`) and the
+//! end twice (`Deleted`, `Node "x" drained`, and `DrainSucceeded`); each event is a write to
+//! etcd, so those three are left out: the end is the `Drained` condition, written with the
+//! delete's record, and the `Delete` event that follows names the drained Node.
 
 use crate::machine::decision::{Change, Next};
 use crate::machine::drain::CONTROL_PLANE_DRAIN_RETRY;
@@ -14,11 +17,7 @@ use super::draft::{Ask, Decided, Draft};
 
 /// Event reasons of the drain, as MAO emits them.
 pub mod events {
-    pub const PROCEEDS: &str = "DrainProceeds";
     pub const REQUEUED: &str = "DrainRequeued";
-    /// MAO's reason for the event that names the drained Node (`Node "x" drained`).
-    pub const NODE_DRAINED: &str = "Deleted";
-    pub const SUCCEEDED: &str = "DrainSucceeded";
     pub const SKIPPED: &str = "DrainSkipped";
     pub const BLOCKED: &str = "DrainBlocked";
 }
@@ -28,8 +27,6 @@ pub(super) fn drain(d: &mut Draft<'_>, node: String) -> Decided {
     let Some(progress) = &d.s.seen.delete.drain else {
         return Err(Ask::Send(Change::Drain { node }));
     };
-    // MAO announces every attempt, the one its control-plane check refuses included.
-    d.event(false, events::PROCEEDS, "Node drain proceeds");
     match progress {
         DrainProgress::Done => {
             let note = format!("Node {node} drained");
@@ -39,12 +36,8 @@ pub(super) fn drain(d: &mut Draft<'_>, node: String) -> Decided {
                 Some(conditions::DRAINED),
                 Some(note),
             );
-            d.event(
-                false,
-                events::NODE_DRAINED,
-                format!("Node {node:?} drained"),
-            );
-            d.event(false, events::SUCCEEDED, "Node drain succeeded");
+            // The VM's delete follows: the condition is written with its record.
+            d.plan_on = true;
             Ok(Next::AwaitChange)
         }
         DrainProgress::InProgress { note } => {

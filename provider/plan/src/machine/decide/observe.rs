@@ -192,6 +192,8 @@ fn observe_task(
                     status.vm_uuid = vm_uuid;
                 }
             });
+            // The VM it made is looked at next: its end is written with what that look finds.
+            d.plan_on = true;
             Err(Ask::Done(Next::AwaitChange))
         }
         TaskReading::DeployedVmUnnamed => Err(find_deployed_vm(d, task)),

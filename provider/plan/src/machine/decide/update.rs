@@ -155,12 +155,18 @@ pub(super) fn update_from_vm(d: &mut Draft<'_>, phase: &'static str, vm: &Vm) ->
     d.update.phase = Some(phase);
     d.update.addresses = Some(addresses);
     d.machine_condition(conditions::INSTANCE_EXISTS, true, None, None);
-    d.events.push(Event {
-        warning: false,
-        reason: "Update",
-        note: format!("Updated Machine {} from VM {uuid}", s.machine.name),
-        only_if_written: true,
-    });
+    // The Go provider's `Update` event, published when its update changed the Machine
+    // (machine-api-provider-nutanix `pkg/actuators/machine/actuator.go`, `Update`): here once
+    // the Machine is Running, not on the way there, where `Create` announced the create and
+    // phase `Provisioned` is a step of it (each event is a write to etcd).
+    if phase == phase::RUNNING {
+        d.events.push(Event {
+            warning: false,
+            reason: "Update",
+            note: format!("Updated Machine {} from VM {uuid}", s.machine.name),
+            only_if_written: true,
+        });
+    }
     d.effect(Effect::ResetBackoff);
     node_provider_id(d, phase, provider_id)?;
     Ok(Next::Requeue(wait))
