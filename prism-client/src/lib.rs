@@ -25,7 +25,7 @@ pub use prism_types::{quote, v3, v4};
 
 pub use api_v3::{Listing, V3Entity};
 
-pub use api_v4::DeployAccepted;
+pub use api_v4::{DeployAccepted, V4_TASKS_MAX_PAGE, task_uuid_part, v4_task_ext_id};
 pub use client::{Client, MAX_RETRY_AFTER, REQUEST_ID_HEADER};
 pub use config::{
     API_KEY_USERNAME, AuthMode, CaBundle, ClientConfig, Credentials, DEFAULT_MAX_BODY_BYTES,
