@@ -32,9 +32,9 @@ pub use config::{
     DEFAULT_PORT, ProxyConfig, RateLimit, RetryPolicy,
 };
 pub use observe::{Api, RequestEvent, RequestObserver};
+pub use prism_types::task::v4_progress;
 pub use prism_types::{
     ConfigError, Error, MAX_LIST_PAGES, MAX_SUBTASK_READS, PrismMessage, PrismMessages, Sensitive,
     SubtaskError, TaskEnd, TaskEntity, TaskFailure, TaskProgress, TransportKind,
 };
-pub use prism_types::task::v4_progress;
 pub use tls::system_roots_file;

@@ -274,8 +274,7 @@ fn deploy_template(
 
 /// The host the answer's links name: the request's authority, else its `Host`.
 fn request_host(headers: &HeaderMap, uri: &Uri) -> String {
-    uri
-        .authority()
+    uri.authority()
         .map(|a| a.as_str().to_owned())
         .or_else(|| {
             headers

@@ -114,8 +114,7 @@ async fn the_task_listing_pages_and_refuses_what_it_does_not_know() {
             .await;
         assert_eq!(refused.status, 400, "{query}: {}", refused.text);
         assert_eq!(
-            refused.body["data"]["error"][0]["errorGroup"],
-            "INVALID_INPUT",
+            refused.body["data"]["error"][0]["errorGroup"], "INVALID_INPUT",
             "{query}"
         );
     }

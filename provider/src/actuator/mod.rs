@@ -778,7 +778,8 @@ impl Connection {
 
     /// Has the shared task watch wake `machine` when the DELETE task `task` of its VM `vm` ends.
     pub fn watch_delete(&self, task: &str, vm: &str, machine: MachineKey) {
-        self.tasks.watch(&self.client, task, machine, false, Some(vm));
+        self.tasks
+            .watch(&self.client, task, machine, false, Some(vm));
     }
 
     /// Whether the shared task watch saw the DELETE task of VM `vm` end.

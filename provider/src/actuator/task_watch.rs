@@ -16,7 +16,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use prism_client::{Client, TaskProgress, V4_TASKS_MAX_PAGE, task_uuid_part, v4::Task, v4_progress};
+use prism_client::{
+    Client, TaskProgress, V4_TASKS_MAX_PAGE, task_uuid_part, v4::Task, v4_progress,
+};
 use tokio::sync::{Notify, broadcast};
 
 /// How often the tasks in flight are listed: about the second within which a Machine should
@@ -29,6 +31,10 @@ const WATCHED_AT_MOST: Duration = Duration::from_secs(3600);
 /// How long an ended task's listing is kept for its Machine's reconcile (woken at once; the
 /// rest covers a busy work queue).
 const ENDED_KEPT: Duration = Duration::from_secs(300);
+
+/// How long the watch rests after Prism Central refused the listing itself (not a transient
+/// failure): a Prism Central that does not serve it costs one call per pause, not one a second.
+const REFUSED_PAUSE: Duration = Duration::from_secs(600);
 
 /// A Machine, by namespace and name: whom a task's end wakes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -180,7 +186,9 @@ impl TaskWatch {
         state
             .in_flight
             .retain(|_, watched| watched.since.elapsed() < WATCHED_AT_MOST);
-        state.ended.retain(|_, ended| ended.at.elapsed() < ENDED_KEPT);
+        state
+            .ended
+            .retain(|_, ended| ended.at.elapsed() < ENDED_KEPT);
         if state.in_flight.is_empty() {
             return None;
         }
@@ -200,7 +208,10 @@ impl TaskWatch {
         let mut looked = Looked::default();
         let mut state = self.state();
         for task in listed {
-            let ended = task.status.as_ref().is_some_and(|status| status.is_terminal());
+            let ended = task
+                .status
+                .as_ref()
+                .is_some_and(|status| status.is_terminal());
             let Some(ext_id) = task.ext_id.as_deref().filter(|_| ended) else {
                 continue;
             };
@@ -235,18 +246,24 @@ impl TaskWatch {
                 self.added.notified().await;
                 continue;
             };
+            let mut pause = LOOK_EVERY;
             for page in tasks.chunks(V4_TASKS_MAX_PAGE) {
                 match client.list_v4_tasks(page).await {
                     Ok(listed) => {
                         self.take_in(&listed);
                     }
-                    Err(error) => {
-                        // The Machines' own reads follow their tasks meanwhile.
+                    // The Machines' own reads follow their tasks meanwhile.
+                    Err(error) if error.is_retryable() => {
                         tracing::debug!(%error, tasks = page.len(), "cannot list the tasks in flight");
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, pause = ?REFUSED_PAUSE, "Prism Central refused the task listing: task ends are seen by each Machine's own reads until it is tried again");
+                        pause = REFUSED_PAUSE;
+                        break;
                     }
                 }
             }
-            tokio::time::sleep(LOOK_EVERY).await;
+            tokio::time::sleep(pause).await;
         }
     }
 }
@@ -323,7 +340,11 @@ mod tests {
         let looked = watch.take_in(&[listed(failed, "FAILED"), listed(deploy, "SUCCEEDED")]);
         assert_eq!(looked.ended.len(), 2);
         assert!(watch.end_seen(failed) && watch.end_seen(deploy));
-        assert_eq!(watch.handed_over(failed), None, "its subtasks name the cause");
+        assert_eq!(
+            watch.handed_over(failed),
+            None,
+            "its subtasks name the cause"
+        );
         assert_eq!(watch.handed_over(deploy), None, "its subtasks name the VM");
     }
 }

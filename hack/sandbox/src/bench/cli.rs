@@ -137,7 +137,9 @@ pub fn options(args: &BenchArgs) -> BenchOptions {
     };
     options.scale_intervals = ControllerIntervals {
         poll: args.poll_ms.map_or(chosen.poll, Duration::from_millis),
-        requeue: args.requeue_ms.map_or(chosen.requeue, Duration::from_millis),
+        requeue: args
+            .requeue_ms
+            .map_or(chosen.requeue, Duration::from_millis),
         inventory_refresh: args
             .inventory_ms
             .map_or(chosen.inventory_refresh, Duration::from_millis),
@@ -252,9 +254,14 @@ mod tests {
 
     #[test]
     fn intervals_choose_the_scaling_set_and_each_flag_overrides_one() {
-        assert_eq!(parse(&[]).unwrap().scale_intervals, ControllerIntervals::sandbox());
         assert_eq!(
-            parse(&["--intervals", "production"]).unwrap().scale_intervals,
+            parse(&[]).unwrap().scale_intervals,
+            ControllerIntervals::sandbox()
+        );
+        assert_eq!(
+            parse(&["--intervals", "production"])
+                .unwrap()
+                .scale_intervals,
             ControllerIntervals::production()
         );
         let mixed = parse(&["--intervals", "production", "--poll-ms", "2000"]).unwrap();

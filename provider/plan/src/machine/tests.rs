@@ -2017,7 +2017,10 @@ fn a_create_the_shared_task_look_saw_end_is_read_at_once_without_a_listing() {
     // Seen, it is read now (the executor hands over the listed task) and its end recorded.
     let (world, steps, _) = woken(true);
     assert_eq!(steps[..2], strings(&["env", "task"]));
-    assert!(!steps.iter().any(|step| step.starts_with("list")), "{steps:?}");
+    assert!(
+        !steps.iter().any(|step| step.starts_with("list")),
+        "{steps:?}"
+    );
     assert_eq!(world.status().pending_task, None);
     assert!(world.status().vm_uuid.is_some());
 }

@@ -98,9 +98,10 @@ impl Scope {
                                 .pending_task
                                 .as_ref()
                                 .is_some_and(|task| found.connection.task_end_seen(&task.id));
-                            let delete_end_seen = status.deletion_sent.as_ref().is_some_and(|sent| {
-                                found.connection.delete_end_seen(&sent.vm_uuid)
-                            });
+                            let delete_end_seen =
+                                status.deletion_sent.as_ref().is_some_and(|sent| {
+                                    found.connection.delete_end_seen(&sent.vm_uuid)
+                                });
                             self.environment = Some(found);
                             EnvironmentSeen::Ready {
                                 first_task_read,
@@ -299,8 +300,7 @@ impl Scope {
                         tracing::info!(machine = %self.key, "create sent");
                         if let Some(task) = &sent.task {
                             let v4 = matches!(*request, VmRequest::Deploy { .. });
-                            self.connection()?
-                                .watch_task(task, v4, self.machine_key());
+                            self.connection()?.watch_task(task, v4, self.machine_key());
                         }
                         SendOutcome::Accepted { task: sent.task }
                     }
