@@ -41,6 +41,7 @@ pub const TEMPLATES_LIST: &str = "GET /content/templates";
 pub const TEMPLATES_GET: &str = "GET /content/templates/{extId}";
 pub const TEMPLATES_DEPLOY: &str = "POST /content/templates/{extId}/$actions/deploy";
 pub const V4_TASKS_GET: &str = "GET /config/tasks/{extId}";
+pub const V4_TASKS_LIST: &str = "GET /config/tasks";
 pub const VOLUME_GROUPS_DETACH_VM: &str = "POST /config/volume-groups/{extId}/$actions/detach-vm";
 
 /// Every template, for registering metric series up front.
@@ -76,5 +77,6 @@ pub const ALL: &[&str] = &[
     TEMPLATES_GET,
     TEMPLATES_DEPLOY,
     V4_TASKS_GET,
+    V4_TASKS_LIST,
     VOLUME_GROUPS_DETACH_VM,
 ];

@@ -25,13 +25,14 @@ pub use prism_types::{quote, v3, v4};
 
 pub use api_v3::{Listing, V3Entity};
 
-pub use api_v4::DeployAccepted;
+pub use api_v4::{DeployAccepted, V4_TASKS_MAX_PAGE, task_uuid_part, v4_task_ext_id};
 pub use client::{Client, MAX_RETRY_AFTER, REQUEST_ID_HEADER};
 pub use config::{
     API_KEY_USERNAME, AuthMode, CaBundle, ClientConfig, Credentials, DEFAULT_MAX_BODY_BYTES,
     DEFAULT_PORT, ProxyConfig, RateLimit, RetryPolicy,
 };
 pub use observe::{Api, RequestEvent, RequestObserver};
+pub use prism_types::task::v4_progress;
 pub use prism_types::{
     ConfigError, Error, MAX_LIST_PAGES, MAX_SUBTASK_READS, PrismMessage, PrismMessages, Sensitive,
     SubtaskError, TaskEnd, TaskEntity, TaskFailure, TaskProgress, TransportKind,

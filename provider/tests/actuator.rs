@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nutanix_machine_controller::actuator::credentials::PrismCredentials;
+use nutanix_machine_controller::actuator::task_watch::MachineKey;
 use nutanix_machine_controller::actuator::{
     Actuator, ActuatorSettings, Connection, DeleteOutcome, FollowUpOutcome,
 };
@@ -636,10 +637,10 @@ async fn clone_then_follow_up_is_applied_once() {
         spec.resources.power_state,
         Some(prism_client::v3::PowerState::On)
     );
-    assert_eq!(
+    assert!(matches!(
         f.connection.delete_vm(&uuid).await.unwrap(),
-        DeleteOutcome::Accepted
-    );
+        DeleteOutcome::Accepted { task: Some(_) }
+    ));
 }
 
 #[tokio::test]
@@ -727,4 +728,110 @@ async fn projects_and_gpus_are_resolved_against_prism() {
         f.mock.admin().count("POST", "/api/nutanix/v3/hosts/list"),
         2
     );
+}
+
+/// The shared task watch (issue 37, item 2): the tasks of several Machines are followed by
+/// listings of them all (`GET /config/tasks?$filter=extId in (...)`), each Machine is woken when
+/// its task ends, and a listed success stands in for the Machine's own `GET` of its task.
+#[tokio::test]
+async fn the_task_watch_wakes_each_machine_and_hands_over_its_listed_task() {
+    let mock = MockPrism::start(MockConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, mock.ca_pem().unwrap()).unwrap();
+    let actuator = Actuator::new(
+        ActuatorSettings {
+            ca_file: Some(ca),
+            ..ActuatorSettings::default()
+        },
+        None,
+    );
+    let mut woken = actuator.task_ends();
+    let connection = actuator
+        .connection(
+            mock.base_url(),
+            "ns/credentials",
+            &PrismCredentials::new("admin", "mock-password"),
+        )
+        .unwrap();
+    let key = |name: &str| MachineKey {
+        namespace: "openshift-machine-api".to_owned(),
+        name: name.to_owned(),
+    };
+    let mut created = Vec::new();
+    for name in ["worker-w0", "worker-w1", "worker-w2"] {
+        let m = machine(
+            name,
+            &format!("uid-{name}"),
+            spec(json!({"type": "name", "name": "rhcos-4.20"}), None, "120Gi"),
+            false,
+        );
+        let plan = plan_for(&connection, &m).await;
+        let uuid = connection.uuids.take(connection.client()).await.unwrap();
+        let sent = connection
+            .send_create(&build_request(&plan, &uuid), None)
+            .await
+            .unwrap();
+        let task = sent.task.unwrap();
+        connection.watch_task(&task, false, key(name));
+        created.push((name, uuid, task));
+    }
+    let mut ended = Vec::new();
+    while ended.len() < created.len() {
+        let machine = tokio::time::timeout(Duration::from_secs(30), woken.recv())
+            .await
+            .expect("every Machine is woken when its task ends")
+            .unwrap();
+        ended.push(machine.name);
+    }
+    ended.sort();
+    assert_eq!(ended, ["worker-w0", "worker-w1", "worker-w2"]);
+    let listings = mock.admin().count("GET", "/api/prism/v4.0/config/tasks");
+    assert!(listings >= 1);
+    for (_, uuid, task) in &created {
+        assert!(connection.task_end_seen(task));
+        let pending = PendingTask {
+            id: task.clone(),
+            operation: TaskOperation::Create,
+            started: None,
+            source_vm: None,
+        };
+        let progress = connection.read_task(&pending).await.unwrap();
+        let reading = read_task(
+            &pending,
+            &progress,
+            TaskContext {
+                recorded_vm: Some(uuid),
+                ..TaskContext::default()
+            },
+        );
+        assert_eq!(
+            reading,
+            TaskReading::Created {
+                vm_uuid: Some(uuid.clone())
+            }
+        );
+        assert!(!connection.task_end_seen(task), "read, it leaves the watch");
+    }
+    assert_eq!(
+        mock.admin().count("GET", "/api/nutanix/v3/tasks/{uuid}"),
+        0,
+        "the listed tasks stood in for the Machines' own reads"
+    );
+
+    // A VM's DELETE: its Machine is woken when the delete task ends, and the end is known by VM.
+    let (_, vm, _) = &created[0];
+    let DeleteOutcome::Accepted { task: Some(task) } = connection.delete_vm(vm).await.unwrap()
+    else {
+        panic!("Prism names the delete's task");
+    };
+    assert!(!connection.delete_end_seen(vm));
+    connection.watch_delete(&task, vm, key("worker-w0"));
+    let machine = tokio::time::timeout(Duration::from_secs(30), woken.recv())
+        .await
+        .expect("woken when the delete ends")
+        .unwrap();
+    assert_eq!(machine, key("worker-w0"));
+    assert!(connection.delete_end_seen(vm));
+    assert!(connection.get_vm(vm).await.unwrap().is_none());
 }

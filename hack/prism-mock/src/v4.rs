@@ -154,6 +154,17 @@ pub(crate) fn routes() -> Router<App> {
     }
     for version in PRISM_VERSIONS {
         router = router.route(
+            &format!("/api/prism/{}/config/tasks", version.path),
+            get(
+                move |app: State<App>,
+                      query: Query<HashMap<String, String>>,
+                      headers: HeaderMap,
+                      uri: Uri| async move {
+                    list_tasks(app, query, &headers, &uri, version)
+                },
+            ),
+        );
+        router = router.route(
             &format!("/api/prism/{}/config/tasks/{{ext_id}}", version.path),
             get(
                 move |app: State<App>, ext_id: Path<String>, headers: HeaderMap, uri: Uri| async move {
@@ -261,15 +272,9 @@ fn deploy_template(
     Ok(attribute(json_ok(StatusCode::ACCEPTED, response), vm))
 }
 
-fn get_task(
-    State(app): State<App>,
-    Path(ext_id): Path<String>,
-    headers: &HeaderMap,
-    uri: &Uri,
-    version: V4Version,
-) -> Answer {
-    let host = uri
-        .authority()
+/// The host the answer's links name: the request's authority, else its `Host`.
+fn request_host(headers: &HeaderMap, uri: &Uri) -> String {
+    uri.authority()
         .map(|a| a.as_str().to_owned())
         .or_else(|| {
             headers
@@ -277,7 +282,36 @@ fn get_task(
                 .and_then(|h| h.to_str().ok())
                 .map(str::to_owned)
         })
-        .unwrap_or_else(|| "localhost:9440".to_owned());
+        .unwrap_or_else(|| "localhost:9440".to_owned())
+}
+
+fn list_tasks(
+    State(app): State<App>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: &HeaderMap,
+    uri: &Uri,
+    version: V4Version,
+) -> Answer {
+    let host = request_host(headers, uri);
+    let store = app.lock();
+    let body = store.list_tasks_v4(
+        query.get("$page").map(String::as_str),
+        query.get("$limit").map(String::as_str),
+        query.get("$filter").map(String::as_str),
+        &version,
+        &host,
+    )?;
+    Ok(json_ok(StatusCode::OK, body))
+}
+
+fn get_task(
+    State(app): State<App>,
+    Path(ext_id): Path<String>,
+    headers: &HeaderMap,
+    uri: &Uri,
+    version: V4Version,
+) -> Answer {
+    let host = request_host(headers, uri);
     let store = app.lock();
     let (body, etag) = store.get_task_v4(&ext_id, &version, &host)?;
     Ok(with_etag(json_ok(StatusCode::OK, body), &etag))

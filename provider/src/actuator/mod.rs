@@ -16,6 +16,7 @@ pub mod credentials;
 pub mod infrastructure;
 pub mod inventory;
 pub mod lookups;
+pub mod task_watch;
 pub mod uuid_pool;
 
 use std::collections::{HashMap, VecDeque};
@@ -29,6 +30,7 @@ use prism_client::{
     CaBundle, Client, ClientConfig, ConfigError, Error, RateLimit, RequestObserver, TaskProgress,
 };
 use prometheus::{GaugeVec, IntGaugeVec};
+use tokio::sync::broadcast;
 
 use crate::api::{PendingTask, TaskOperation};
 use crate::plan::machine::provision::first_task_read_after;
@@ -38,6 +40,7 @@ use crate::plan::vm::scope::NameClause;
 use credentials::PrismCredentials;
 use inventory::{Inventory, InventoryGauges, ScopeSource, SharedScopeSource};
 use lookups::LookupCache;
+use task_watch::{MachineKey, TaskWatch};
 use uuid_pool::UuidPool;
 
 /// How the actuator talks to Prism.
@@ -133,6 +136,8 @@ pub struct Actuator {
     prism_centrals: Mutex<HashMap<String, Arc<PrismCentral>>>,
     /// The CA file and the system roots' bundle as last read.
     ca: Mutex<TrustReads>,
+    /// The Machines whose task a [`TaskWatch`] saw end.
+    task_ends: broadcast::Sender<MachineKey>,
 }
 
 /// The trust files as last read.
@@ -146,6 +151,9 @@ struct TrustReads {
 
 /// A CA bundle's fingerprint and PEM text.
 type CaPem = (u64, Arc<Vec<u8>>);
+
+/// Task ends not yet taken by the Machine controller: more than a scale-up or -down has at once.
+const TASK_ENDS_BUFFER: usize = 4096;
 
 /// What clients are built with: the fingerprint of every trust file, and the CA file's PEM.
 type Trust = (u64, Option<Arc<Vec<u8>>>);
@@ -172,6 +180,7 @@ struct PrismCentral {
     waiting: Arc<WaitingVms>,
     task_durations: Arc<TaskDurations>,
     deletes: Arc<DeleteDurations>,
+    tasks: Arc<TaskWatch>,
     connections: Mutex<HashMap<String, SourceConnection>>,
 }
 
@@ -199,7 +208,14 @@ impl Actuator {
             vm_scope: SharedScopeSource::default(),
             prism_centrals: Mutex::new(HashMap::new()),
             ca: Mutex::new(TrustReads::default()),
+            task_ends: broadcast::channel(TASK_ENDS_BUFFER).0,
         }
+    }
+
+    /// The Machines whose task ended, as the task watches of every Prism Central see them
+    /// ([`task_watch`]); a receiver that falls behind skips some, which their own polls cover.
+    pub fn task_ends(&self) -> broadcast::Receiver<MachineKey> {
+        self.task_ends.subscribe()
     }
 
     /// Reports, by endpoint, the VMs each inventory listing skips as unreadable in
@@ -284,6 +300,7 @@ impl Actuator {
             waiting: prism_central.waiting.clone(),
             task_durations: prism_central.task_durations.clone(),
             deletes: prism_central.deletes.clone(),
+            tasks: prism_central.tasks.clone(),
         });
         connections.insert(
             source.to_owned(),
@@ -418,6 +435,7 @@ impl Actuator {
             waiting: Arc::default(),
             task_durations: Arc::default(),
             deletes: Arc::default(),
+            tasks: Arc::new(TaskWatch::new(self.task_ends.clone())),
             connections: Mutex::new(HashMap::new()),
         });
         prism_centrals.insert(endpoint.to_owned(), prism_central.clone());
@@ -475,6 +493,8 @@ pub struct Connection {
     waiting: Arc<WaitingVms>,
     task_durations: Arc<TaskDurations>,
     deletes: Arc<DeleteDurations>,
+    /// The shared look at the tasks in flight on this Prism Central.
+    tasks: Arc<TaskWatch>,
 }
 
 /// VMs read by UUID in the last few seconds.
@@ -640,8 +660,9 @@ pub enum FollowUpFailure {
 /// How a delete went.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DeleteOutcome {
-    /// Prism accepted the delete (the VM goes through DELETE_PENDING, then 404).
-    Accepted,
+    /// Prism accepted the delete (the VM goes through DELETE_PENDING, then 404), with the task
+    /// that deletes it when Prism named one.
+    Accepted { task: Option<String> },
     /// There was no such VM.
     AlreadyGone,
 }
@@ -726,13 +747,44 @@ impl Connection {
         self.task_durations.record(operation, took);
     }
 
-    /// One read of a recorded task (v4 for a deploy, v3 otherwise).
+    /// One read of a recorded task (v4 for a deploy, v3 otherwise): what the shared task watch
+    /// listed, when it saw the task succeed, else a `GET`. An ended task leaves the watch.
     pub async fn read_task(&self, task: &PendingTask) -> Result<TaskProgress, Error> {
-        if task.operation.is_v4() {
-            self.client.get_v4_task(&task.id).await
-        } else {
-            self.client.get_task(&task.id).await
+        if let Some(listed) = self.tasks.handed_over(&task.id) {
+            self.tasks.forget(&task.id);
+            return Ok(listed);
         }
+        let progress = if task.operation.is_v4() {
+            self.client.get_v4_task(&task.id).await?
+        } else {
+            self.client.get_task(&task.id).await?
+        };
+        if !matches!(progress, TaskProgress::Running { .. }) {
+            self.tasks.forget(&task.id);
+        }
+        Ok(progress)
+    }
+
+    /// Has the shared task watch wake `machine` when `task` ends. A listed success stands in for
+    /// the Machine's own read, except a deploy's (`v4`: its subtasks name the VM).
+    pub fn watch_task(&self, task: &str, v4: bool, machine: MachineKey) {
+        self.tasks.watch(&self.client, task, machine, !v4, None);
+    }
+
+    /// Whether the shared task watch saw `task` end since it was recorded.
+    pub fn task_end_seen(&self, task: &str) -> bool {
+        self.tasks.end_seen(task)
+    }
+
+    /// Has the shared task watch wake `machine` when the DELETE task `task` of its VM `vm` ends.
+    pub fn watch_delete(&self, task: &str, vm: &str, machine: MachineKey) {
+        self.tasks
+            .watch(&self.client, task, machine, false, Some(vm));
+    }
+
+    /// Whether the shared task watch saw the DELETE task of VM `vm` end.
+    pub fn delete_end_seen(&self, vm: &str) -> bool {
+        self.tasks.delete_end_seen(vm)
     }
 
     /// Sends the create, clone or deploy. `deploy_request_id` is required for a deploy (the id
@@ -834,9 +886,11 @@ impl Connection {
     pub async fn delete_vm(&self, uuid: &str) -> Result<DeleteOutcome, Error> {
         self.recent_reads.forget(uuid);
         match self.client.delete_vm(uuid).await {
-            Ok(_) => {
+            Ok(answer) => {
                 self.deletes.sent(uuid, Instant::now());
-                Ok(DeleteOutcome::Accepted)
+                Ok(DeleteOutcome::Accepted {
+                    task: answer.task_uuid().map(str::to_owned),
+                })
             }
             Err(error) if error.is_not_found() => Ok(DeleteOutcome::AlreadyGone),
             Err(error) => Err(error),

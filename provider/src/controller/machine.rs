@@ -41,6 +41,7 @@ use super::prepare::{create_password_secret, read_create_inputs};
 use super::shared::Shared;
 use super::stores_ready::StoresReady;
 use crate::actuator::inventory::InventorySnapshot;
+use crate::actuator::task_watch::MachineKey;
 use crate::actuator::{self, FollowUpFailure};
 use crate::api::{GuardedMachine, MACHINE_FINALIZER, Machine, NutanixMachineProviderStatus};
 use crate::plan::machine::MAX_ROUNDS;
@@ -116,6 +117,7 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
         claims::claim_changes(client.clone(), context.shared.settings.namespace.clone()).await;
     let controller = Controller::for_shared_stream(changes, store.clone());
     let secret_changes = secret_change_stream(context.shared.secret_changes.subscribe());
+    let task_ends = task_end_stream(context.shared.actuator.task_ends());
     let (for_secrets, shared) = (store.clone(), context.shared.clone());
     let results = controller
         .watches_stream(node_events, move |node| machine_to_requeue(&node, &store))
@@ -123,6 +125,7 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
             futures::stream::iter(machines_using_secret(&secret, &for_secrets, &shared))
         }))
         .reconcile_on(claim_changes)
+        .reconcile_on(task_ends)
         .with_config(config)
         .run(reconcile, error_policy, context);
     KIT.run(results).await;
@@ -137,6 +140,25 @@ fn secret_change_stream(
         loop {
             match receiver.recv().await {
                 Ok(secret) => return Some((secret, receiver)),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+}
+
+/// The Machines whose task the shared task watches saw end, to be reconciled at once (a
+/// receiver that fell behind skips them: their own polls see the ends).
+fn task_end_stream(
+    receiver: broadcast::Receiver<MachineKey>,
+) -> impl futures::Stream<Item = ObjectRef<GuardedMachine>> + Send + 'static {
+    futures::stream::unfold(receiver, |mut receiver| async move {
+        loop {
+            match receiver.recv().await {
+                Ok(machine) => {
+                    let object = ObjectRef::new(&machine.name).within(&machine.namespace);
+                    return Some((object, receiver));
+                }
                 Err(broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(broadcast::error::RecvError::Closed) => return None,
             }

@@ -136,6 +136,56 @@ fn parse_name_filter(filter: &str) -> Result<String, Refusal> {
     }
 }
 
+/// A task listing's refusal names the prism namespace (`PRISM-…` codes are the mock's own).
+fn in_prism(refusal: Refusal) -> Refusal {
+    match refusal {
+        Refusal::V4Invalid { message, .. } => Refusal::V4Invalid {
+            code: "PRISM-30100",
+            message,
+        },
+        other => other,
+    }
+}
+
+/// The task `$filter`s the mock understands: `extId eq '<id>'` and `extId in ('<id>', …)`
+/// (OData 4.01 part 2, §5.1.1.1.1 and §5.1.1.1.12; `extId` is among the fields
+/// ntnx-prism-py-client 4.0.1's `TasksApi.list_tasks` says a filter applies to). Each id is a
+/// v4 extId (`<prefix>:<uuid>`) or a bare UUID; the lower-cased UUID parts are returned.
+fn parse_task_filter(filter: &str) -> Result<Vec<String>, Refusal> {
+    let refused = || {
+        in_prism(bad_request(format!(
+            "unsupported $filter '{filter}' (the mock knows only extId eq '<id>' and extId in ('<id>', ...))"
+        )))
+    };
+    let rest = filter
+        .trim()
+        .strip_prefix("extId")
+        .map(str::trim_start)
+        .ok_or_else(refused)?;
+    let list = if let Some(one) = rest.strip_prefix("eq") {
+        one.trim().to_owned()
+    } else if let Some(many) = rest.strip_prefix("in") {
+        many.trim()
+            .strip_prefix('(')
+            .and_then(|r| r.strip_suffix(')'))
+            .ok_or_else(refused)?
+            .to_owned()
+    } else {
+        return Err(refused());
+    };
+    list.split(',')
+        .map(|item| {
+            let id = item
+                .trim()
+                .strip_prefix('\'')
+                .and_then(|r| r.strip_suffix('\''))
+                .ok_or_else(refused)?;
+            let uuid = id.rsplit_once(':').map_or(id, |(_, uuid)| uuid);
+            Ok(uuid.to_ascii_lowercase())
+        })
+        .collect()
+}
+
 /// Turns a v4 `guestCustomization` into the v3 `guest_customization` shape.
 fn guest_v4_to_v3(gc: &Value) -> Result<Value, String> {
     let config = gc
@@ -455,6 +505,53 @@ impl Store {
             "cluster_reference": {"kind": "cluster", "uuid": cluster},
             "resources": resources,
         }))
+    }
+
+    /// `GET /api/prism/{version}/config/tasks`: the tasks, oldest first (the mock's order: the
+    /// documentation names none by default), `$page` 0-based and `$limit` 1..=100 (default 50), as
+    /// ntnx-prism-py-client 4.0.1's `TasksApi.list_tasks` documents them; `$filter` on `extId`
+    /// only ([`parse_task_filter`]), an extId matched by its UUID part as the task GET does.
+    pub(crate) fn list_tasks_v4(
+        &self,
+        page: Option<&str>,
+        limit: Option<&str>,
+        filter: Option<&str>,
+        version: &V4Version,
+        host: &str,
+    ) -> Result<Value, Refusal> {
+        let page = parse_index(page, "$page", 0).map_err(in_prism)?;
+        let limit = parse_index(limit, "$limit", V4_DEFAULT_LIMIT).map_err(in_prism)?;
+        if !(1..=V4_MAX_LIMIT).contains(&limit) {
+            return Err(in_prism(bad_request(format!(
+                "$limit={limit} is not in 1..={V4_MAX_LIMIT}"
+            ))));
+        }
+        let wanted = filter.map(parse_task_filter).transpose()?;
+        let mut matching: Vec<&super::Task> = self
+            .tasks
+            .values()
+            .filter(|task| {
+                wanted
+                    .as_ref()
+                    .is_none_or(|ids| ids.contains(&task.uuid.to_ascii_lowercase()))
+            })
+            .collect();
+        matching.sort_by(|a, b| a.created.cmp(&b.created).then(a.uuid.cmp(&b.uuid)));
+        let total = matching.len();
+        let data: Vec<Value> = matching
+            .into_iter()
+            .skip(page.saturating_mul(limit))
+            .take(limit)
+            .map(|task| {
+                let mut body = self.task_v4_json(task, version, host);
+                body.get_mut("data").map_or(Value::Null, Value::take)
+            })
+            .collect();
+        let mut metadata = Map::new();
+        metadata.insert("flags".to_owned(), version.flags(true));
+        metadata.insert("totalAvailableResults".to_owned(), json!(total));
+        let data = (!data.is_empty()).then_some(Value::Array(data));
+        Ok(version.envelope("prism.v4.config.ListTasksApiResponse", data, metadata))
     }
 
     /// `GET /api/prism/{version}/config/tasks/{extId}`: takes `<prefix>:<uuid>` or the bare UUID; the body and

@@ -48,15 +48,21 @@ pub struct BenchArgs {
     /// The controller's --concurrency.
     #[arg(long, value_name = "N", default_value_t = 10)]
     concurrency: u16,
-    /// The controller's --poll-interval while scaling, milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 500)]
-    poll_ms: u64,
-    /// The controller's --requeue-interval while scaling, milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
-    requeue_ms: u64,
-    /// The controller's --inventory-refresh-interval while scaling, milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 5000)]
-    inventory_ms: u64,
+    /// The controller's intervals while scaling up and down: the sandbox's (poll 500 ms, requeue
+    /// 1 s, inventory 5 s) or the production defaults (10 s, 30 s, 60 s); the three flags below
+    /// override one each.
+    #[arg(long, value_enum, default_value = "sandbox")]
+    intervals: IntervalsChoice,
+    /// The controller's --poll-interval while scaling, milliseconds (default: from --intervals).
+    #[arg(long, value_name = "MS")]
+    poll_ms: Option<u64>,
+    /// The controller's --requeue-interval while scaling, milliseconds (default: from --intervals).
+    #[arg(long, value_name = "MS")]
+    requeue_ms: Option<u64>,
+    /// The controller's --inventory-refresh-interval while scaling, milliseconds (default: from
+    /// --intervals).
+    #[arg(long, value_name = "MS")]
+    inventory_ms: Option<u64>,
     /// Steady-state window after the restart (production intervals), seconds; 0 skips the
     /// restart and the steady state.
     #[arg(long, value_name = "SECONDS", default_value_t = 180)]
@@ -83,6 +89,15 @@ pub struct BenchArgs {
     /// memory, over the run) into this directory.
     #[arg(long, value_name = "DIR")]
     plots: Option<PathBuf>,
+}
+
+/// The controller's intervals while scaling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum IntervalsChoice {
+    /// Poll 500 ms, requeue 1 s, inventory 5 s: matched to prism-mock's sandbox delays.
+    Sandbox,
+    /// Poll 10 s, requeue 30 s, inventory 60 s: the controller's defaults, what users run.
+    Production,
 }
 
 /// prism-mock's delays.
@@ -116,10 +131,18 @@ pub fn options(args: &BenchArgs) -> BenchOptions {
         .prism_burst
         .unwrap_or_else(|| mock_limit.map_or(40, |(_, burst)| burst.max(1)));
     options.concurrency = args.concurrency;
+    let chosen = match args.intervals {
+        IntervalsChoice::Sandbox => ControllerIntervals::sandbox(),
+        IntervalsChoice::Production => ControllerIntervals::production(),
+    };
     options.scale_intervals = ControllerIntervals {
-        poll: Duration::from_millis(args.poll_ms),
-        requeue: Duration::from_millis(args.requeue_ms),
-        inventory_refresh: Duration::from_millis(args.inventory_ms),
+        poll: args.poll_ms.map_or(chosen.poll, Duration::from_millis),
+        requeue: args
+            .requeue_ms
+            .map_or(chosen.requeue, Duration::from_millis),
+        inventory_refresh: args
+            .inventory_ms
+            .map_or(chosen.inventory_refresh, Duration::from_millis),
     };
     options.steady = Duration::from_secs(args.steady_seconds);
     options.delete = !args.no_delete;
@@ -227,5 +250,25 @@ mod tests {
             100_000
         );
         assert!(parse(&["--foreign-vms", "1000000"]).is_err());
+    }
+
+    #[test]
+    fn intervals_choose_the_scaling_set_and_each_flag_overrides_one() {
+        assert_eq!(
+            parse(&[]).unwrap().scale_intervals,
+            ControllerIntervals::sandbox()
+        );
+        assert_eq!(
+            parse(&["--intervals", "production"])
+                .unwrap()
+                .scale_intervals,
+            ControllerIntervals::production()
+        );
+        let mixed = parse(&["--intervals", "production", "--poll-ms", "2000"]).unwrap();
+        assert_eq!(mixed.scale_intervals.poll, Duration::from_secs(2));
+        assert_eq!(
+            mixed.scale_intervals.requeue,
+            ControllerIntervals::production().requeue
+        );
     }
 }

@@ -173,6 +173,17 @@ fn ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Which set `intervals` is: `sandbox`, `production`, or `custom`.
+fn intervals_name(intervals: &ControllerIntervals) -> &'static str {
+    if *intervals == ControllerIntervals::sandbox() {
+        "sandbox"
+    } else if *intervals == ControllerIntervals::production() {
+        "production"
+    } else {
+        "custom"
+    }
+}
+
 fn intervals_ms(intervals: &ControllerIntervals) -> IntervalsMs {
     IntervalsMs {
         poll: ms(intervals.poll),
@@ -865,6 +876,7 @@ async fn phases(
         controller_burst: options.controller_burst,
         concurrency: options.concurrency,
         scale_intervals: intervals_ms(&options.scale_intervals),
+        scale_intervals_name: intervals_name(&options.scale_intervals).to_owned(),
         steady_intervals: intervals_ms(&options.steady_intervals),
         mock_task_ms: options.timings.task_queued_ms + options.timings.task_running_ms,
         mock_boot_ms: options.timings.boot_to_address_ms,

@@ -30,6 +30,9 @@ pub struct Settings {
     pub concurrency: u16,
     /// The controller's intervals while scaling up and down.
     pub scale_intervals: IntervalsMs,
+    /// Which set they are (`sandbox bench --intervals`): `sandbox`, `production` or
+    /// `custom`.
+    pub scale_intervals_name: String,
     /// The controller's intervals after the restart (steady state): the production defaults.
     pub steady_intervals: IntervalsMs,
     /// prism-mock: a task's queued + running time, and the boot to an address.
@@ -255,10 +258,11 @@ impl BenchReport {
         );
         let _ = writeln!(
             out,
-            "Controller: --prism-rate-limit {} --prism-burst {} --concurrency {}; scaling with poll {} ms, requeue {} ms, inventory {} ms; steady state with {} / {} / {} ms",
+            "Controller: --prism-rate-limit {} --prism-burst {} --concurrency {}; scaling with the {} intervals: poll {} ms, requeue {} ms, inventory {} ms; steady state with {} / {} / {} ms",
             s.controller_rate_limit,
             s.controller_burst,
             s.concurrency,
+            s.scale_intervals_name,
             s.scale_intervals.poll,
             s.scale_intervals.requeue,
             s.scale_intervals.inventory_refresh,

@@ -298,11 +298,15 @@ pub enum EnvironmentSeen {
     /// after a VM's DELETE was sent its end is first looked for (the connection's recent
     /// deletions, from the DELETE to the 404 that confirmed it); `slowest_task`: the longest
     /// that recent successful tasks of the pending task's kind took on this Prism Central
-    /// (`None`: no task pending, or none of its kind succeeded yet).
+    /// (`None`: no task pending, or none of its kind succeeded yet); `task_end_seen`: the
+    /// connection's shared look at the tasks in flight saw the pending task end;
+    /// `delete_end_seen`: it saw the task of the recorded VM's DELETE end.
     Ready {
         first_task_read: Duration,
         first_delete_look: Duration,
         slowest_task: Option<Duration>,
+        task_end_seen: bool,
+        delete_end_seen: bool,
     },
     Unavailable(EnvironmentProblem),
 }

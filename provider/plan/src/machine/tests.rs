@@ -197,6 +197,8 @@ impl World {
                 first_task_read: Duration::ZERO,
                 first_delete_look: Intervals::default().poll,
                 slowest_task: None,
+                task_end_seen: false,
+                delete_end_seen: false,
             },
             now: "2026-01-01T00:01:00Z".parse().unwrap(),
             gate: false,
@@ -2070,6 +2072,8 @@ fn a_delete_is_first_looked_at_when_deletes_on_its_prism_usually_end() {
         first_task_read: Duration::ZERO,
         first_delete_look: Duration::from_secs(4),
         slowest_task: None,
+        task_end_seen: false,
+        delete_end_seen: false,
     };
     world.run_until(8, |w| w.phase() == phase::PROVISIONED);
     world.delete();
@@ -2087,6 +2091,79 @@ fn a_delete_is_first_looked_at_when_deletes_on_its_prism_usually_end() {
     assert_eq!(steps, strings(&["env", "GET"]));
     world.tick();
     let (steps, _) = world.steps();
+    assert_eq!(steps, strings(&["env", "GET", "write metadata"]));
+    assert!(world.finalized());
+}
+
+/// The connection's shared look at the tasks in flight (issue 37, item 2): a Machine woken by it
+/// at once after the task ended, long before its own first look would be due.
+fn environment_seeing(task_end_seen: bool, delete_end_seen: bool) -> EnvironmentSeen {
+    EnvironmentSeen::Ready {
+        first_task_read: Intervals::default().poll,
+        first_delete_look: Intervals::default().poll,
+        slowest_task: None,
+        task_end_seen,
+        delete_end_seen,
+    }
+}
+
+/// Ends every running task and finishes every delete without time passing.
+fn end_tasks_at_once(world: &mut World) {
+    let now = world.now;
+    world.tick();
+    world.now = now;
+}
+
+#[test]
+fn a_create_the_shared_task_look_saw_end_is_read_at_once_without_a_listing() {
+    let woken = |task_end_seen: bool| {
+        let mut world = World::new("image");
+        world.listing_pays = true;
+        world.environment = environment_seeing(false, false);
+        world.run_until(3, |w| w.status().pending_task.is_some());
+        end_tasks_at_once(&mut world);
+        world.environment = environment_seeing(task_end_seen, false);
+        let (steps, outcome) = world.steps();
+        (world, steps, outcome)
+    };
+    // Unseen, the task is not read before its kind usually ends.
+    let (_, steps, outcome) = woken(false);
+    assert_eq!(steps, strings(&["env"]));
+    assert_eq!(outcome.next, Some(Next::Requeue(Intervals::default().poll)));
+    // Seen, it is read now (the executor hands over the listed task) and its end recorded.
+    let (world, steps, _) = woken(true);
+    assert_eq!(steps[..2], strings(&["env", "task"]));
+    assert!(
+        !steps.iter().any(|step| step.starts_with("list")),
+        "{steps:?}"
+    );
+    assert_eq!(world.status().pending_task, None);
+    assert!(world.status().vm_uuid.is_some());
+}
+
+#[test]
+fn a_delete_the_shared_task_look_saw_end_is_confirmed_at_once_by_a_get() {
+    let woken = |delete_end_seen: bool| {
+        let mut world = World::new("image");
+        world.listing_pays = true;
+        world.run_until(8, |w| w.phase() == phase::PROVISIONED);
+        world.environment = environment_seeing(false, false);
+        world.delete();
+        world.reconcile();
+        world.reconcile();
+        let (steps, _) = world.steps();
+        assert_eq!(steps, strings(&["env", "DELETE", "write status"]));
+        end_tasks_at_once(&mut world);
+        world.environment = environment_seeing(false, delete_end_seen);
+        let (steps, outcome) = world.steps();
+        (world, steps, outcome)
+    };
+    let (_, steps, outcome) = woken(false);
+    assert_eq!(steps, strings(&["env"]));
+    assert!(matches!(outcome.next, Some(Next::Requeue(_))));
+    // Seen: no listing (one taken before the end would still show DELETE_PENDING), the GET's
+    // 404 finishes the deletion.
+    let (world, steps, _) = woken(true);
     assert_eq!(steps, strings(&["env", "GET", "write metadata"]));
     assert!(world.finalized());
 }
@@ -2618,6 +2695,8 @@ fn a_connection_that_cannot_be_made_is_explained_on_a_machine_to_be_created() {
             first_task_read: Duration::ZERO,
             first_delete_look: Intervals::default().poll,
             slowest_task: None,
+            task_end_seen: false,
+            delete_end_seen: false,
         };
         world.run_until(6, |w| w.phase() == phase::PROVISIONED);
     }
@@ -2831,6 +2910,8 @@ fn a_failed_create_is_read_at_the_first_look_once_successful_creates_have_ended(
             first_task_read: Intervals::default().poll,
             first_delete_look: Intervals::default().poll,
             slowest_task,
+            task_end_seen: false,
+            delete_end_seen: false,
         };
         world.run_until(3, |w| w.status().pending_task.is_some());
         for (progress, _) in world.tasks.values_mut() {

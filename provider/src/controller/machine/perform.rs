@@ -3,8 +3,18 @@
 //! chooses what to do next.
 
 use super::*;
+use crate::plan::vm::request::VmRequest;
+use prism_client::TaskProgress;
 
 impl Scope {
+    /// This Machine, for the shared task watch to wake.
+    fn machine_key(&self) -> MachineKey {
+        MachineKey {
+            namespace: self.machine.namespace().unwrap_or_default(),
+            name: self.machine.name_any(),
+        }
+    }
+
     /// What a listing shows about this Machine, for the slot it fills.
     pub(super) fn project(&self, slot: ListingSlot, listing: &InventorySnapshot) -> Listing {
         let facts = &self.rounds.snapshot.machine;
@@ -83,11 +93,22 @@ impl Scope {
                                     |task| found.connection.slowest_task(&task.operation),
                                 );
                             let first_delete_look = found.connection.first_delete_look_after(poll);
+                            let status = &self.rounds.snapshot.status;
+                            let task_end_seen = status
+                                .pending_task
+                                .as_ref()
+                                .is_some_and(|task| found.connection.task_end_seen(&task.id));
+                            let delete_end_seen =
+                                status.deletion_sent.as_ref().is_some_and(|sent| {
+                                    found.connection.delete_end_seen(&sent.vm_uuid)
+                                });
                             self.environment = Some(found);
                             EnvironmentSeen::Ready {
                                 first_task_read,
                                 first_delete_look,
                                 slowest_task,
+                                task_end_seen,
+                                delete_end_seen,
                             }
                         }
                         Err(error) => {
@@ -135,7 +156,12 @@ impl Scope {
                 }
             }
             Read::Task(task) => {
-                let progress = self.connection()?.read_task(&task).await?;
+                let connection = self.connection()?;
+                let progress = connection.read_task(&task).await?;
+                if let TaskProgress::Running { .. } = progress {
+                    // Recorded before this controller started, or by another replica.
+                    connection.watch_task(&task.id, task.operation.is_v4(), self.machine_key());
+                }
                 self.rounds.snapshot.seen.observe.task = Some(progress);
             }
             Read::Vm { uuid, fresh } => {
@@ -272,6 +298,10 @@ impl Scope {
                 let outcome = match answer {
                     Ok(sent) => {
                         tracing::info!(machine = %self.key, "create sent");
+                        if let Some(task) = &sent.task {
+                            let v4 = matches!(*request, VmRequest::Deploy { .. });
+                            self.connection()?.watch_task(task, v4, self.machine_key());
+                        }
                         SendOutcome::Accepted { task: sent.task }
                     }
                     Err(error) => {
@@ -289,6 +319,8 @@ impl Scope {
                     .await;
                 let outcome = match answer {
                     Ok(actuator::FollowUpOutcome::Sent { task: Some(task) }) => {
+                        self.connection()?
+                            .watch_task(&task, false, self.machine_key());
                         FollowUpOutcome::Task(task)
                     }
                     Ok(
@@ -307,8 +339,14 @@ impl Scope {
                 self.rounds.snapshot.seen.update.follow_up = Some(outcome);
             }
             Change::DeleteVm { uuid } => {
-                let outcome = match self.connection()?.delete_vm(&uuid).await {
-                    Ok(actuator::DeleteOutcome::Accepted) => DeleteOutcome::Accepted,
+                let connection = self.connection()?;
+                let outcome = match connection.delete_vm(&uuid).await {
+                    Ok(actuator::DeleteOutcome::Accepted { task }) => {
+                        if let Some(task) = task {
+                            connection.watch_delete(&task, &uuid, self.machine_key());
+                        }
+                        DeleteOutcome::Accepted
+                    }
                     Ok(actuator::DeleteOutcome::AlreadyGone) => DeleteOutcome::Gone,
                     Err(error) => {
                         let outcome = DeleteOutcome::Failed(error.to_string());

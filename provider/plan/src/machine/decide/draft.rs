@@ -221,6 +221,29 @@ impl<'a> Draft<'a> {
         }
     }
 
+    /// Whether the connection's shared look at the tasks in flight saw the pending task end.
+    pub(super) fn task_end_seen(&self) -> bool {
+        matches!(
+            self.s.seen.observe.environment,
+            Some(EnvironmentSeen::Ready {
+                task_end_seen: true,
+                ..
+            })
+        )
+    }
+
+    /// Whether the connection's shared look at the tasks in flight saw the recorded VM's DELETE
+    /// task end.
+    pub(super) fn delete_end_seen(&self) -> bool {
+        matches!(
+            self.s.seen.observe.environment,
+            Some(EnvironmentSeen::Ready {
+                delete_end_seen: true,
+                ..
+            })
+        )
+    }
+
     /// How soon after a VM's DELETE was sent its end is first looked for: the connection's
     /// recent deletions, else the poll interval.
     pub(super) fn first_delete_look(&self) -> Result<Duration, Ask> {

@@ -37,7 +37,8 @@ pub(super) fn delete_unread(d: &Draft<'_>) -> Option<(VmObservation, Option<Vm>)
 }
 
 /// A DELETE sent moments ago is not looked at before deletes on this Prism Central usually end
-/// (at least a poll interval).
+/// (at least a poll interval), unless the connection's shared look at the tasks in flight saw
+/// the DELETE's task end.
 ///
 /// Saves: the `GET`s of a VM whose delete is still going, beginning with the one in the
 /// reconcile the delete's own record triggers. Safe: the delete is recorded
@@ -53,6 +54,7 @@ pub(super) fn wait_before_delete_look(d: &Draft<'_>) -> Result<(), Ask> {
     if !d.deleting()
         || status.pending_task.is_some()
         || status.vm_uuid.as_deref() != Some(sent.vm_uuid.as_str())
+        || d.delete_end_seen()
     {
         return Ok(());
     }
@@ -65,7 +67,8 @@ pub(super) fn wait_before_delete_look(d: &Draft<'_>) -> Result<(), Ask> {
 }
 
 /// A task recorded moments ago is not read before tasks of its kind on this Prism Central
-/// usually end (`first_task_read`, from the connection's recent tasks).
+/// usually end (`first_task_read`, from the connection's recent tasks); [`super::observe`] skips
+/// this wait for a task the connection's shared look at the tasks in flight saw end.
 ///
 /// Saves: the task read in the reconcile the task's own record triggers, and the reads of a
 /// task that cannot have ended yet. Safe: the task is recorded, so a restart loses nothing;
@@ -105,6 +108,11 @@ pub(super) fn listed_vm(
     let status = &s.status;
     let deleting = d.deleting();
     let present = |vm: &Vm| Some((VmObservation::Present(VmState::of(vm)), Some(vm.clone())));
+    // The DELETE's task was seen ended: a listing taken before its end would still show the VM
+    // DELETE_PENDING, so the VM is read.
+    if deleting && d.delete_end_seen() {
+        return Ok(None);
+    }
     if deleting {
         let source = ListingSource::ForWaiter {
             waiter: uuid.to_owned(),

@@ -47,7 +47,10 @@ pub(super) fn observe(d: &mut Draft<'_>) -> Result<(VmObservation, Option<Vm>), 
     };
 
     if let Some(task) = &status.pending_task {
-        economy::wait_before_task_read(d, task, first_task_read)?;
+        // A task seen ended is read now, whatever its kind usually takes.
+        if !d.task_end_seen() {
+            economy::wait_before_task_read(d, task, first_task_read)?;
+        }
         if let Some(seen) = observe_task(d, task)? {
             return Ok(seen);
         }
@@ -151,7 +154,8 @@ fn observe_task(
     task: &PendingTask,
 ) -> Result<Option<(VmObservation, Option<Vm>)>, Ask> {
     let s = d.s;
-    if !d.deleting() {
+    // A task seen ended is read at once: a listing could only say what the read will.
+    if !d.deleting() && !d.task_end_seen() {
         match listing_before_task_read(d, task)? {
             BeforeRead::ReadTask => {}
             BeforeRead::Creating => return Ok(Some((VmObservation::Creating, None))),
