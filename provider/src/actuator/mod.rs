@@ -987,10 +987,9 @@ mod tests {
         assert_eq!(deletes.first_look(poll), secs(4));
     }
 
-    /// The scale-down of 1,000 Machines: the controller's backlog made every look late, each
-    /// late 404 lengthened the wait before the next deletions' first look, and the deletions
-    /// stalled (issue 37). Deletions found over at their first look, however late, bring the
-    /// look back to the poll interval.
+    /// A scale-down's backlog makes every look late; each late 404 used to lengthen the wait
+    /// before the next deletions' first look (issue 37). Deletions found over at their first
+    /// look, however late, bring the look back to the poll interval.
     #[test]
     fn deletions_confirmed_late_by_a_backlog_do_not_delay_the_next_first_look() {
         let poll = Duration::from_millis(500);

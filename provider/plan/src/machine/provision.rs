@@ -481,8 +481,8 @@ pub struct DeletionSeen {
 ///
 /// A 404 is seen as late as the look that finds it, and a controller with a backlog looks late:
 /// each time to the 404 then counts the wait before the look plus the queue, and a first look
-/// at four fifths of those times settles at four times the queue's delay (a scale-down of 1,000
-/// Machines stalled for 20 s between looks). A read that still finds the VM is no such
+/// at four fifths of those times settles at four times the queue's delay (a queue of 5 s in a
+/// scale-down: 20 s before each look; issue 37). A read that still finds the VM is no such
 /// overestimate: the deletion had not ended then. So the wait is only as long as deletions have
 /// been seen to last; where every recent deletion was over at its first look, the look comes
 /// after `poll`.
