@@ -33,7 +33,9 @@ use prometheus::{GaugeVec, IntGaugeVec};
 use tokio::sync::broadcast;
 
 use crate::api::{PendingTask, TaskOperation};
-use crate::plan::machine::provision::first_task_read_after;
+use crate::plan::machine::provision::{
+    DeletionSeen, first_delete_look_after, first_task_read_after,
+};
 use crate::plan::machine::{DetachRequest, VolumeGroupDetach};
 use crate::plan::vm::request::{FollowUpError, FollowUpUpdate, VmRequest};
 use crate::plan::vm::scope::NameClause;
@@ -582,13 +584,21 @@ impl TaskDurations {
     }
 }
 
-/// When each VM's DELETE was accepted, until a 404 confirms it, and how long recent deletions
-/// took from one to the other: a deletion is first looked at when deletions usually end, as a
-/// task is first read when tasks of its kind usually end.
+/// When each VM's DELETE was accepted, until a 404 confirms it, with the latest read that still
+/// found the VM; and what recent deletions showed of both: a deletion is first looked at when
+/// deletions usually end ([`first_delete_look_after`]), as a task is first read when tasks of
+/// its kind usually end.
 #[derive(Debug, Default)]
 struct DeleteDurations {
-    sent: Mutex<HashMap<String, Instant>>,
-    recent: Mutex<VecDeque<Duration>>,
+    sent: Mutex<HashMap<String, DeletionGoing>>,
+    recent: Mutex<VecDeque<DeletionSeen>>,
+}
+
+/// A deletion whose 404 has not come yet.
+#[derive(Debug, Clone, Copy)]
+struct DeletionGoing {
+    sent: Instant,
+    still_there_after: Duration,
 }
 
 /// Deletions whose 404 never came (the Machine went another way) are forgotten after this.
@@ -597,29 +607,46 @@ const DELETE_SENT_KEPT: Duration = Duration::from_secs(600);
 impl DeleteDurations {
     fn sent(&self, uuid: &str, at: Instant) {
         let mut sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
-        sent.retain(|_, when| at.saturating_duration_since(*when) < DELETE_SENT_KEPT);
-        sent.insert(uuid.to_owned(), at);
+        sent.retain(|_, going| at.saturating_duration_since(going.sent) < DELETE_SENT_KEPT);
+        let going = DeletionGoing {
+            sent: at,
+            still_there_after: Duration::ZERO,
+        };
+        sent.insert(uuid.to_owned(), going);
     }
 
-    /// A read found `uuid` gone at `at`: if its DELETE was sent, remember how long it took.
+    /// A read found `uuid` at `at`: if its DELETE was sent, the deletion lasts at least this long.
+    fn still_there(&self, uuid: &str, at: Instant) {
+        let mut sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(going) = sent.get_mut(uuid) {
+            going.still_there_after = going
+                .still_there_after
+                .max(at.saturating_duration_since(going.sent));
+        }
+    }
+
+    /// A read found `uuid` gone at `at`: if its DELETE was sent, remember what it showed.
     fn gone(&self, uuid: &str, at: Instant) {
-        let sent = self
+        let going = self
             .sent
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(uuid);
-        if let Some(sent) = sent {
+        if let Some(going) = going {
             let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
             if recent.len() == TASK_DURATIONS_KEPT {
                 recent.pop_front();
             }
-            recent.push_back(at.saturating_duration_since(sent));
+            recent.push_back(DeletionSeen {
+                gone_after: at.saturating_duration_since(going.sent),
+                still_there_after: going.still_there_after,
+            });
         }
     }
 
-    fn minimum(&self) -> Option<Duration> {
-        let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-        recent.iter().min().copied()
+    fn first_look(&self, poll: Duration) -> Duration {
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        first_delete_look_after(recent.make_contiguous(), poll)
     }
 }
 
@@ -679,7 +706,10 @@ impl Connection {
     /// `GET /vms/{uuid}`; `None` for 404.
     pub async fn get_vm(&self, uuid: &str) -> Result<Option<Vm>, Error> {
         let vm = match self.client.get_vm(uuid).await {
-            Ok(vm) => Some(vm),
+            Ok(vm) => {
+                self.deletes.still_there(uuid, Instant::now());
+                Some(vm)
+            }
             Err(error) if error.is_not_found() => {
                 self.deletes.gone(uuid, Instant::now());
                 None
@@ -735,11 +765,10 @@ impl Connection {
         self.task_durations.maximum(operation)
     }
 
-    /// How soon after a VM's DELETE was accepted its end is first looked for: four fifths of
-    /// the shortest of the last deletions on this Prism Central (from the DELETE to the 404
-    /// that confirmed it), never sooner than `poll`.
+    /// How soon after a VM's DELETE was accepted its end is first looked for, from the last
+    /// deletions on this Prism Central ([`first_delete_look_after`]).
     pub fn first_delete_look_after(&self, poll: Duration) -> Duration {
-        first_task_read_after(self.deletes.minimum(), poll)
+        self.deletes.first_look(poll)
     }
 
     /// Remembers how long a task that succeeded took, for [`Self::first_task_read_after`].
@@ -976,32 +1005,64 @@ mod tests {
     }
 
     #[test]
-    fn a_deletion_counts_from_its_delete_to_the_404_that_confirms_it() {
+    fn a_deletion_counts_from_its_delete_to_the_404_and_to_the_last_read_that_found_the_vm() {
+        let poll = Duration::from_millis(500);
+        let secs = Duration::from_secs;
         let deletes = DeleteDurations::default();
         let start = Instant::now();
-        assert_eq!(deletes.minimum(), None);
-        deletes.gone("never-deleted", start + Duration::from_secs(9));
+        assert_eq!(deletes.first_look(poll), poll);
+        deletes.gone("never-deleted", start + secs(9));
         assert_eq!(
-            deletes.minimum(),
-            None,
+            deletes.first_look(poll),
+            poll,
             "a 404 without a DELETE is no deletion"
         );
         deletes.sent("vm-1", start);
-        deletes.sent("vm-2", start + Duration::from_secs(1));
-        deletes.gone("vm-1", start + Duration::from_secs(3));
-        deletes.gone("vm-2", start + Duration::from_secs(3));
-        assert_eq!(deletes.minimum(), Some(Duration::from_secs(2)));
-        deletes.gone("vm-2", start + Duration::from_secs(30));
+        deletes.sent("vm-2", start + secs(1));
+        deletes.still_there("vm-1", start + secs(4));
+        deletes.still_there("vm-2", start + secs(2));
+        deletes.gone("vm-1", start + secs(5));
+        deletes.gone("vm-2", start + secs(6));
         assert_eq!(
-            deletes.minimum(),
-            Some(Duration::from_secs(2)),
+            deletes.first_look(poll),
+            secs(4),
+            "four fifths of the shortest time to the 404 (5 s), no later than a poll after 4 s seen going"
+        );
+        deletes.gone("vm-2", start + secs(30));
+        assert_eq!(
+            deletes.first_look(poll),
+            secs(4),
             "a second 404 of the same VM is not a second deletion"
         );
         // A DELETE whose 404 never came is forgotten once it is old.
         deletes.sent("vm-3", start);
         deletes.sent("vm-4", start + DELETE_SENT_KEPT);
-        deletes.gone("vm-3", start + DELETE_SENT_KEPT + Duration::from_secs(1));
-        assert_eq!(deletes.minimum(), Some(Duration::from_secs(2)));
+        deletes.gone("vm-3", start + DELETE_SENT_KEPT + secs(1));
+        assert_eq!(deletes.first_look(poll), secs(4));
+    }
+
+    /// A scale-down's backlog makes every look late; each late 404 used to lengthen the wait
+    /// before the next deletions' first look (issue 37). Deletions found over at their first
+    /// look, however late, bring the look back to the poll interval.
+    #[test]
+    fn deletions_confirmed_late_by_a_backlog_do_not_delay_the_next_first_look() {
+        let poll = Duration::from_millis(500);
+        let deletes = DeleteDurations::default();
+        let start = Instant::now();
+        for index in 0..TASK_DURATIONS_KEPT {
+            let uuid = format!("vm-{index}");
+            deletes.sent(&uuid, start);
+            deletes.gone(&uuid, start + Duration::from_secs(25));
+        }
+        assert_eq!(deletes.first_look(poll), poll);
+        // Deletions that were seen going for a while do make the next ones wait.
+        for index in 0..2 {
+            let uuid = format!("slow-{index}");
+            deletes.sent(&uuid, start);
+            deletes.still_there(&uuid, start + Duration::from_secs(9));
+            deletes.gone(&uuid, start + Duration::from_secs(30));
+        }
+        assert_eq!(deletes.first_look(poll), Duration::from_millis(9500));
     }
 
     #[test]

@@ -466,6 +466,38 @@ pub fn first_task_read_after(recent_minimum: Option<Duration>, poll: Duration) -
     recent_minimum.map_or(poll, |minimum| (minimum * 4 / 5).max(poll))
 }
 
+/// What the controller saw of one recent VM deletion on a Prism Central, counted from its
+/// accepted `DELETE`: the read that found the VM gone (404), and the latest read that still
+/// found it (zero when the first read after the `DELETE` found it gone).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeletionSeen {
+    pub gone_after: Duration,
+    pub still_there_after: Duration,
+}
+
+/// How soon after its `DELETE` was accepted a VM's end is first looked for: as a task
+/// ([`first_task_read_after`], from the shortest of the `recent` deletions' 404s), but never
+/// later than a `poll` interval after the longest that a recent deletion was seen still going.
+///
+/// A 404 is seen as late as the look that finds it, and a controller with a backlog looks late:
+/// each time to the 404 then counts the wait before the look plus the queue, and a first look
+/// at four fifths of those times settles at four times the queue's delay (a queue of 5 s in a
+/// scale-down: 20 s before each look; issue 37). A read that still finds the VM is no such
+/// overestimate: the deletion had not ended then. So the wait is only as long as deletions have
+/// been seen to last; where every recent deletion was over at its first look, the look comes
+/// after `poll`.
+pub fn first_delete_look_after(recent: &[DeletionSeen], poll: Duration) -> Duration {
+    let shortest_gone = recent.iter().map(|seen| seen.gone_after).min();
+    let longest_going = recent
+        .iter()
+        .map(|seen| seen.still_there_after)
+        .max()
+        .unwrap_or_default();
+    first_task_read_after(shortest_gone, poll)
+        .min(longest_going.saturating_add(poll))
+        .max(poll)
+}
+
 /// A task is looked for in the shared listing while it is younger than this many requeue
 /// intervals; after that it is read directly unless the listing shows its VM created (a failed
 /// create's VM never shows up; the error is in the task).

@@ -340,6 +340,50 @@ fn a_task_is_first_read_when_tasks_of_its_kind_usually_end() {
     );
 }
 
+#[test]
+fn a_delete_is_first_looked_at_no_later_than_deletions_were_seen_to_last() {
+    let poll = Duration::from_millis(500);
+    let secs = Duration::from_secs_f64;
+    let seen = |gone: f64, still_there: f64| DeletionSeen {
+        gone_after: secs(gone),
+        still_there_after: secs(still_there),
+    };
+    // (recent deletions, first look, why)
+    let table: &[(&[DeletionSeen], Duration, &str)] = &[
+        (&[], poll, "nothing learned yet"),
+        (
+            &[seen(2.0, 1.5), seen(2.5, 2.0)],
+            secs(1.6),
+            "four fifths of the shortest time to the 404, as for a task",
+        ),
+        (
+            &[seen(10.0, 8.0), seen(12.0, 0.0)],
+            secs(8.0),
+            "a deletion seen going for 8 s: looked at after four fifths of 10 s",
+        ),
+        // The scale-down's loop: with a backlog every first look is late and finds the VM gone,
+        // so the times to the 404 are the queue's, not Prism's. They must not set the wait.
+        (
+            &[seen(24.0, 0.0), seen(25.0, 0.0), seen(30.0, 0.0)],
+            poll,
+            "every deletion over at its first look, however late that look was",
+        ),
+        (
+            &[seen(24.0, 1.0), seen(25.0, 0.0)],
+            secs(1.5),
+            "no later than a poll after the longest a deletion was seen going",
+        ),
+        (
+            &[seen(0.3, 0.0)],
+            poll,
+            "never sooner than the poll interval",
+        ),
+    ];
+    for (recent, expected, why) in table {
+        assert_eq!(first_delete_look_after(recent, poll), *expected, "{why}");
+    }
+}
+
 fn view(listed: Option<Option<&EntityState>>, named: bool, after_start: bool) -> ListingView<'_> {
     ListingView {
         listed,
