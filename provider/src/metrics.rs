@@ -29,7 +29,8 @@
 //!   `nutanix_doctor_checks_skipped{check}`: checks it could not make (a read it may not do),
 //!   for the alert `NutanixWindowsPrerequisiteMissing`;
 //! - `nutanix_machines{namespace,machineset,phase}`: the watched Machines by MachineSet and
-//!   phase, counted from the controller's Machine cache at each scrape;
+//!   phase, counted from the controller's Machine cache at each scrape (every phase of a
+//!   MachineSet with Machines, 0 when none is in it);
 //! - `nutanix_windows_join_reason{namespace,name,reason}`: 1 for each Windows Machine, labelled
 //!   with the reason of its `WindowsJoin` condition (the stage its join reached, or why it is
 //!   stuck);
@@ -52,7 +53,17 @@ use prometheus::{
 };
 
 use crate::api::GuardedMachine;
+use crate::plan::api::phase;
 use crate::plan::windows_join::reasons;
+
+/// The machine-api-operator's Machine phases, each a series of `nutanix_machines` per MachineSet.
+const MACHINE_PHASES: [&str; 5] = [
+    phase::PROVISIONING,
+    phase::PROVISIONED,
+    phase::RUNNING,
+    phase::DELETING,
+    phase::FAILED,
+];
 
 /// Buckets of `mapi_machine_phase_transition_seconds` (the machine-api-operator's).
 pub const PHASE_TRANSITION_BUCKETS: &[f64] = &[
@@ -267,14 +278,22 @@ impl Metrics {
             if machine.phase().is_empty() {
                 continue;
             }
-            let key = [
-                machine.metadata.namespace.clone().unwrap_or_default(),
-                machine.machine_set().unwrap_or_default().to_owned(),
-                machine.phase().to_owned(),
-            ];
-            *counts.entry(key).or_default() += 1;
+            let namespace = machine.metadata.namespace.clone().unwrap_or_default();
+            let machine_set = machine.machine_set().unwrap_or_default().to_owned();
+            // Every phase of a MachineSet that has Machines gets its series, 0 when no Machine
+            // is in it, as kube-state-metrics' `kube_pod_status_phase` gives every phase: a
+            // panel of a phase Machines pass through in under a scrape interval (Deleting) shows
+            // 0, not "no data".
+            for phase in MACHINE_PHASES {
+                counts
+                    .entry([namespace.clone(), machine_set.clone(), phase.to_owned()])
+                    .or_default();
+            }
+            *counts
+                .entry([namespace, machine_set, machine.phase().to_owned()])
+                .or_default() += 1;
         }
-        // Phases no Machine is in any more disappear rather than stay at their last count.
+        // MachineSets no Machine is in any more disappear rather than stay at their last count.
         self.machines.reset();
         for (labels, count) in counts {
             self.machines
@@ -470,16 +489,28 @@ mod tests {
         assert!(
             text.contains(r#"nutanix_machines{machineset="",namespace="ns",phase="Failed"} 1"#)
         );
+        assert!(
+            text.contains(
+                r#"nutanix_machines{machineset="workers",namespace="ns",phase="Deleting"} 0"#
+            ),
+            "every phase of a MachineSet with Machines: {text}"
+        );
         assert_eq!(
             text.matches("nutanix_machines{").count(),
-            2,
-            "no phase, no series: {text}"
+            10,
+            "five phases for each of the two MachineSets; a Machine with no phase counts in none: {text}"
         );
         writer.apply_watcher_event(&watcher::Event::Delete(machine("c", None, Some("Failed"))));
         let text = metrics.render();
         assert!(
-            !text.contains(r#"phase="Failed""#),
-            "a phase left empty goes: {text}"
+            !text.contains(r#"machineset="",namespace="ns""#),
+            "a MachineSet left with no Machine goes: {text}"
+        );
+        assert!(
+            text.contains(
+                r#"nutanix_machines{machineset="workers",namespace="ns",phase="Failed"} 0"#
+            ),
+            "{text}"
         );
     }
 }
