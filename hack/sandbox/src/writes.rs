@@ -91,6 +91,11 @@ const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deleteco
 /// The kube-sim user (token `user:NAME`) the controller's requests are logged as.
 pub const CONTROLLER_USER: &str = "nutanix-machine-controller";
 
+/// The name the Go provider runs under (its `argv[0]`, whatever its file is called): client-go
+/// names a client's user agent after it, which is how its requests are told from the
+/// administrator's (it runs with the administrator's kubeconfig).
+pub const GO_PROVIDER_PROGRAM: &str = "manager";
+
 /// The kube-sim user the cluster's objects are applied as, as the administrator applies them on
 /// the real control plane.
 pub const ADMINISTRATOR_USER: &str = "administrator";
@@ -204,7 +209,7 @@ fn real_actor(event: &AuditEvent) -> Actor {
     }
     match agent {
         "machineset" => Actor::MachineSetController,
-        "manager" => Actor::GoProvider,
+        GO_PROVIDER_PROGRAM => Actor::GoProvider,
         "nodelink-controller" => Actor::Nodelink,
         "machine-healthcheck" => Actor::MachineHealthCheck,
         "kube-controller-manager" => Actor::KubeControllerManager,

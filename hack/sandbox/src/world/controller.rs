@@ -219,7 +219,13 @@ impl ControllerProcess {
     ) -> std::io::Result<Self> {
         let mut log = log_file(&launch.log_file)?;
         writeln!(log, "--- sandbox: controller start #{start_number} ---")?;
-        let child = Command::new(&launch.command.program)
+        let mut command = Command::new(&launch.command.program);
+        if launch.command.provider == Provider::Go {
+            // The audit log tells its requests apart by the user agent client-go builds from
+            // `argv[0]`; a binary built as `go-provider` would otherwise pass for another client.
+            command.arg0(crate::writes::GO_PROVIDER_PROGRAM);
+        }
+        let child = command
             .args(&launch.command.leading_args)
             .args(launch.flags())
             .envs(launch.environment())
@@ -288,6 +294,37 @@ mod tests {
         assert!(flags.contains(&"--v=2".to_owned()));
         assert_eq!(flags[flags.len() - 2..], ["--concurrency", "4"]);
         assert!(launch.environment().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_go_provider_runs_as_manager_whatever_its_file_is_called() {
+        // The audit log tells the Go provider's requests by the user agent client-go builds from
+        // argv[0]: a binary built as `go-provider` once passed for another client, and its
+        // writes counted 0.
+        let dir = tempfile::tempdir().unwrap();
+        // A shell under the Go provider's file name: it refuses the Go provider's flags with
+        // an error that starts with its argv[0] (dash and bash alike).
+        let program = dir.path().join("go-provider");
+        std::fs::copy("/bin/sh", &program).unwrap();
+        let launch = ControllerLaunch {
+            command: ControllerCommand::go_provider(&program),
+            kubeconfig: dir.path().join("kubeconfig"),
+            prism_ca_file: dir.path().join("ca.pem"),
+            namespace: "openshift-machine-api".into(),
+            intervals: ControllerIntervals::production(),
+            excluded_cidrs: Vec::new(),
+            verbosity: 2,
+            extra_args: Vec::new(),
+            log_file: dir.path().join("log"),
+        };
+        let mut process = ControllerProcess::start(&launch, 1).unwrap();
+        process.child.wait().await.unwrap();
+        let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
+        assert!(
+            log.contains(&format!("{}:", crate::writes::GO_PROVIDER_PROGRAM)),
+            "{log}"
+        );
+        assert!(!log.contains("go-provider:"), "{log}");
     }
 
     #[test]
