@@ -253,8 +253,9 @@ fn projection(
 }
 
 /// A JSON merge patch (RFC 7396) applied as the API server applies it: `null` removes a key,
-/// an object merges into an object, anything else replaces.
-fn apply_merge_patch(target: &mut Value, patch: &Value) {
+/// an object merges into an object, anything else replaces. The plan tests' world applies its
+/// writes with it too.
+pub(super) fn apply_merge_patch(target: &mut Value, patch: &Value) {
     match (target.as_object_mut(), patch.as_object()) {
         (Some(target), Some(patch)) => {
             for (key, value) in patch {

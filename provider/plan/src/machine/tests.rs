@@ -789,7 +789,7 @@ impl World {
                 "a status write after the finalizer's removal is lost: {:?}",
                 self.log
             );
-            merge(&mut self.machine, &patch);
+            rounds::apply_merge_patch(&mut self.machine, &patch);
             self.log.push("write status".into());
         }
     }
@@ -808,7 +808,7 @@ impl World {
             } => metadata_patch(&machine, labels, annotations, provider_id.as_deref()),
         };
         if let Some(patch) = patch {
-            merge(&mut self.machine, &patch);
+            rounds::apply_merge_patch(&mut self.machine, &patch);
             self.log.push("write metadata".into());
         }
     }
@@ -972,22 +972,6 @@ fn running() -> TaskProgress {
     TaskProgress::Running {
         status: "RUNNING".into(),
         percentage_complete: None,
-    }
-}
-
-/// A JSON merge patch (RFC 7386), as the API server applies it.
-fn merge(target: &mut Value, patch: &Value) {
-    match (target.as_object_mut(), patch.as_object()) {
-        (Some(target), Some(patch)) => {
-            for (key, value) in patch {
-                if value.is_null() {
-                    target.remove(key);
-                } else {
-                    merge(target.entry(key.clone()).or_insert(Value::Null), value);
-                }
-            }
-        }
-        _ => *target = patch.clone(),
     }
 }
 
