@@ -32,7 +32,7 @@ pub use config::{
     DEFAULT_PORT, ProxyConfig, RateLimit, RetryPolicy,
 };
 pub use observe::{Api, RequestEvent, RequestObserver};
-pub use prism_types::task::v4_progress;
+pub use prism_types::task::{dedup as dedup_entities, v4_entities, v4_progress};
 pub use prism_types::{
     ConfigError, Error, MAX_LIST_PAGES, MAX_SUBTASK_READS, PrismMessage, PrismMessages, Sensitive,
     SubtaskError, TaskEnd, TaskEntity, TaskFailure, TaskProgress, TransportKind,

@@ -827,11 +827,69 @@ async fn the_task_watch_wakes_each_machine_and_hands_over_its_listed_task() {
     };
     assert!(!connection.delete_end_seen(vm));
     connection.watch_delete(&task, vm, key("worker-w0"));
-    let machine = tokio::time::timeout(Duration::from_secs(30), woken.recv())
+    let woken_by_delete = tokio::time::timeout(Duration::from_secs(30), woken.recv())
         .await
         .expect("woken when the delete ends")
         .unwrap();
-    assert_eq!(machine, key("worker-w0"));
+    assert_eq!(woken_by_delete, key("worker-w0"));
     assert!(connection.delete_end_seen(vm));
     assert!(connection.get_vm(vm).await.unwrap().is_none());
+
+    // A template deploy names only its template; its subtasks name the VM. The watch lists
+    // them when the deploy ends and hands the deploy over with the VM: no `GET` of the task or
+    // of a subtask.
+    let m = machine(
+        "win-tpl-w",
+        "uid-win-tpl-w",
+        spec(
+            json!({"type": "name", "name": "windows-server-2022-template"}),
+            Some("Template"),
+            "120Gi",
+        ),
+        true,
+    );
+    let plan = plan_for(&connection, &m).await;
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let sent = connection
+        .send_create(&build_request(&plan, ""), Some(&request_id))
+        .await
+        .unwrap();
+    let task = sent.task.unwrap();
+    connection.watch_task(&task, true, key("win-tpl-w"));
+    let woken_by_deploy = tokio::time::timeout(Duration::from_secs(30), woken.recv())
+        .await
+        .expect("woken when the deploy and its subtasks are listed")
+        .unwrap();
+    assert_eq!(woken_by_deploy, key("win-tpl-w"));
+    assert!(connection.task_end_seen(&task));
+    let pending = PendingTask {
+        id: task,
+        operation: TaskOperation::Deploy,
+        started: None,
+        source_vm: None,
+    };
+    let progress = connection.read_task(&pending).await.unwrap();
+    let TaskReading::Created { vm_uuid: Some(vm) } =
+        read_task(&pending, &progress, TaskContext::default())
+    else {
+        panic!("the handed-over deploy names its VM: {progress:?}")
+    };
+    let deployed: Vec<String> = mock
+        .admin()
+        .vms()
+        .into_iter()
+        .filter(|listed| listed.name == "win-tpl-w")
+        .map(|listed| listed.uuid)
+        .collect();
+    assert_eq!(deployed, [vm]);
+    let task_reads = mock
+        .admin()
+        .count("GET", "/api/prism/v4.0/config/tasks/{ext_id}")
+        + mock
+            .admin()
+            .count("GET", "/api/prism/v4.4/config/tasks/{ext_id}");
+    assert_eq!(
+        task_reads, 0,
+        "the listings stood in for the deploy's reads"
+    );
 }

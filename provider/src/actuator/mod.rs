@@ -42,7 +42,7 @@ use crate::plan::vm::scope::NameClause;
 use credentials::PrismCredentials;
 use inventory::{Inventory, InventoryGauges, ScopeSource, SharedScopeSource};
 use lookups::LookupCache;
-use task_watch::{MachineKey, TaskWatch};
+use task_watch::{HandOver, MachineKey, TaskWatch};
 use uuid_pool::UuidPool;
 
 /// How the actuator talks to Prism.
@@ -795,9 +795,15 @@ impl Connection {
     }
 
     /// Has the shared task watch wake `machine` when `task` ends. A listed success stands in for
-    /// the Machine's own read, except a deploy's (`v4`: its subtasks name the VM).
+    /// the Machine's own read; a deploy's (`v4`) once its subtasks, which name the VM, are listed.
     pub fn watch_task(&self, task: &str, v4: bool, machine: MachineKey) {
-        self.tasks.watch(&self.client, task, machine, !v4, None);
+        let hand_over = if v4 {
+            HandOver::WithSubtasks
+        } else {
+            HandOver::Listed
+        };
+        self.tasks
+            .watch(&self.client, task, machine, hand_over, None);
     }
 
     /// Whether the shared task watch saw `task` end since it was recorded.
@@ -808,7 +814,7 @@ impl Connection {
     /// Has the shared task watch wake `machine` when the DELETE task `task` of its VM `vm` ends.
     pub fn watch_delete(&self, task: &str, vm: &str, machine: MachineKey) {
         self.tasks
-            .watch(&self.client, task, machine, false, Some(vm));
+            .watch(&self.client, task, machine, HandOver::No, Some(vm));
     }
 
     /// Whether the shared task watch saw the DELETE task of VM `vm` end.
