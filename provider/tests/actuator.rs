@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use nutanix_machine_controller::actuator::address_watch::listed_addresses;
 use nutanix_machine_controller::actuator::credentials::PrismCredentials;
 use nutanix_machine_controller::actuator::task_watch::MachineKey;
 use nutanix_machine_controller::actuator::{
@@ -892,4 +893,95 @@ async fn the_task_watch_wakes_each_machine_and_hands_over_its_listed_task() {
         task_reads, 0,
         "the listings stood in for the deploy's reads"
     );
+}
+
+/// The shared address watch (issue 37, item 2): a Machine whose VM lists no address yet is woken
+/// when a shared listing shows one, with listings that do not grow with the waiting Machines,
+/// and without a `GET` of its VM.
+#[tokio::test]
+async fn the_address_watch_wakes_a_machine_when_its_vm_lists_an_address() {
+    let mut config = MockConfig::default();
+    config.timings.boot_to_address_ms = 1500;
+    let mock = MockPrism::start(config).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, mock.ca_pem().unwrap()).unwrap();
+    let actuator = Actuator::new(
+        ActuatorSettings {
+            ca_file: Some(ca),
+            ..ActuatorSettings::default()
+        },
+        None,
+    );
+    let mut woken = actuator.task_ends();
+    let connection = actuator
+        .connection(
+            mock.base_url(),
+            "ns/credentials",
+            &PrismCredentials::new("admin", "mock-password"),
+        )
+        .unwrap();
+    let mut waiting = Vec::new();
+    for name in ["addr-a0", "addr-a1", "addr-a2"] {
+        let m = machine(
+            name,
+            &format!("uid-{name}"),
+            spec(json!({"type": "name", "name": "rhcos-4.20"}), None, "120Gi"),
+            false,
+        );
+        let plan = plan_for(&connection, &m).await;
+        let uuid = connection.uuids.take(connection.client()).await.unwrap();
+        let sent = connection
+            .send_create(&build_request(&plan, &uuid), None)
+            .await
+            .unwrap();
+        let task = PendingTask {
+            id: sent.task.unwrap(),
+            operation: TaskOperation::Create,
+            started: None,
+            source_vm: None,
+        };
+        wait_task(&connection, &task, Some(&uuid)).await;
+        waiting.push((name, uuid));
+    }
+    for (name, uuid) in &waiting {
+        let vm = connection.get_vm(uuid).await.unwrap().unwrap();
+        let seen = listed_addresses(&vm);
+        assert!(seen.is_empty(), "read before its guest has an address");
+        connection.await_addresses(
+            uuid,
+            seen,
+            NameClause::Exact((*name).to_owned()),
+            MachineKey {
+                namespace: "openshift-machine-api".to_owned(),
+                name: (*name).to_owned(),
+            },
+        );
+    }
+    let gets_before = mock.admin().count("GET", "/api/nutanix/v3/vms/{uuid}");
+    let mut names = Vec::new();
+    while names.len() < waiting.len() {
+        let machine = tokio::time::timeout(Duration::from_secs(30), woken.recv())
+            .await
+            .expect("every Machine is woken when its VM lists an address")
+            .unwrap();
+        names.push(machine.name);
+    }
+    names.sort();
+    assert_eq!(names, ["addr-a0", "addr-a1", "addr-a2"]);
+    for (_, uuid) in &waiting {
+        assert!(
+            !connection.address_watched(uuid),
+            "woken, it leaves the watch"
+        );
+    }
+    assert_eq!(
+        mock.admin().count("GET", "/api/nutanix/v3/vms/{uuid}"),
+        gets_before,
+        "the listings stood in for the Machines' reads"
+    );
+    // Three VMs, one listing a second over about 1.5 s of waiting (plus one for slack per
+    // second of a slow host): not three per look.
+    let listings = mock.admin().count("POST", "/api/nutanix/v3/vms/list");
+    assert!((1..=6).contains(&listings), "{listings} listings");
 }

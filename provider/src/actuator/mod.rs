@@ -12,6 +12,7 @@
 //! decided in `crate::plan::machine::decide`; docs/architecture.md ("The create protocol") tells
 //! it whole.
 
+pub mod address_watch;
 pub mod credentials;
 pub mod infrastructure;
 pub mod inventory;
@@ -39,6 +40,7 @@ use crate::plan::machine::provision::{
 use crate::plan::machine::{DetachRequest, VolumeGroupDetach};
 use crate::plan::vm::request::{FollowUpError, FollowUpUpdate, VmRequest};
 use crate::plan::vm::scope::NameClause;
+use address_watch::AddressWatch;
 use credentials::PrismCredentials;
 use inventory::{Inventory, InventoryGauges, ScopeSource, SharedScopeSource};
 use lookups::LookupCache;
@@ -138,7 +140,8 @@ pub struct Actuator {
     prism_centrals: Mutex<HashMap<String, Arc<PrismCentral>>>,
     /// The CA file and the system roots' bundle as last read.
     ca: Mutex<TrustReads>,
-    /// The Machines whose task a [`TaskWatch`] saw end.
+    /// The Machines whose task a [`TaskWatch`] saw end, or whose VM an [`AddressWatch`] saw
+    /// list new addresses.
     task_ends: broadcast::Sender<MachineKey>,
 }
 
@@ -183,6 +186,7 @@ struct PrismCentral {
     task_durations: Arc<TaskDurations>,
     deletes: Arc<DeleteDurations>,
     tasks: Arc<TaskWatch>,
+    addresses: Arc<AddressWatch>,
     connections: Mutex<HashMap<String, SourceConnection>>,
 }
 
@@ -214,8 +218,9 @@ impl Actuator {
         }
     }
 
-    /// The Machines whose task ended, as the task watches of every Prism Central see them
-    /// ([`task_watch`]); a receiver that falls behind skips some, which their own polls cover.
+    /// The Machines whose task ended or whose VM lists new addresses, as the task and address
+    /// watches of every Prism Central see them ([`task_watch`], [`address_watch`]); a receiver
+    /// that falls behind skips some, which their own polls cover.
     pub fn task_ends(&self) -> broadcast::Receiver<MachineKey> {
         self.task_ends.subscribe()
     }
@@ -303,6 +308,7 @@ impl Actuator {
             task_durations: prism_central.task_durations.clone(),
             deletes: prism_central.deletes.clone(),
             tasks: prism_central.tasks.clone(),
+            addresses: prism_central.addresses.clone(),
         });
         connections.insert(
             source.to_owned(),
@@ -407,37 +413,44 @@ impl Actuator {
             return Ok(prism_central.clone());
         }
         let client = self.base_client(endpoint, credentials, ca.as_ref())?;
+        let inventory = Inventory::new(
+            self.settings.inventory_max_age,
+            self.settings.page_length,
+            InventoryGauges {
+                unreadable: self
+                    .inventory_unreadable
+                    .as_ref()
+                    .map(|gauges| gauges.with_label_values(&[endpoint])),
+                orphans: self
+                    .inventory_orphans
+                    .as_ref()
+                    .map(|gauges| gauges.with_label_values(&[endpoint])),
+                listed: self
+                    .inventory_listed
+                    .as_ref()
+                    .map(|gauges| gauges.with_label_values(&[endpoint])),
+            },
+            self.vm_scope.clone(),
+        );
+        let recent_reads = Arc::new(RecentReads::new(self.settings.vm_read_ttl));
         let prism_central = Arc::new(PrismCentral {
             base: Mutex::new((ca_fingerprint, client)),
-            inventory: Inventory::new(
-                self.settings.inventory_max_age,
-                self.settings.page_length,
-                InventoryGauges {
-                    unreadable: self
-                        .inventory_unreadable
-                        .as_ref()
-                        .map(|gauges| gauges.with_label_values(&[endpoint])),
-                    orphans: self
-                        .inventory_orphans
-                        .as_ref()
-                        .map(|gauges| gauges.with_label_values(&[endpoint])),
-                    listed: self
-                        .inventory_listed
-                        .as_ref()
-                        .map(|gauges| gauges.with_label_values(&[endpoint])),
-                },
-                self.vm_scope.clone(),
-            ),
+            inventory: inventory.clone(),
             lookups: Arc::new(LookupCache::new(self.settings.lookup_ttl)),
             uuids: Arc::new(UuidPool::new(
                 self.settings.uuid_batch,
                 self.settings.uuid_validity,
             )),
-            recent_reads: Arc::new(RecentReads::new(self.settings.vm_read_ttl)),
+            recent_reads: recent_reads.clone(),
             waiting: Arc::default(),
             task_durations: Arc::default(),
             deletes: Arc::default(),
             tasks: Arc::new(TaskWatch::new(self.task_ends.clone())),
+            addresses: Arc::new(AddressWatch::new(
+                inventory,
+                recent_reads,
+                self.task_ends.clone(),
+            )),
             connections: Mutex::new(HashMap::new()),
         });
         prism_centrals.insert(endpoint.to_owned(), prism_central.clone());
@@ -497,6 +510,8 @@ pub struct Connection {
     deletes: Arc<DeleteDurations>,
     /// The shared look at the tasks in flight on this Prism Central.
     tasks: Arc<TaskWatch>,
+    /// The shared look at the VMs whose Machines wait for their addresses.
+    addresses: Arc<AddressWatch>,
 }
 
 /// VMs read by UUID in the last few seconds.
@@ -815,6 +830,33 @@ impl Connection {
     pub fn watch_delete(&self, task: &str, vm: &str, machine: MachineKey) {
         self.tasks
             .watch(&self.client, task, machine, HandOver::No, Some(vm));
+    }
+
+    /// Has the shared address watch wake `machine` (whose name `names` covers) when VM `vm`
+    /// lists addresses other than `seen`.
+    pub fn await_addresses(
+        &self,
+        vm: &str,
+        seen: Vec<String>,
+        names: NameClause,
+        machine: MachineKey,
+    ) {
+        self.addresses.watch(&self.client, vm, seen, names, machine);
+    }
+
+    /// Whether the shared address watch looks at VM `vm`.
+    pub fn address_watched(&self, vm: &str) -> bool {
+        self.addresses.watches(vm)
+    }
+
+    /// Stops the shared address watch's look at VM `vm`.
+    pub fn addresses_known(&self, vm: &str) {
+        self.addresses.forget(vm);
+    }
+
+    /// Stops the shared address watch's looks for `machine` (it is gone).
+    pub fn forget_machine_addresses(&self, machine: &MachineKey) {
+        self.addresses.forget_machine(machine);
     }
 
     /// Whether the shared task watch saw the DELETE task of VM `vm` end.

@@ -480,8 +480,28 @@ impl Scope {
                     environment.connection.lookups.invalidate();
                 }
             }
+            Effect::AwaitAddresses { vm, seen } => {
+                if let Some(environment) = &self.environment {
+                    environment.connection.await_addresses(
+                        &vm,
+                        seen,
+                        NameClause::of(&self.machine),
+                        self.machine_key(),
+                    );
+                }
+            }
+            Effect::AddressesKnown { vm } => {
+                if let Some(environment) = &self.environment {
+                    environment.connection.addresses_known(&vm);
+                }
+            }
             Effect::ResetBackoff => shared.backoff.reset(&self.key),
             Effect::Finished => {
+                if let Some(environment) = &self.environment {
+                    environment
+                        .connection
+                        .forget_machine_addresses(&self.machine_key());
+                }
                 self.context.superseded.released(&self.key, Instant::now());
                 tracing::info!(machine = %self.key, "deleted");
             }

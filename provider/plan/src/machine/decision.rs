@@ -296,6 +296,17 @@ pub enum Effect {
     },
     /// The VM is known to have changed: drop its recent read.
     ForgetRead(String),
+    /// The Machine is not Running and its VM lists no address it can use: have the shared
+    /// look at waiting VMs wake it when the VM lists addresses other than `seen` (every
+    /// address its NICs list, usable or not), rather than wait for its requeue.
+    AwaitAddresses {
+        vm: String,
+        seen: Vec<String>,
+    },
+    /// The Machine waits for no address of VM `vm` (it has one, or is Running).
+    AddressesKnown {
+        vm: String,
+    },
     /// A source or cluster is gone: drop the cached lookups.
     InvalidateLookups,
     ResetBackoff,

@@ -1228,6 +1228,42 @@ fn the_nodes_provider_id_is_set_before_the_link_only_on_the_machines_node() {
 }
 
 #[test]
+fn a_machine_whose_vm_lists_no_usable_address_asks_to_be_woken_when_its_addresses_change() {
+    let mut world = World::new("image");
+    world.run_until(12, |w| w.phase() == phase::PROVISIONED);
+    let uuid = world.status().vm_uuid.unwrap();
+    let awaits = |outcome: &Outcome| {
+        outcome.effects.iter().find_map(|effect| match effect {
+            Effect::AwaitAddresses { vm, seen } if *vm == uuid => Some(seen.clone()),
+            _ => None,
+        })
+    };
+    // No address yet: the Machine waits for the VM to list one, whatever it lists now.
+    world.tick();
+    let (_, outcome) = world.steps();
+    assert_eq!(awaits(&outcome), Some(Vec::new()), "{:?}", outcome.effects);
+
+    // The VM has its address: the Machine takes it and waits for none.
+    world.vms.get_mut(&uuid).unwrap()["status"]["resources"]["nic_list"] =
+        json!([{"ip_endpoint_list": [{"ip": "10.0.0.5"}]}]);
+    world.tick();
+    let (_, outcome) = world.steps();
+    assert_eq!(awaits(&outcome), None);
+    assert!(
+        outcome
+            .effects
+            .contains(&Effect::AddressesKnown { vm: uuid.clone() }),
+        "{:?}",
+        outcome.effects
+    );
+    assert_eq!(
+        world.phase(),
+        phase::PROVISIONED,
+        "its Node is not there yet"
+    );
+}
+
+#[test]
 fn a_create_looked_at_late_ends_from_the_shared_listing_without_a_task_read() {
     // A busy controller's queue can hold a Machine longer than the age after which a task is
     // read directly (three requeue intervals): the listing that shows its VM created is enough.

@@ -8,7 +8,7 @@ use prism_client::TaskProgress;
 
 impl Scope {
     /// This Machine, for the shared task watch to wake.
-    fn machine_key(&self) -> MachineKey {
+    pub(super) fn machine_key(&self) -> MachineKey {
         MachineKey {
             namespace: self.machine.namespace().unwrap_or_default(),
             name: self.machine.name_any(),

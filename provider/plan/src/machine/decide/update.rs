@@ -5,7 +5,7 @@
 use prism_types::v3::Vm;
 
 use crate::api::{PendingTask, TaskOperation, phase};
-use crate::machine::addresses::{AddressInput, machine_addresses, nics_of};
+use crate::machine::addresses::{AddressInput, address_type, machine_addresses, nics_of};
 use crate::machine::decision::{Change, Effect, Event, Failure, MetadataChange, Next, Read};
 use crate::machine::lifecycle::{INVALID_CONFIGURATION, Step, provider_id};
 use crate::machine::node_link::{NodeOwner, ProviderIdAction};
@@ -151,6 +151,24 @@ pub(super) fn update_from_vm(d: &mut Draft<'_>, phase: &'static str, vm: &Vm) ->
         labels: vm_labels(vm, context.region.as_deref()),
         annotations: vm_annotations(vm),
         provider_id: Some(provider_id.clone()),
+    });
+    let has_ip = addresses.iter().any(|address| {
+        matches!(
+            address.type_.as_str(),
+            address_type::INTERNAL_IP | address_type::EXTERNAL_IP
+        )
+    });
+    d.effect(if has_ip || phase == phase::RUNNING {
+        Effect::AddressesKnown { vm: uuid.clone() }
+    } else {
+        Effect::AwaitAddresses {
+            vm: uuid.clone(),
+            seen: nics
+                .iter()
+                .flat_map(|nic| &nic.ips)
+                .map(|ip| ip.ip.clone())
+                .collect(),
+        }
     });
     d.update.phase = Some(phase);
     d.update.addresses = Some(addresses);
