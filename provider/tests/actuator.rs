@@ -985,3 +985,80 @@ async fn the_address_watch_wakes_a_machine_when_its_vm_lists_an_address() {
     let listings = mock.admin().count("POST", "/api/nutanix/v3/vms/list");
     assert!((1..=6).contains(&listings), "{listings} listings");
 }
+
+/// A Machine waiting on a VM whose create it just saw end is served a listing begun since,
+/// not a younger-than-its-bound one that predates the VM: Prism lists a VM only once its create
+/// has ended, and the VM's absence from the listing would cost a `GET`.
+#[tokio::test]
+async fn a_waiter_on_a_vm_just_made_is_served_a_listing_begun_since() {
+    let mut config = MockConfig::default();
+    config.timings.task_running_ms = 400;
+    let mock = MockPrism::start(config).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, mock.ca_pem().unwrap()).unwrap();
+    let actuator = Actuator::new(
+        ActuatorSettings {
+            ca_file: Some(ca),
+            ..ActuatorSettings::default()
+        },
+        None,
+    );
+    let connection = actuator
+        .connection(
+            mock.base_url(),
+            "ns/credentials",
+            &PrismCredentials::new("admin", "mock-password"),
+        )
+        .unwrap();
+    let name = "made-a0";
+    let names = NameClause::Exact(name.to_owned());
+    let m = machine(
+        name,
+        "uid-made-a0",
+        spec(json!({"type": "name", "name": "rhcos-4.20"}), None, "120Gi"),
+        false,
+    );
+    let plan = plan_for(&connection, &m).await;
+    let uuid = connection.uuids.take(connection.client()).await.unwrap();
+    let sent = connection
+        .send_create(&build_request(&plan, &uuid), None)
+        .await
+        .unwrap();
+    let window = Duration::from_secs(60);
+    let before = connection
+        .listing_for_waiter(&uuid, &names, window, window)
+        .await
+        .unwrap()
+        .expect("one waiter: the listing pays");
+    assert!(before.vm(&uuid).is_none(), "listed before its create ended");
+    let task = PendingTask {
+        id: sent.task.unwrap(),
+        operation: TaskOperation::Create,
+        started: None,
+        source_vm: None,
+    };
+    wait_task(&connection, &task, Some(&uuid)).await;
+    let listings = mock.admin().count("POST", "/api/nutanix/v3/vms/list");
+    let after = connection
+        .listing_for_waiter(&uuid, &names, window, window)
+        .await
+        .unwrap()
+        .expect("the listing pays");
+    assert!(after.vm(&uuid).is_some(), "a listing begun since shows it");
+    assert_eq!(
+        mock.admin().count("POST", "/api/nutanix/v3/vms/list"),
+        listings + 1
+    );
+    // Served again, the listing begun since does.
+    let again = connection
+        .listing_for_waiter(&uuid, &names, window, window)
+        .await
+        .unwrap()
+        .expect("the listing pays");
+    assert!(again.vm(&uuid).is_some());
+    assert_eq!(
+        mock.admin().count("POST", "/api/nutanix/v3/vms/list"),
+        listings + 1
+    );
+}

@@ -46,6 +46,8 @@ pub type SharedScopeSource = Arc<OnceLock<ScopeSource>>;
 pub struct InventorySnapshot {
     /// When the listing began (what it shows is at least this recent).
     listed_at: Timestamp,
+    /// The same, on this process's clock (`None`: not made by a refresh).
+    began: Option<Instant>,
     /// The names it looked for.
     scope: VmNameScope,
     by_uuid: HashMap<String, Vm>,
@@ -87,6 +89,7 @@ impl InventorySnapshot {
         }
         Self {
             listed_at: Timestamp::now(),
+            began: None,
             scope,
             by_uuid,
             by_machine_uid,
@@ -301,11 +304,28 @@ impl Inventory {
         wanted: &NameClause,
         max_age: Duration,
     ) -> Result<Arc<InventorySnapshot>, Error> {
+        self.snapshot_begun_after(client, wanted, max_age, None)
+            .await
+    }
+
+    /// As [`Self::snapshot_within`], and begun after `after` if given: a VM made while a
+    /// listing ran may be missing from it (Prism lists a VM once the task that makes it has
+    /// ended), so the waiter on a VM made at `after` is served a listing begun since.
+    pub async fn snapshot_begun_after(
+        &self,
+        client: &Client,
+        wanted: &NameClause,
+        max_age: Duration,
+        after: Option<Instant>,
+    ) -> Result<Arc<InventorySnapshot>, Error> {
         let max_age = max_age.min(self.state.max_age);
         let fresh = |inventory: &Self| {
             inventory
                 .current_covering(wanted)
                 .filter(|(age, _)| *age < max_age)
+                .filter(|(_, snapshot)| {
+                    after.is_none_or(|after| snapshot.began.is_some_and(|began| began > after))
+                })
                 .map(|(_, snapshot)| snapshot)
         };
         if let Some(snapshot) = fresh(self) {
@@ -352,6 +372,7 @@ impl Inventory {
         wanted: Option<&NameClause>,
     ) -> Result<Arc<InventorySnapshot>, Error> {
         let scope = self.scope_to_list(wanted);
+        let began_at = Instant::now();
         let began = Timestamp::now();
         let vms = if scope.is_empty() {
             Vec::new()
@@ -360,6 +381,7 @@ impl Inventory {
         };
         let mut snapshot = InventorySnapshot::new(vms, scope);
         snapshot.listed_at = began;
+        snapshot.began = Some(began_at);
         if let (Some(gauge), Some(_)) = (&self.state.orphans, self.state.scope_source.get()) {
             gauge.set(i64::try_from(snapshot.orphans).unwrap_or(i64::MAX));
         }

@@ -35,7 +35,7 @@ use tokio::sync::broadcast;
 
 use crate::api::{PendingTask, TaskOperation};
 use crate::plan::machine::provision::{
-    DeletionSeen, first_delete_look_after, first_task_read_after,
+    DeletionSeen, first_delete_look_after, first_task_read_after, is_vm_entity,
 };
 use crate::plan::machine::{DetachRequest, VolumeGroupDetach};
 use crate::plan::vm::request::{FollowUpError, FollowUpUpdate, VmRequest};
@@ -183,6 +183,7 @@ struct PrismCentral {
     uuids: Arc<UuidPool>,
     recent_reads: Arc<RecentReads>,
     waiting: Arc<WaitingVms>,
+    made: Arc<MadeVms>,
     task_durations: Arc<TaskDurations>,
     deletes: Arc<DeleteDurations>,
     tasks: Arc<TaskWatch>,
@@ -305,6 +306,7 @@ impl Actuator {
             uuids: prism_central.uuids.clone(),
             recent_reads: prism_central.recent_reads.clone(),
             waiting: prism_central.waiting.clone(),
+            made: prism_central.made.clone(),
             task_durations: prism_central.task_durations.clone(),
             deletes: prism_central.deletes.clone(),
             tasks: prism_central.tasks.clone(),
@@ -443,6 +445,7 @@ impl Actuator {
             )),
             recent_reads: recent_reads.clone(),
             waiting: Arc::default(),
+            made: Arc::default(),
             task_durations: Arc::default(),
             deletes: Arc::default(),
             tasks: Arc::new(TaskWatch::new(self.task_ends.clone())),
@@ -506,6 +509,7 @@ pub struct Connection {
     pub uuids: Arc<UuidPool>,
     recent_reads: Arc<RecentReads>,
     waiting: Arc<WaitingVms>,
+    made: Arc<MadeVms>,
     task_durations: Arc<TaskDurations>,
     deletes: Arc<DeleteDurations>,
     /// The shared look at the tasks in flight on this Prism Central.
@@ -565,6 +569,36 @@ impl WaitingVms {
         seen.retain(|_, at| at.elapsed() < window);
         seen.insert(uuid.to_owned(), Instant::now());
         seen.len()
+    }
+}
+
+/// VMs whose create, clone or deploy this Prism Central's connections saw end, with when.
+/// Prism lists a VM once the task that makes it has ended (see [`inventory`]), so a listing
+/// begun before that may not show it; a Machine waiting on such a VM is served a listing begun
+/// since ([`Inventory::snapshot_begun_after`]), not one within its age bound that predates the
+/// VM, whose absence would cost a `GET`.
+#[derive(Debug, Default)]
+struct MadeVms {
+    seen: Mutex<HashMap<String, Instant>>,
+}
+
+/// How long a VM's making is remembered: past it, the waiter's own bound on a listing's age is
+/// long past it too.
+const MADE_KEPT: Duration = Duration::from_secs(300);
+
+impl MadeVms {
+    fn note(&self, uuid: &str, at: Instant) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.retain(|_, made| made.elapsed() < MADE_KEPT);
+        seen.insert(uuid.to_ascii_lowercase(), at);
+    }
+
+    /// When VM `uuid` was seen made, if it was lately.
+    fn at(&self, uuid: &str) -> Option<Instant> {
+        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.get(&uuid.to_ascii_lowercase())
+            .copied()
+            .filter(|made| made.elapsed() < MADE_KEPT)
     }
 }
 
@@ -763,7 +797,7 @@ impl Connection {
             return Ok(None);
         }
         self.inventory
-            .snapshot_within(&self.client, wanted, max_age)
+            .snapshot_begun_after(&self.client, wanted, max_age, self.made.at(uuid))
             .await
             .map(Some)
     }
@@ -794,17 +828,26 @@ impl Connection {
     /// One read of a recorded task (v4 for a deploy, v3 otherwise): what the shared task watch
     /// listed, when it saw the task succeed, else a `GET`. An ended task leaves the watch.
     pub async fn read_task(&self, task: &PendingTask) -> Result<TaskProgress, Error> {
-        if let Some(listed) = self.tasks.handed_over(&task.id) {
-            self.tasks.forget(&task.id);
-            return Ok(listed);
-        }
-        let progress = if task.operation.is_v4() {
-            self.client.get_v4_task(&task.id).await?
-        } else {
-            self.client.get_task(&task.id).await?
+        let (progress, ended) = match self.tasks.handed_over(&task.id) {
+            Some((listed, seen)) => (listed, seen),
+            None => {
+                let progress = if task.operation.is_v4() {
+                    self.client.get_v4_task(&task.id).await?
+                } else {
+                    self.client.get_task(&task.id).await?
+                };
+                (progress, Instant::now())
+            }
         };
         if !matches!(progress, TaskProgress::Running { .. }) {
             self.tasks.forget(&task.id);
+        }
+        if let TaskProgress::Succeeded { entities, .. } = &progress
+            && task.operation.creates_vm()
+        {
+            for vm in entities.iter().filter(|entity| is_vm_entity(&entity.kind)) {
+                self.made.note(&vm.uuid, ended);
+            }
         }
         Ok(progress)
     }

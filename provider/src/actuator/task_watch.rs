@@ -213,12 +213,13 @@ impl TaskWatch {
         })
     }
 
-    /// The listed end of `task`, where it stands in for the Machine's own read.
-    pub fn handed_over(&self, task: &str) -> Option<TaskProgress> {
+    /// The listed end of `task`, where it stands in for the Machine's own read, and when the
+    /// listing that showed it was taken in.
+    pub fn handed_over(&self, task: &str) -> Option<(TaskProgress, Instant)> {
         self.state()
             .ended
             .get(&task_uuid_part(task))
-            .and_then(|ended| ended.progress.clone())
+            .and_then(|ended| Some((ended.progress.clone()?, ended.at)))
     }
 
     /// The tasks to list now: the subtasks of succeeded deploys first, then the tasks in
@@ -537,7 +538,7 @@ mod tests {
         assert!(woken.try_recv().is_err());
         assert!(watch.end_seen(v3));
         assert!(!watch.end_seen(running));
-        let Some(TaskProgress::Succeeded { entities, .. }) = watch.handed_over(v3) else {
+        let Some((TaskProgress::Succeeded { entities, .. }, _)) = watch.handed_over(v3) else {
             panic!("a success is handed over");
         };
         assert_eq!(entities[0].uuid, "7a1b0c4e-0000-4000-8000-000000000001");
@@ -641,10 +642,13 @@ mod tests {
         assert_eq!(looked.ended, [machine("m-1")]);
         assert_eq!(woken.try_recv().unwrap(), machine("m-1"));
         assert!(watch.end_seen(deploy));
-        let Some(TaskProgress::Succeeded {
-            entities,
-            unread_subtasks,
-        }) = watch.handed_over(deploy)
+        let Some((
+            TaskProgress::Succeeded {
+                entities,
+                unread_subtasks,
+            },
+            _,
+        )) = watch.handed_over(deploy)
         else {
             panic!("the deploy is handed over");
         };
@@ -672,9 +676,12 @@ mod tests {
             .map(|id| task_with(id, "SUCCEEDED", &[], &[]))
             .collect();
         assert_eq!(watch.take_in(&watch.due(), &listed).ended, [machine("m-1")]);
-        let Some(TaskProgress::Succeeded {
-            unread_subtasks, ..
-        }) = watch.handed_over(deploy)
+        let Some((
+            TaskProgress::Succeeded {
+                unread_subtasks, ..
+            },
+            _,
+        )) = watch.handed_over(deploy)
         else {
             panic!("the deploy is handed over");
         };

@@ -278,7 +278,7 @@ pub enum TaskReading {
 }
 
 /// Entity kinds (v3) and relations (v4) that name a VM.
-fn is_vm_entity(kind: &str) -> bool {
+pub fn is_vm_entity(kind: &str) -> bool {
     kind == "vm" || kind.ends_with(":vm")
 }
 
