@@ -210,7 +210,6 @@ fn node_provider_id(d: &Draft<'_>, phase: &'static str, provider_id: String) -> 
         Some(ProviderIdAction::Set(provider_id)) => Err(Ask::Send(Change::NodeProviderId {
             node: name,
             provider_id,
-            resource_version: node.and_then(|node| node.metadata.resource_version.clone()),
         })),
         // Already set, set to another value by another writer (left alone), or not provably
         // the Machine's Node.
