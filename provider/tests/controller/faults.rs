@@ -403,8 +403,8 @@ async fn a_failed_create_task_is_explained_and_retried_or_fails_the_machine() {
 
 /// Another writer changes the Machine all the time (as nodelink does on a cluster): the
 /// controller's resourceVersion-guarded status writes lose races, and each loss is reconciled
-/// again at once, counted as `Conflict`, never a `reconcile failed` warning (on the real API
-/// server they were one per scale-up and Machine).
+/// again at once, counted as `Conflict`, never a `reconcile failed` warning nor a Warning event
+/// (on the real API server they were one per scale-up and Machine).
 #[tokio::test]
 async fn a_write_that_loses_a_race_is_retried_without_a_warning() {
     let mut env = Env::start().await;
@@ -450,6 +450,13 @@ async fn a_write_that_loses_a_race_is_retried_without_a_warning() {
         .filter(|line| line.contains("reconcile failed"))
         .collect();
     assert!(warnings.is_empty(), "{warnings:#?}");
+    // Nor a Warning event: each is a write to etcd, announcing a race the next reconcile wins.
+    let warning_events: Vec<(String, String, String)> = env
+        .events_of("race-0")
+        .into_iter()
+        .filter(|(_, kind, _)| kind == "Warning")
+        .collect();
+    assert!(warning_events.is_empty(), "{warning_events:#?}");
     assert_eq!(env.vms_named("race-0").len(), 1);
 }
 
