@@ -1008,6 +1008,52 @@ async fn eviction_honours_pod_disruption_budgets() {
     sim.shutdown().await;
 }
 
+/// A Node's providerID is set once, from empty, by whoever comes first; a later write of another
+/// value is refused (422), whatever resourceVersion it carries, and one of the same value is not
+/// (`ValidateNodeUpdate`).
+#[tokio::test]
+async fn a_nodes_provider_id_changes_only_from_empty() {
+    let (sim, client) = start(Config::default()).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let set = |id: &str| Patch::Merge(json!({"spec": {"providerID": id}}));
+    nodes
+        .patch("n1", &PatchParams::default(), &set("nutanix://first"))
+        .await
+        .unwrap();
+    nodes
+        .patch("n1", &PatchParams::default(), &set("nutanix://first"))
+        .await
+        .unwrap();
+    let kube::Error::Api(status) = nodes
+        .patch("n1", &PatchParams::default(), &set("nutanix://second"))
+        .await
+        .unwrap_err()
+    else {
+        panic!()
+    };
+    assert_eq!(status.code, 422, "{status:?}");
+    assert!(status.message.contains("spec.providerID"), "{status:?}");
+    assert_eq!(
+        nodes
+            .get("n1")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .provider_id
+            .as_deref(),
+        Some("nutanix://first")
+    );
+    sim.shutdown().await;
+}
+
 #[tokio::test]
 async fn csr_approval_subresource() {
     let (sim, client) = start(Config::default()).await;

@@ -203,8 +203,12 @@ async fn reconcile(guarded: Arc<GuardedMachine>, context: Arc<Context>) -> Resul
                 source,
             }),
         };
+        // A write that lost a race is no failure ([`Error::is_conflict`]): the reconcile the
+        // other writer's change triggers decides again, and a Warning about it would be one
+        // more write to etcd announcing nothing.
         if let Err(error) = &result
             && !error.published()
+            && !error.is_conflict()
         {
             publish_failure(&context.shared, machine, error).await;
         }

@@ -43,19 +43,18 @@ pub fn machine_to_requeue(
     })
 }
 
-/// Sets Node `node`'s `spec.providerID`, against the version it was decided on
-/// (`resource_version`): a Node changed since (its providerID set by the cloud controller
-/// manager in between, say) answers 409, and the next reconcile decides again.
+/// Sets Node `node`'s `spec.providerID`, decided where the watch cache showed none. No
+/// resourceVersion: the API server refuses to change a providerID once set (k8s.io/kubernetes
+/// `pkg/apis/core/validation/validation.go`, `ValidateNodeUpdate`, v1.34.2 lines 6970-6973), so
+/// a cloud controller manager's value set in between is answered 422 and never overwritten,
+/// while the Node's other writers (nodelink's annotation right after it links the Node, the
+/// kubelet's status) no longer make this write fail with 409.
 pub async fn set_provider_id(
     client: &kube::Client,
     node: &str,
     provider_id: &str,
-    resource_version: Option<&str>,
 ) -> Result<(), Error> {
-    let mut patch = json!({"spec": {"providerID": provider_id}});
-    if let Some(version) = resource_version {
-        patch["metadata"] = json!({"resourceVersion": version});
-    }
+    let patch = json!({"spec": {"providerID": provider_id}});
     Api::<Node>::all(client.clone())
         .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await

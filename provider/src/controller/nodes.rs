@@ -10,8 +10,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 
 /// A Node as the controllers read it: every field [`crate::plan::windows_join`] and
-/// [`crate::plan::machine::node_link`] never look at is dropped before it is cached (the
-/// resourceVersion stays: a providerID is written against the version it was decided on).
+/// [`crate::plan::machine::node_link`] never look at is dropped before it is cached.
 pub fn project_node(node: &mut Node) {
     node.managed_fields_mut().clear();
     node.metadata.owner_references = None;

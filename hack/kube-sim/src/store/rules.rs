@@ -227,6 +227,25 @@ pub(super) fn merge_for_update(
             &message,
         ));
     }
+    // k8s.io/kubernetes `pkg/apis/core/validation/validation.go`, `ValidateNodeUpdate` (v1.34.2
+    // lines 6970-6973): a Node's providerID may change only from empty.
+    if def.group.is_empty() && def.kind == "Node" {
+        let provider_id = |node: &Value| {
+            node.pointer("/spec/providerID")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let before = provider_id(current);
+        if !before.is_empty() && before != provider_id(&next) {
+            return Err(ApiError::invalid(
+                subject(def, &name),
+                &def.kind,
+                "spec.providerID",
+                "Forbidden: node updates may not change providerID except from \"\" to valid",
+            ));
+        }
+    }
     if is_deleting(current) {
         let before = finalizers(current);
         if let Some(added) = finalizers(&next).into_iter().find(|f| !before.contains(f)) {

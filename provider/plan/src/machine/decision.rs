@@ -215,13 +215,13 @@ pub enum Change {
     DeleteNode {
         node: String,
     },
-    /// The Node's `spec.providerID`, written against the Node's version it was decided on
-    /// (`resource_version`, so that another writer in between makes it fail) →
-    /// `node_provider_id_set`.
+    /// The Node's `spec.providerID`, decided where the Node has none → `node_provider_id_set`.
+    /// Written without a resourceVersion: the API server itself refuses to change a providerID
+    /// once set ([`crate::machine::node_link`]), so a precondition would add nothing but 409s
+    /// from the Node's other writers (nodelink's annotation, the kubelet).
     NodeProviderId {
         node: String,
         provider_id: String,
-        resource_version: Option<String>,
     },
     /// Creates these claims; one that exists already is success → `claims_created`.
     CreateClaims {

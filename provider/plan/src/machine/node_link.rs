@@ -13,6 +13,15 @@
 //! and that is the Machine's: the one its `status.nodeRef` names, or, before nodelink linked
 //! them, the one named as the Machine (its `InternalDNS`) that also has one of the Machine's IP
 //! addresses. A nodelink annotation naming another Machine always wins.
+//!
+//! "Where it has none" is decided on the watch cache and enforced by the API server: a Node's
+//! providerID may change only from empty (k8s.io/kubernetes `pkg/apis/core/validation/
+//! validation.go`, `ValidateNodeUpdate`, v1.34.2 lines 6970-6973: "node updates may not change
+//! providerID except from \"\" to valid"), so a write decided on a stale cache after the cloud
+//! controller manager set another value is refused (422) and decided again, never overwrites.
+//! That is why the write carries no resourceVersion: a precondition would protect nothing more,
+//! and the Node's other writers (nodelink annotates the Node right after linking it, the kubelet
+//! reports its status) would make it fail with 409s.
 
 use std::net::IpAddr;
 

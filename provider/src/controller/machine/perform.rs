@@ -378,18 +378,8 @@ impl Scope {
                 }
                 self.rounds.snapshot.seen.delete.node_deleted = true;
             }
-            Change::NodeProviderId {
-                node,
-                provider_id,
-                resource_version,
-            } => {
-                set_provider_id(
-                    &self.shared().client,
-                    &node,
-                    &provider_id,
-                    resource_version.as_deref(),
-                )
-                .await?;
+            Change::NodeProviderId { node, provider_id } => {
+                set_provider_id(&self.shared().client, &node, &provider_id).await?;
                 self.rounds.snapshot.seen.update.node_provider_id_set = true;
             }
             Change::CreateClaims { claims } => {

@@ -174,10 +174,12 @@ pub(super) fn update_from_vm(d: &mut Draft<'_>, phase: &'static str, vm: &Vm) ->
     d.update.addresses = Some(addresses);
     d.machine_condition(conditions::INSTANCE_EXISTS, true, None, None);
     // The Go provider's `Update` event, published when its update changed the Machine
-    // (machine-api-provider-nutanix `pkg/actuators/machine/actuator.go`, `Update`): here once
-    // the Machine is Running, not on the way there, where `Create` announced the create and
-    // phase `Provisioned` is a step of it (each event is a write to etcd).
-    if phase == phase::RUNNING {
+    // (machine-api-provider-nutanix `pkg/actuators/machine/actuator.go`, `Update`): here only
+    // when a Machine already Running changed (its VM changed behind it), not on the way there,
+    // where `Create` announced the create and the phases Provisioned and Running written are
+    // the steps of it: an event saying what the write it goes with says is one more write to
+    // etcd per Machine.
+    if phase == phase::RUNNING && s.machine.state.phase == phase::RUNNING {
         d.events.push(Event {
             warning: false,
             reason: "Update",
@@ -228,7 +230,6 @@ fn node_provider_id(d: &Draft<'_>, phase: &'static str, provider_id: String) -> 
         Some(ProviderIdAction::Set(provider_id)) => Err(Ask::Send(Change::NodeProviderId {
             node: name,
             provider_id,
-            resource_version: node.and_then(|node| node.metadata.resource_version.clone()),
         })),
         // Already set, set to another value by another writer (left alone), or not provably
         // the Machine's Node.
