@@ -15,6 +15,7 @@ use prism_mock::VmSummary;
 
 use crate::manifests::MACHINE_SET_LABEL;
 use crate::node_agent::{JoinRecord, JoinStage, WMCO_VERSION_ANNOTATION};
+use crate::nodelink::MACHINE_ANNOTATION;
 
 /// The world at one moment.
 #[derive(Clone, Debug, Default)]
@@ -135,6 +136,16 @@ impl Snapshot {
             return Some(format!(
                 "Node {node_name}: spec.providerID {node_provider_id:?} is not the Machine's {:?}",
                 machine.spec.provider_id
+            ));
+        }
+        // nodelink writes the Machine's nodeRef first and the Node's annotation, labels and
+        // taints after (openshift/machine-api-operator `pkg/controller/nodelink/
+        // nodelink_controller.go`, `Reconcile`): a Machine can be Running before its Node has
+        // them.
+        let linked_to = format!("{}/{name}", machine.namespace().unwrap_or_default());
+        if node.annotations().get(MACHINE_ANNOTATION) != Some(&linked_to) {
+            return Some(format!(
+                "Node {node_name}: nodelink has not marked it as {linked_to}'s yet"
             ));
         }
         if !self
@@ -264,12 +275,12 @@ mod tests {
         provider_status["windowsJoin"]["reason"] = json!(reason);
     }
 
+    /// A Node nodelink linked to Machine `ns/<name>`.
     fn node(name: &str, provider_id: &str, wmco: bool) -> Node {
-        let annotations = if wmco {
-            json!({WMCO_VERSION_ANNOTATION: "10.20.0"})
-        } else {
-            json!({})
-        };
+        let mut annotations = json!({MACHINE_ANNOTATION: format!("ns/{name}")});
+        if wmco {
+            annotations[WMCO_VERSION_ANNOTATION] = json!("10.20.0");
+        }
         serde_json::from_value(json!({
             "metadata": {"name": name, "annotations": annotations},
             "spec": {"providerID": provider_id},
@@ -327,6 +338,13 @@ mod tests {
         set_windows_join(&mut configured, "True", "Configured");
         snapshot.machines = vec![configured.clone()];
         assert_eq!(snapshot.join_gap(&configured), None);
+        // nodelink wrote the nodeRef but not yet the Node's annotation and labels.
+        snapshot.nodes[0]
+            .annotations_mut()
+            .remove(MACHINE_ANNOTATION);
+        let gap = snapshot.join_gap(&configured).unwrap();
+        assert!(gap.contains("nodelink"), "{gap}");
+        snapshot.nodes = vec![node("win-a", "nutanix://win-a", true)];
         assert!(snapshot.set_joined("win", 1));
         assert!(!snapshot.set_joined("win", 2));
 
