@@ -30,7 +30,8 @@ pub fn v4_task_ext_id(task: &str) -> String {
     }
 }
 
-/// `text` with every byte but RFC 3986's unreserved ones percent-encoded, as a query value.
+/// `text` with every byte but RFC 3986's unreserved ones (section 2.3) percent-encoded, as a
+/// query value.
 fn percent_encoded(text: &str) -> String {
     let mut encoded = String::with_capacity(text.len() * 2);
     for byte in text.bytes() {
@@ -233,5 +234,18 @@ impl Client {
         );
         let envelope: Envelope<Task> = self.call_json(call).await?;
         Ok(envelope.data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_filter_is_percent_encoded_but_its_unreserved_characters() {
+        assert_eq!(
+            percent_encoded("extId in ('ZXJnb24=:a-1')"),
+            "extId%20in%20%28%27ZXJnb24%3D%3Aa-1%27%29"
+        );
     }
 }
