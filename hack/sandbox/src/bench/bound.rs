@@ -101,6 +101,19 @@ pub fn lower_bound(
     }
 }
 
+/// The bound once the Machines' arrival is known: no controller can have a Machine Running
+/// before it exists, so the last Machine's creation (`last_created_seconds` after the scale
+/// request: the machine-api-operator's MachineSet controller's pace, which on the real control
+/// plane can be slower than ours) plus one Machine's own time is a lower bound too. The larger
+/// of the two binds.
+pub fn with_arrival(bound: &LowerBound, last_created_seconds: Option<f64>) -> f64 {
+    last_created_seconds.map_or(bound.seconds, |created| {
+        bound
+            .seconds
+            .max(created.max(0.0) + bound.one_machine_seconds)
+    })
+}
+
 /// The time a scale-down's own Prism calls take at the binding limit: `(calls − burst) / rate`,
 /// then the last deletion's task. A scale-down slower than this waited for something other
 /// than its calls (issue 37 asks for at most 1.2 times it).
@@ -135,6 +148,19 @@ mod tests {
         assert_eq!(
             few.seconds, 5.0,
             "one Machine's tasks in turn, then the boot"
+        );
+    }
+
+    #[test]
+    fn machines_that_arrive_late_bind_the_scale_up_by_their_arrival() {
+        let bound = lower_bound(BenchKind::Image, 200, 1500, 2000, Some((20.0, 40)));
+        assert_eq!(bound.seconds, 11.5);
+        assert_eq!(with_arrival(&bound, None), 11.5);
+        assert_eq!(with_arrival(&bound, Some(2.0)), 11.5, "the rate binds");
+        assert_eq!(
+            with_arrival(&bound, Some(17.0)),
+            20.5,
+            "the last Machine, then its task and boot"
         );
     }
 
