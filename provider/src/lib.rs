@@ -19,7 +19,10 @@ mod cli_main;
 /// scale-up's bursts freed in its per-thread arenas (at 1,000 Machines the controller's peak was
 /// 117.6 MiB with it, 87.5 MiB with this one, and half the CPU: docs/performance.md). Declared in
 /// the library, so that every binary that runs the controller (the shipped one, and the sandbox
-/// that re-executes itself as the controller for the benchmark) has the same allocator.
+/// that re-executes itself as the controller for the benchmark) has the same allocator. The
+/// `system-allocator` feature leaves it out for heap profilers that follow malloc (heaptrack:
+/// docs/performance.md).
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

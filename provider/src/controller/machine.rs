@@ -36,7 +36,7 @@ use super::inputs::{
 use super::kit::{self, BackoffKey, Kit, key_of};
 use super::machine_cache::MachineFeed;
 use super::node_link::{machine_to_requeue, set_provider_id};
-use super::nodes::watch_nodes;
+use super::nodes::NodeFeed;
 use super::prepare::{create_password_secret, read_create_inputs};
 use super::shared::Shared;
 use super::stores_ready::StoresReady;
@@ -93,19 +93,21 @@ const KIT: Kit = Kit {
     logs_unreadable: true,
 };
 
-/// Runs the Machine controller on the shared Machine cache until its watch ends.
-pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
+/// Runs the Machine controller on the shared Machine and Node caches until the Machines' watch
+/// ends.
+pub async fn run(shared: Arc<Shared>, machines: MachineFeed, node_feed: NodeFeed) {
     let Some((store, changes)) = machines.when_ready().await else {
         tracing::error!("the Machine cache can never be filled; the Machine controller stops");
         return;
     };
     let client = shared.client.clone();
     let config = kit::config(&shared);
-    let (nodes, node_events) = watch_nodes(client.clone());
-    let nodes_ready = {
-        let nodes = nodes.clone();
-        StoresReady::spawn(async move { nodes.wait_until_ready().await.is_ok() })
-    };
+    let nodes_ready = StoresReady::spawn(node_feed.filled());
+    let NodeFeed {
+        store: nodes,
+        changes: node_changes,
+        ..
+    } = node_feed;
     let context = Arc::new(Context {
         shared,
         nodes,
@@ -120,7 +122,7 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
     let task_ends = task_end_stream(context.shared.actuator.task_ends());
     let (for_secrets, shared) = (store.clone(), context.shared.clone());
     let results = controller
-        .watches_stream(node_events, move |node| machine_to_requeue(&node, &store))
+        .watches_shared_stream(node_changes, move |node| machine_to_requeue(&node, &store))
         .reconcile_on(secret_changes.flat_map(move |secret| {
             futures::stream::iter(machines_using_secret(&secret, &for_secrets, &shared))
         }))

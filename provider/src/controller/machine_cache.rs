@@ -8,7 +8,10 @@
 //! each controller starts only after it, when the store's own wait returns at once.
 //!
 //! Cached without `metadata.managedFields`, which no controller reads (on a real cluster each
-//! writer of a Machine, the provider, nodelink, the MachineSet controller, adds an entry).
+//! writer of a Machine, the provider, nodelink, the MachineSet controller, adds an entry); and with
+//! one copy of each distinct providerSpec ([`SharedSpecs`]): the Machines of a MachineSet carry
+//! the same one, which was the largest part of the cache in a heap profile at 1,000 Machines
+//! (docs/performance.md).
 
 use futures::{Stream, StreamExt};
 use kube::Api;
@@ -19,6 +22,8 @@ use tokio::sync::watch;
 
 use std::sync::Arc;
 
+use serde_json::Value;
+
 use crate::actuator::inventory::ScopeSource;
 use crate::api::{CLUSTER_ID_LABEL, GuardedMachine};
 use crate::plan::vm::scope::VmNameScope;
@@ -26,6 +31,32 @@ use crate::plan::vm::scope::VmNameScope;
 /// Changes one controller may leave unread before the watch waits for it (each is a reference
 /// into the store, not a copy of the Machine).
 const CHANGES_BUFFERED: usize = 1024;
+
+/// Distinct providerSpecs the cache shares at most (a cluster has a few MachineSets; past this
+/// many, a Machine keeps its own copy).
+const SHARED_SPECS_MAX: usize = 64;
+
+/// One copy of each distinct providerSpec value among the cached Machines.
+#[derive(Debug, Default)]
+struct SharedSpecs {
+    specs: Vec<Arc<Value>>,
+}
+
+impl SharedSpecs {
+    /// Points `spec` at the copy already kept of an equal value, or keeps it as that copy.
+    fn share(&mut self, spec: &mut Option<Arc<Value>>) {
+        let Some(spec) = spec else {
+            return;
+        };
+        // A value no cached Machine holds any more is forgotten.
+        self.specs.retain(|kept| Arc::strong_count(kept) > 1);
+        if let Some(kept) = self.specs.iter().find(|kept| ***kept == **spec) {
+            *spec = kept.clone();
+        } else if self.specs.len() < SHARED_SPECS_MAX {
+            self.specs.push(spec.clone());
+        }
+    }
+}
 
 /// The shared cache before its watch runs: hands out a [`MachineFeed`] per controller.
 #[derive(Debug)]
@@ -136,11 +167,13 @@ impl MachineCache {
             // Keeps the sender, so that feeds waiting for readiness never see it dropped first.
             std::future::pending::<()>().await;
         };
+        let mut specs = SharedSpecs::default();
         let reflect = reflector::reflector(
             writer,
-            events.modify(|guarded: &mut GuardedMachine| {
+            events.modify(move |guarded: &mut GuardedMachine| {
                 if let Ok(machine) = guarded.0.as_mut() {
                     machine.managed_fields_mut().clear();
+                    specs.share(&mut machine.spec.provider_spec.value);
                 }
             }),
         )
@@ -189,6 +222,74 @@ mod tests {
             "spec": {},
         }))
         .unwrap()
+    }
+
+    fn with_spec(name: &str, image: &str) -> GuardedMachine {
+        let mut guarded = guarded(name);
+        if let Ok(machine) = guarded.0.as_mut() {
+            machine.spec.provider_spec.value = Some(Arc::new(json!({
+                "kind": "NutanixMachineProviderConfig",
+                "image": {"type": "name", "name": image},
+            })));
+        }
+        guarded
+    }
+
+    fn spec_of(store: &Store<GuardedMachine>, name: &str) -> Arc<Value> {
+        let cached = store
+            .get(&ObjectRef::new(name).within("openshift-machine-api"))
+            .unwrap();
+        let machine = cached.0.as_ref().unwrap();
+        machine.spec.provider_spec.value.clone().unwrap()
+    }
+
+    #[tokio::test]
+    async fn equal_provider_specs_are_cached_once_and_different_ones_apart() {
+        let cache = MachineCache::new();
+        let store = cache.store();
+        let feed = cache.subscribe();
+        let (mut events, receiver) = futures::channel::mpsc::unbounded();
+        let watch = tokio::spawn(cache.run_on(receiver));
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(with_spec("a", "rhcos")),
+            watcher::Event::InitApply(with_spec("b", "rhcos")),
+            watcher::Event::InitApply(with_spec("c", "windows")),
+            watcher::Event::InitDone,
+        ] {
+            events.send(Ok(event)).await.unwrap();
+        }
+        let (store_ready, _changes) =
+            tokio::time::timeout(Duration::from_secs(5), feed.when_ready())
+                .await
+                .unwrap()
+                .unwrap();
+        assert_eq!(store_ready.state().len(), 3);
+        let (a, b, c) = (
+            spec_of(&store, "a"),
+            spec_of(&store, "b"),
+            spec_of(&store, "c"),
+        );
+        assert!(Arc::ptr_eq(&a, &b), "one copy for equal specs");
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(
+            c["image"]["name"], "windows",
+            "each Machine keeps its own value"
+        );
+        watch.abort();
+    }
+
+    #[test]
+    fn a_spec_no_cached_machine_holds_is_forgotten() {
+        let mut specs = SharedSpecs::default();
+        let mut first = Some(Arc::new(json!({"image": "rhcos"})));
+        specs.share(&mut first);
+        assert_eq!(specs.specs.len(), 1);
+        drop(first);
+        let mut other = Some(Arc::new(json!({"image": "windows"})));
+        specs.share(&mut other);
+        assert_eq!(specs.specs.len(), 1, "the dropped value is not kept");
+        assert_eq!(*specs.specs[0], json!({"image": "windows"}));
     }
 
     #[tokio::test]

@@ -4,7 +4,7 @@
 //! only there): the Machine controller ([`machine`]: lifecycle, drain, node link), the
 //! MachineSet controller ([`machineset`]: capacity annotations) and the Windows join reconciler
 //! ([`windows_join`]: the `WindowsJoin` condition); the first and the last share one Machine
-//! cache ([`machine_cache`]).
+//! cache ([`machine_cache`]) and one Node cache ([`nodes`]).
 //! Another controller is added by writing a function `fn(Arc<Shared>) -> ControllerFuture` and
 //! listing it in [`controllers`]; what its reconcile is wrapped in (keys, metrics, backoff, the
 //! run loop's log, events) is [`kit`]'s.
@@ -41,13 +41,14 @@ use kube::Api;
 
 use crate::api::GuardedMachine;
 use machine_cache::MachineCache;
+use nodes::NodeCache;
 
 /// A running controller.
 pub type ControllerFuture = BoxFuture<'static, ()>;
 
 /// Every controller of the binary, by name. The runtime runs them all while it leads.
-/// The Machine controller and the Windows join reconciler read one Machine cache, whose watch
-/// runs beside them ("machine-cache").
+/// The Machine controller and the Windows join reconciler read one Machine cache and one Node
+/// cache, whose watches run beside them ("machine-cache", "node-cache").
 pub fn controllers(shared: Arc<Shared>) -> Vec<(&'static str, ControllerFuture)> {
     let machines: Api<GuardedMachine> = match &shared.settings.namespace {
         Some(namespace) => Api::namespaced(shared.client.clone(), namespace),
@@ -57,16 +58,19 @@ pub fn controllers(shared: Arc<Shared>) -> Vec<(&'static str, ControllerFuture)>
     shared.actuator.set_vm_scope(cache.vm_scope());
     shared.metrics.count_machines_of(cache.store());
     let (for_machine, for_join) = (cache.subscribe(), cache.subscribe());
+    let mut nodes = NodeCache::new();
+    let (nodes_for_machine, nodes_for_join) = (nodes.subscribe(), nodes.subscribe());
     vec![
         ("machine-cache", Box::pin(cache.run(machines))),
+        ("node-cache", Box::pin(nodes.run(shared.client.clone()))),
         (
             "machine",
-            Box::pin(machine::run(shared.clone(), for_machine)),
+            Box::pin(machine::run(shared.clone(), for_machine, nodes_for_machine)),
         ),
         ("machineset", Box::pin(machineset::run(shared.clone()))),
         (
             "windows-join",
-            Box::pin(windows_join::run(shared, for_join)),
+            Box::pin(windows_join::run(shared, for_join, nodes_for_join)),
         ),
     ]
 }

@@ -43,7 +43,7 @@ use super::error::Error;
 use super::inputs::environment;
 use super::kit::{self, BackoffKey, Kit, key_of};
 use super::machine_cache::MachineFeed;
-use super::nodes::watch_nodes;
+use super::nodes::NodeFeed;
 use super::shared::Shared;
 use super::stores_ready::StoresReady;
 use crate::api::{GuardedMachine, Machine, phase};
@@ -88,14 +88,20 @@ pub struct Context {
     unreadable: Mutex<HashSet<String>>,
 }
 
-/// Runs the Windows join reconciler on the shared Machine cache until its watch ends.
-pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
+/// Runs the Windows join reconciler on the shared Machine and Node caches until the Machines'
+/// watch ends.
+pub async fn run(shared: Arc<Shared>, machines: MachineFeed, node_feed: NodeFeed) {
     let Some((store, changes)) = machines.when_ready().await else {
         tracing::error!("the Machine cache can never be filled; the Windows join reconciler stops");
         return;
     };
     let client = shared.client.clone();
-    let (nodes, node_events) = watch_nodes(client.clone());
+    let nodes_filled = node_feed.filled();
+    let NodeFeed {
+        store: nodes,
+        changes: node_changes,
+        ..
+    } = node_feed;
     let (csrs, csr_writer) = reflector::store();
     let csr_events = reflector::reflector(
         csr_writer,
@@ -112,10 +118,10 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
     // The Machine store is filled already (`when_ready`); a second waiter on it could leave the
     // controller's own wait unwoken.
     let stores_ready = {
-        let (nodes, csrs) = (nodes.clone(), csrs.clone());
-        StoresReady::spawn(async move {
-            nodes.wait_until_ready().await.is_ok() && csrs.wait_until_ready().await.is_ok()
-        })
+        let csrs = csrs.clone();
+        StoresReady::spawn(
+            async move { nodes_filled.await && csrs.wait_until_ready().await.is_ok() },
+        )
     };
     let context = Arc::new(Context {
         shared,
@@ -127,7 +133,9 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed) {
     });
     let for_nodes = store.clone();
     let results = controller
-        .watches_stream(node_events, move |node| machines_of_node(&node, &for_nodes))
+        .watches_shared_stream(node_changes, move |node| {
+            machines_of_node(&node, &for_nodes)
+        })
         .watches_stream(csr_events, move |csr| machines_of_csr(&csr, &store))
         .with_config(config)
         .run(reconcile, error_policy, context);

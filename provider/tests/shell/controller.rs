@@ -14,6 +14,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use nutanix_machine_controller::actuator::{Actuator, ActuatorSettings};
 use nutanix_machine_controller::api::GuardedMachine;
 use nutanix_machine_controller::controller::machine_cache::MachineCache;
+use nutanix_machine_controller::controller::nodes::NodeCache;
 use nutanix_machine_controller::controller::{ControllerSettings, Shared, WatchedSecrets, machine};
 use nutanix_machine_controller::metrics::Metrics;
 use nutanix_machine_controller::plan::vm::spec::{ReadSpec, SpecReader};
@@ -117,17 +118,20 @@ impl InProcessController {
             },
             user.to_owned(),
         ));
-        // The Machine cache the binary shares between its controllers (`controller::controllers`);
-        // only the Machine controller reads it here.
+        // The Machine and Node caches the binary shares between its controllers
+        // (`controller::controllers`); only the Machine controller reads them here.
         let machines: Api<GuardedMachine> = Api::namespaced(shared.client.clone(), NS);
         let cache = MachineCache::new();
         let feed = cache.subscribe();
         let cache_task = tokio::spawn(cache.run(machines));
-        let machine_task = tokio::spawn(machine::run(shared, feed));
+        let mut nodes = NodeCache::new();
+        let node_feed = nodes.subscribe();
+        let node_task = tokio::spawn(nodes.run(shared.client.clone()));
+        let machine_task = tokio::spawn(machine::run(shared, feed, node_feed));
         Self {
             user: user.to_owned(),
             metrics,
-            tasks: vec![secret_task, cache_task, machine_task],
+            tasks: vec![secret_task, cache_task, node_task, machine_task],
         }
     }
 

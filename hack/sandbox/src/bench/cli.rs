@@ -89,6 +89,11 @@ pub struct BenchArgs {
     /// memory, over the run) into this directory.
     #[arg(long, value_name = "DIR")]
     plots: Option<PathBuf>,
+    /// Run this binary as the controller (for example the shipped `nutanix-machine-controller`
+    /// of the same build) instead of the sandbox re-executing itself: the file-backed part of
+    /// the controller's resident memory is then that binary's, as users run it.
+    #[arg(long, value_name = "PATH")]
+    controller_binary: Option<PathBuf>,
 }
 
 /// The controller's intervals while scaling.
@@ -157,12 +162,17 @@ pub fn options(args: &BenchArgs) -> BenchOptions {
 
 /// Runs the benchmark: progress lines, the tables, then one JSON line, all on stdout.
 pub async fn run(args: BenchArgs) -> ExitCode {
-    let controller = match ControllerCommand::this_sandbox_binary() {
-        Ok(command) => command,
-        Err(error) => {
-            eprintln!("sandbox: cannot find its own executable to start the controller: {error}");
-            return ExitCode::FAILURE;
-        }
+    let controller = match &args.controller_binary {
+        Some(program) => ControllerCommand::binary(program),
+        None => match ControllerCommand::this_sandbox_binary() {
+            Ok(command) => command,
+            Err(error) => {
+                eprintln!(
+                    "sandbox: cannot find its own executable to start the controller: {error}"
+                );
+                return ExitCode::FAILURE;
+            }
+        },
     };
     let options = options(&args);
     let progress: ProgressSink = Arc::new(|line: &str| println!("{line}"));

@@ -13,7 +13,10 @@
 //!    [`BenchOptions::foreign_vms`]).
 //! 4. **Scale-down** (after a restart back into the scaling intervals): time and calls per Machine.
 //!
-//! and the controller's CPU seconds and peak resident memory (`/proc`), per process.
+//! and the controller's CPU seconds and peak resident memory (`/proc`), per process: the total's
+//! peak as the kernel keeps it, and the peaks of its anonymous part (what the controller holds) and
+//! its file-backed part (pages of the executable: the sandbox binary's when the sandbox runs
+//! itself as the controller, the shipped binary's with `--controller-binary`) as sampled.
 
 pub mod bound;
 pub mod calls;
@@ -43,7 +46,9 @@ use crate::world::{
 use crate::writes::CONTROLLER_USER;
 use bound::{binding_limit, calls_time, lower_bound};
 use calls::{CallTable, attribute, is_write};
-use process::{ProcessStats, load_average, metric_sum, metrics_address, parse_metrics};
+use process::{
+    ProcessStats, ResidentPeaks, load_average, metric_sum, metrics_address, parse_metrics,
+};
 use report::{
     BenchReport, Delete, Host, IntervalsMs, ProcessUsage, Restart, ScaleUp, Settings, Spread,
     Stages, Steady, Target,
@@ -244,6 +249,8 @@ struct Bench<'a> {
     started: Instant,
     /// The run over time, for its pictures.
     sampler: sampling::Sampler,
+    /// Each controller process's peaks of anonymous and file-backed memory, by pid.
+    peaks: Mutex<HashMap<u32, ResidentPeaks>>,
 }
 
 /// A point in a run: the mock's request log position and the processes' resources.
@@ -277,6 +284,31 @@ impl Bench<'_> {
 
     async fn controller_stats(&self) -> Option<ProcessStats> {
         process::process_stats(self.world.controller_pid().await?)
+    }
+
+    /// Samples the controller's anonymous and file-backed memory into its peaks.
+    async fn observe_memory(&self) -> Option<(ProcessStats, ResidentPeaks)> {
+        let pid = self.world.controller_pid().await?;
+        let stats = process::process_stats(pid)?;
+        let mut peaks = self
+            .peaks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let peak = peaks.entry(pid).or_default();
+        peak.observe(&stats);
+        Some((stats, *peak))
+    }
+
+    /// The resources of the controller process running now, which ran through `phases`.
+    async fn usage(&self, phases: &str) -> ProcessUsage {
+        let (stats, peaks) = self.observe_memory().await.unwrap_or_default();
+        ProcessUsage {
+            phases: phases.to_owned(),
+            cpu_seconds: stats.cpu_seconds,
+            peak_rss_mib: mib(stats.peak_rss_kib),
+            peak_rss_anon_mib: mib(peaks.anon_kib),
+            peak_rss_file_mib: mib(peaks.file_kib),
+        }
     }
 
     async fn mark(&self) -> Mark {
@@ -576,6 +608,7 @@ pub async fn run(
     progress: Option<ProgressSink>,
 ) -> Result<BenchReport, BenchError> {
     let load_before = load_average();
+    let program = controller.program.display().to_string();
     let mut world_options = WorldOptions::sandbox(controller);
     world_options.mock_timings = options.timings.clone();
     world_options.intervals = options.scale_intervals;
@@ -585,7 +618,12 @@ pub async fn run(
     world_options.controller_args = controller_args(options);
     world_options.mock_seed.foreign_vms = options.foreign_vms;
     let world = World::start(world_options).await?;
-    let result = run_in(&world, options, progress, load_before).await;
+    let result = run_in(&world, options, progress, load_before)
+        .await
+        .map(|mut report| {
+            report.settings.controller_program = program;
+            report
+        });
     if result.is_err() {
         let mut world = world;
         let dir = world.keep_work_dir();
@@ -601,6 +639,9 @@ pub async fn run(
 const LOAD_EVERY: Duration = Duration::from_secs(5);
 /// How often the Machines' phases, the provider's writes and its memory are sampled.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+/// How often the controller's anonymous and file-backed memory are sampled for their peaks (a
+/// read of `/proc/<pid>/status`: cheap).
+const MEMORY_EVERY: Duration = Duration::from_millis(100);
 
 async fn run_in(
     world: &World,
@@ -616,6 +657,7 @@ async fn run_in(
         progress,
         started: Instant::now(),
         sampler: sampling::Sampler::new(world, SAMPLE_EVERY),
+        peaks: Mutex::default(),
     };
     let loads = Arc::new(LoadSamples::default());
     let sampler = {
@@ -633,10 +675,16 @@ async fn run_in(
             }
         })
     };
-    let (result, samples) = bench
-        .sampler
-        .run(world, phases(&bench, &loads, load_before))
-        .await;
+    let memory = async {
+        loop {
+            bench.observe_memory().await;
+            tokio::time::sleep(MEMORY_EVERY).await;
+        }
+    };
+    let (result, samples) = tokio::select! {
+        ran = bench.sampler.run(world, phases(&bench, &loads, load_before)) => ran,
+        () = memory => unreachable!("the memory sampling never ends"),
+    };
     sampler.abort();
     result.map(|report| BenchReport { samples, ..report })
 }
@@ -748,8 +796,7 @@ async fn phases(
                 },
             )
             .await?;
-        let before = bench.controller_stats().await;
-        processes.push(usage(&phase_names, before));
+        processes.push(bench.usage(&phase_names).await);
         // The old process is stopped before the logs are cleared: it may still be publishing the
         // events of its last status writes when the last Machine is seen Running, and those are
         // not the restarted controller's writes.
@@ -815,8 +862,7 @@ async fn phases(
     let mut delete = None;
     if options.delete {
         if !options.steady.is_zero() {
-            let before = bench.controller_stats().await;
-            processes.push(usage(&phase_names, before));
+            processes.push(bench.usage(&phase_names).await);
             bench.say("restarting the controller with the scaling intervals");
             world
                 .restart_controller_with(options.scale_intervals, controller_args(options))
@@ -865,7 +911,7 @@ async fn phases(
         });
         bench.say("all Machines and VMs gone");
     }
-    processes.push(usage(&phase_names, bench.controller_stats().await));
+    processes.push(bench.usage(&phase_names).await);
 
     let (load_max, load_mean) = loads.summary();
     let settings = Settings {
@@ -881,6 +927,7 @@ async fn phases(
         mock_task_ms: options.timings.task_queued_ms + options.timings.task_running_ms,
         mock_boot_ms: options.timings.boot_to_address_ms,
         foreign_vms: options.foreign_vms,
+        controller_program: String::new(),
     };
     let targets = targets(
         &settings,
@@ -908,15 +955,6 @@ async fn phases(
         timelines,
         samples: sampling::RunSamples::default(),
     })
-}
-
-fn usage(phases: &str, stats: Option<ProcessStats>) -> ProcessUsage {
-    let stats = stats.unwrap_or_default();
-    ProcessUsage {
-        phases: phases.to_owned(),
-        cpu_seconds: stats.cpu_seconds,
-        peak_rss_mib: mib(stats.peak_rss_kib),
-    }
 }
 
 /// Issue 9's and issue 37's targets against this run.
@@ -979,11 +1017,16 @@ fn targets(
             Some(restart.prism_writes == 0),
         ));
     }
-    let peak = processes.iter().map(|p| p.peak_rss_mib).fold(0.0, f64::max);
+    let highest = |of: fn(&ProcessUsage) -> f64| processes.iter().map(of).fold(0.0, f64::max);
+    let peak = highest(|p| p.peak_rss_mib);
     targets.push(target(
         "peak controller memory (N = 1,000)",
         "<= 64 MiB",
-        format!("{peak:.1} MiB"),
+        format!(
+            "{peak:.1} MiB (anon {:.1}, file {:.1})",
+            highest(|p| p.peak_rss_anon_mib),
+            highest(|p| p.peak_rss_file_mib)
+        ),
         (n >= 1000).then_some(peak <= 64.0),
     ));
     targets

@@ -1,5 +1,6 @@
-//! What the benchmark reads about processes and the machine: CPU time and peak resident memory
-//! from `/proc`, the load average, and the controller's `/metrics` (its address from its log).
+//! What the benchmark reads about processes and the machine: CPU time and resident memory (peak,
+//! and anonymous and file-backed apart) from `/proc`, the load average, and the controller's
+//! `/metrics` (its address from its log).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,6 +21,26 @@ pub struct ProcessStats {
     pub peak_rss_kib: u64,
     /// Resident set size now (`VmRSS`), KiB.
     pub rss_kib: u64,
+    /// Its anonymous part now (`RssAnon`: the heap, stacks; what the process itself holds), KiB.
+    pub rss_anon_kib: u64,
+    /// Its file-backed part now (`RssFile`: mostly the pages of the executable read so far, which
+    /// grow with the binary's size and which the kernel may drop and read again), KiB.
+    pub rss_file_kib: u64,
+}
+
+/// The highest anonymous and file-backed resident memory a process was seen with. The kernel
+/// keeps the peak of the total only (`VmHWM`): these are the peaks of samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ResidentPeaks {
+    pub anon_kib: u64,
+    pub file_kib: u64,
+}
+
+impl ResidentPeaks {
+    pub fn observe(&mut self, stats: &ProcessStats) {
+        self.anon_kib = self.anon_kib.max(stats.rss_anon_kib);
+        self.file_kib = self.file_kib.max(stats.rss_file_kib);
+    }
 }
 
 /// User + system CPU seconds from the text of `/proc/<pid>/stat`.
@@ -33,7 +54,7 @@ pub fn cpu_seconds_of_stat(stat: &str) -> Option<f64> {
     Some((utime + stime) / USER_HZ)
 }
 
-/// A `kB` field (`VmHWM`, `VmRSS`) of `/proc/<pid>/status`.
+/// A `kB` field (`VmHWM`, `VmRSS`, `RssAnon`, `RssFile`) of `/proc/<pid>/status`.
 pub fn status_kib(status: &str, field: &str) -> Option<u64> {
     status.lines().find_map(|line| {
         let rest = line.strip_prefix(field)?.strip_prefix(':')?;
@@ -49,6 +70,8 @@ pub fn process_stats(pid: u32) -> Option<ProcessStats> {
         cpu_seconds: cpu_seconds_of_stat(&stat)?,
         peak_rss_kib: status_kib(&status, "VmHWM")?,
         rss_kib: status_kib(&status, "VmRSS")?,
+        rss_anon_kib: status_kib(&status, "RssAnon")?,
+        rss_file_kib: status_kib(&status, "RssFile")?,
     })
 }
 
@@ -165,17 +188,42 @@ mod tests {
 
     #[test]
     fn memory_fields_are_read_in_kib() {
-        let status =
-            "Name:\tsandbox\nVmPeak:\t  900 kB\nVmHWM:\t   51234 kB\nVmRSS:\t   40000 kB\n";
+        let status = "Name:\tsandbox\nVmPeak:\t  900 kB\nVmHWM:\t   51234 kB\nVmRSS:\t   40000 kB\n\
+                      RssAnon:\t   30000 kB\nRssFile:\t    9000 kB\nRssShmem:\t    1000 kB\n";
         assert_eq!(status_kib(status, "VmHWM"), Some(51234));
         assert_eq!(status_kib(status, "VmRSS"), Some(40000));
+        assert_eq!(status_kib(status, "RssAnon"), Some(30000));
+        assert_eq!(status_kib(status, "RssFile"), Some(9000));
         assert_eq!(status_kib(status, "VmSwap"), None);
+    }
+
+    #[test]
+    fn peaks_of_anonymous_and_file_backed_memory_are_kept_apart() {
+        let mut peaks = ResidentPeaks::default();
+        let at = |anon, file| ProcessStats {
+            rss_anon_kib: anon,
+            rss_file_kib: file,
+            rss_kib: anon + file,
+            ..ProcessStats::default()
+        };
+        peaks.observe(&at(100, 50));
+        peaks.observe(&at(300, 20));
+        peaks.observe(&at(200, 60));
+        assert_eq!(
+            peaks,
+            ResidentPeaks {
+                anon_kib: 300,
+                file_kib: 60
+            }
+        );
     }
 
     #[test]
     fn our_own_process_is_readable() {
         let stats = own_stats().unwrap();
         assert!(stats.peak_rss_kib >= stats.rss_kib && stats.rss_kib > 0);
+        assert!(stats.rss_anon_kib > 0 && stats.rss_file_kib > 0);
+        assert!(stats.rss_anon_kib + stats.rss_file_kib <= stats.rss_kib);
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub struct Settings {
     pub mock_boot_ms: u64,
     /// VMs of other tenants prism-mock held besides the benchmark's (`--foreign-vms`).
     pub foreign_vms: u32,
+    /// The program run as the controller (the sandbox itself, or `--controller-binary`).
+    pub controller_program: String,
 }
 
 /// The machine the run was on.
@@ -165,7 +167,13 @@ pub struct ProcessUsage {
     /// What it ran through.
     pub phases: String,
     pub cpu_seconds: f64,
+    /// Peak resident memory (`VmHWM`), MiB.
     pub peak_rss_mib: f64,
+    /// Peak of its anonymous part (`RssAnon`, sampled every 100 ms), MiB: what the controller
+    /// holds, whichever binary runs it.
+    pub peak_rss_anon_mib: f64,
+    /// Peak of its file-backed part (`RssFile`, sampled), MiB: mostly the executable's pages.
+    pub peak_rss_file_mib: f64,
 }
 
 /// One target of issue 9 and whether it was met.
@@ -256,6 +264,7 @@ impl BenchReport {
             "Benchmark: {} Machines, kind {}; prism-mock {limit}, tasks {} ms, boot to address {} ms, {} foreign VMs",
             s.machines, s.kind, s.mock_task_ms, s.mock_boot_ms, s.foreign_vms
         );
+        let _ = writeln!(out, "Controller program: {}", s.controller_program);
         let _ = writeln!(
             out,
             "Controller: --prism-rate-limit {} --prism-burst {} --concurrency {}; scaling with the {} intervals: poll {} ms, requeue {} ms, inventory {} ms; steady state with {} / {} / {} ms",
@@ -390,8 +399,12 @@ impl BenchReport {
         for process in &self.controller_processes {
             let _ = writeln!(
                 out,
-                "  {:<36} CPU {:>8.2} s, peak resident {:>7.1} MiB",
-                process.phases, process.cpu_seconds, process.peak_rss_mib
+                "  {:<36} CPU {:>8.2} s, peak resident {:>7.1} MiB (anonymous {:.1} MiB, file-backed {:.1} MiB at their own peaks)",
+                process.phases,
+                process.cpu_seconds,
+                process.peak_rss_mib,
+                process.peak_rss_anon_mib,
+                process.peak_rss_file_mib
             );
         }
         let _ = writeln!(out, "\nTargets:");

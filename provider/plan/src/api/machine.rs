@@ -7,6 +7,7 @@
 //! write with merge patches, never `replace`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{NodeAddress, ObjectReference, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
@@ -66,11 +67,13 @@ pub struct MachineSpec {
     pub other: BTreeMap<String, Value>,
 }
 
-/// `spec.providerSpec`: the provider's configuration, kept as raw JSON.
+/// `spec.providerSpec`: the provider's configuration, kept as raw JSON. Behind an `Arc`, so that
+/// the Machine cache keeps one copy of the value the Machines of a MachineSet share
+/// (`controller::machine_cache`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProviderSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<Value>,
+    pub value: Option<Arc<Value>>,
 }
 
 /// Hooks that hold a Machine before drain or before the instance is deleted.

@@ -28,7 +28,7 @@ pub const FIELD_MANAGER: &str = "nutanix-machineset-capacity";
 /// `NutanixMachineProviderConfig`, or no kind at all (as the Go provider, which decodes any
 /// providerSpec of its cluster). A providerSpec of another kind belongs to another provider.
 pub fn is_nutanix(set: &MachineSet) -> bool {
-    match &set.spec.template.spec.provider_spec.value {
+    match set.spec.template.spec.provider_spec.value.as_deref() {
         Some(Value::Object(value)) => value
             .get("kind")
             .and_then(Value::as_str)

@@ -259,7 +259,7 @@ fn unknown_key_warnings(machine: &Machine) -> Vec<String> {
         .spec
         .provider_spec
         .value
-        .as_ref()
+        .as_deref()
         .and_then(serde_json::Value::as_object)
         .into_iter()
         .flat_map(serde_json::Map::keys)
@@ -275,7 +275,7 @@ fn unknown_key_warnings(machine: &Machine) -> Vec<String> {
         .spec
         .provider_spec
         .value
-        .as_ref()
+        .as_deref()
         .and_then(serde_json::Value::as_object)
     {
         for (field, shape) in &PROVIDER_SPEC_NESTED {
@@ -334,7 +334,7 @@ fn unknown_nested(
 /// Warnings for our choices written in `providerSpec`: the machine-api-operator's webhook drops
 /// them when a Machine is created on OpenShift, and an annotation overrides them.
 fn in_spec_choice_warnings(machine: &Machine, choices: &AnnotatedChoices) -> Vec<String> {
-    let Some(value) = machine.spec.provider_spec.value.as_ref() else {
+    let Some(value) = machine.spec.provider_spec.value.as_deref() else {
         return Vec::new();
     };
     let written = |field: &str| value.get(field).is_some_and(|v| !v.is_null());
