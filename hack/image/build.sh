@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds the controller's image from scratch around the locally built release binary with buildah
+# Builds the controller's image from scratch around the locally built binary (profile `shipped`,
+# Cargo.toml) with buildah
 # (no base image is pulled), then runs the image's binary (`--version`, and `render` on a test
 # fixture) to show that the image works. A developer tool, never run by CI (.ci/run): it needs
 # buildah and root (or a user namespace buildah can use).
 #
 # Usage: hack/image/build.sh [IMAGE]          IMAGE defaults to localhost/nutanix-machine-controller:dev
 #   CARGO_TARGET_DIR      where cargo builds (default: target/ in the repository)
-#   SKIP_CARGO_BUILD=1    use the release binary already built
+#   SKIP_CARGO_BUILD=1    use the binary already built
 #   STORAGE_DRIVER        buildah's storage driver (default vfs: works without overlay support)
 #   ISOLATION             buildah run's isolation for the check (default chroot; see README.md)
 #   OCI_ARCHIVE=FILE      also write the image as an OCI archive (podman load -i FILE)
@@ -15,7 +16,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 image=${1:-localhost/nutanix-machine-controller:dev}
 target_dir=${CARGO_TARGET_DIR:-$root/target}
-binary=$target_dir/release/nutanix-machine-controller
+binary=$target_dir/shipped/nutanix-machine-controller
 buildah=(buildah --storage-driver "${STORAGE_DRIVER:-vfs}")
 
 if ! command -v buildah >/dev/null; then
@@ -23,7 +24,7 @@ if ! command -v buildah >/dev/null; then
     exit 1
 fi
 if [ "${SKIP_CARGO_BUILD:-0}" != 1 ]; then
-    (cd "$root" && cargo build --release --locked -p nutanix-machine-controller)
+    (cd "$root" && cargo build --profile shipped --locked -p nutanix-machine-controller)
 fi
 
 staging=$(mktemp -d)
