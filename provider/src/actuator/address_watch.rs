@@ -1,9 +1,11 @@
 //! One shared look per Prism Central at the VMs whose Machines wait for their addresses
 //! (issue 37, item 2).
 //!
-//! A VM whose create ended is often read before its guest has an address: Prism reports a NIC's
-//! address once AHV assigns it (a managed subnet) or learns it from the guest's traffic (an
-//! unmanaged one), which can be well after the VM is powered on. Such a Machine stays
+//! A VM whose create ended is often read before its guest has an address: a NIC's address in a
+//! v3 VM's status is `ASSIGNED` or `LEARNED` (prism-go-client `v3/swagger.json`,
+//! `ip_endpoint_list[].type`; only `ASSIGNED` may be asked for in the spec), and a learned one
+//! comes from the running guest, which can be well after the VM is powered on (prism-mock's
+//! guests report theirs `boot_to_address_ms` after power-on). Such a Machine stays
 //! `Provisioned` and would look again only at its requeue (`--requeue-interval`, 30 s in
 //! production). While any VM waits, the watch takes a fresh shared inventory listing (the same
 //! listing every waiting Machine reads, so its calls follow the time VMs wait, not their
