@@ -69,6 +69,42 @@ async fn fixture_with(settings: ActuatorSettings, foreign: u32) -> Fixture {
     }
 }
 
+/// A Prism Central, a connection to it, and what its shared task and address watches wake.
+struct Watched {
+    mock: RunningMock,
+    connection: Arc<Connection>,
+    woken: tokio::sync::broadcast::Receiver<MachineKey>,
+    _dir: tempfile::TempDir,
+}
+
+async fn watched(config: MockConfig) -> Watched {
+    let mock = MockPrism::start(config).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, mock.ca_pem().unwrap()).unwrap();
+    let actuator = Actuator::new(
+        ActuatorSettings {
+            ca_file: Some(ca),
+            ..ActuatorSettings::default()
+        },
+        None,
+    );
+    let woken = actuator.task_ends();
+    let connection = actuator
+        .connection(
+            mock.base_url(),
+            "ns/credentials",
+            &PrismCredentials::new("admin", "mock-password"),
+        )
+        .unwrap();
+    Watched {
+        mock,
+        connection,
+        woken,
+        _dir: dir,
+    }
+}
+
 fn machine(name: &str, uid: &str, provider_spec: serde_json::Value, windows: bool) -> Machine {
     let mut labels = json!({"machine.openshift.io/cluster-api-cluster": "sandbox"});
     if windows {
@@ -736,25 +772,12 @@ async fn projects_and_gpus_are_resolved_against_prism() {
 /// its task ends, and a listed success stands in for the Machine's own `GET` of its task.
 #[tokio::test]
 async fn the_task_watch_wakes_each_machine_and_hands_over_its_listed_task() {
-    let mock = MockPrism::start(MockConfig::default()).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let ca = dir.path().join("ca.pem");
-    std::fs::write(&ca, mock.ca_pem().unwrap()).unwrap();
-    let actuator = Actuator::new(
-        ActuatorSettings {
-            ca_file: Some(ca),
-            ..ActuatorSettings::default()
-        },
-        None,
-    );
-    let mut woken = actuator.task_ends();
-    let connection = actuator
-        .connection(
-            mock.base_url(),
-            "ns/credentials",
-            &PrismCredentials::new("admin", "mock-password"),
-        )
-        .unwrap();
+    let Watched {
+        mock,
+        connection,
+        mut woken,
+        _dir,
+    } = watched(MockConfig::default()).await;
     let key = |name: &str| MachineKey {
         namespace: "openshift-machine-api".to_owned(),
         name: name.to_owned(),
@@ -902,25 +925,12 @@ async fn the_task_watch_wakes_each_machine_and_hands_over_its_listed_task() {
 async fn the_address_watch_wakes_a_machine_when_its_vm_lists_an_address() {
     let mut config = MockConfig::default();
     config.timings.boot_to_address_ms = 1500;
-    let mock = MockPrism::start(config).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let ca = dir.path().join("ca.pem");
-    std::fs::write(&ca, mock.ca_pem().unwrap()).unwrap();
-    let actuator = Actuator::new(
-        ActuatorSettings {
-            ca_file: Some(ca),
-            ..ActuatorSettings::default()
-        },
-        None,
-    );
-    let mut woken = actuator.task_ends();
-    let connection = actuator
-        .connection(
-            mock.base_url(),
-            "ns/credentials",
-            &PrismCredentials::new("admin", "mock-password"),
-        )
-        .unwrap();
+    let Watched {
+        mock,
+        connection,
+        mut woken,
+        _dir,
+    } = watched(config).await;
     let mut waiting = Vec::new();
     for name in ["addr-a0", "addr-a1", "addr-a2"] {
         let m = machine(
@@ -993,24 +1003,12 @@ async fn the_address_watch_wakes_a_machine_when_its_vm_lists_an_address() {
 async fn a_waiter_on_a_vm_just_made_is_served_a_listing_begun_since() {
     let mut config = MockConfig::default();
     config.timings.task_running_ms = 400;
-    let mock = MockPrism::start(config).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let ca = dir.path().join("ca.pem");
-    std::fs::write(&ca, mock.ca_pem().unwrap()).unwrap();
-    let actuator = Actuator::new(
-        ActuatorSettings {
-            ca_file: Some(ca),
-            ..ActuatorSettings::default()
-        },
-        None,
-    );
-    let connection = actuator
-        .connection(
-            mock.base_url(),
-            "ns/credentials",
-            &PrismCredentials::new("admin", "mock-password"),
-        )
-        .unwrap();
+    let Watched {
+        mock,
+        connection,
+        _dir,
+        ..
+    } = watched(config).await;
     let name = "made-a0";
     let names = NameClause::Exact(name.to_owned());
     let m = machine(
