@@ -35,7 +35,9 @@
 //!   with the reason of its `WindowsJoin` condition (the stage its join reached, or why it is
 //!   stuck);
 //! - `nutanix_prism_inventory_listed_timestamp_seconds{endpoint}`: when the last VM inventory
-//!   listing of that Prism Central began (its age is `time()` minus this).
+//!   listing of that Prism Central began (its age is `time()` minus this);
+//! - `nutanix_machine_creates_waiting`: Machines waiting for a create slot (half of
+//!   `--concurrency` may begin a create at once: `controller::machine`'s `create_slots`).
 //!
 //! The console dashboard of manifests/monitoring/ reads these; tests/e2e/dashboard.rs runs its
 //! queries on a real Prometheus scraping a sandbox run.
@@ -84,6 +86,7 @@ pub struct Metrics {
     pub reconcile_duration: HistogramVec,
     pub reconcile_errors: IntCounterVec,
     pub leader: IntGauge,
+    pub creates_waiting: IntGauge,
     pub inventory_unreadable: IntGaugeVec,
     pub windows_join_timed_out: IntGaugeVec,
     pub vms_without_machine: IntGaugeVec,
@@ -126,6 +129,11 @@ impl Metrics {
             "1 while this instance holds the leader lease",
         )?;
         registry.register(Box::new(leader.clone()))?;
+        let creates_waiting = IntGauge::new(
+            "nutanix_machine_creates_waiting",
+            "Machines waiting for a create slot (half of --concurrency may begin a create at once)",
+        )?;
+        registry.register(Box::new(creates_waiting.clone()))?;
         let inventory_unreadable = IntGaugeVec::new(
             Opts::new(
                 "nutanix_prism_inventory_unreadable_vms",
@@ -251,6 +259,7 @@ impl Metrics {
                 &["controller", "reason"],
             )?,
             leader,
+            creates_waiting,
             registry,
         })
     }

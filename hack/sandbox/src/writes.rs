@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use k8s_openapi::jiff::Timestamp;
 use kube_sim::reqlog::RequestRecord;
 use serde::Deserialize;
 
@@ -152,6 +153,13 @@ struct AuditEvent {
     object_ref: Option<AuditObject>,
     #[serde(default)]
     response_status: Option<AuditStatus>,
+    /// When the answer was complete (RFC 3339, microseconds).
+    #[serde(default)]
+    stage_timestamp: String,
+    /// The request's body, where the policy logs it (`real_cluster::start`: a Machine's status
+    /// writes only).
+    #[serde(default)]
+    request_object: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -165,6 +173,8 @@ struct AuditObject {
     resource: String,
     #[serde(default)]
     subresource: String,
+    #[serde(default)]
+    name: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -218,9 +228,21 @@ fn real_actor(event: &AuditEvent) -> Actor {
     }
 }
 
-/// The writes of a kube-apiserver audit log (JSON lines, one Event at `ResponseComplete` each).
-pub fn tally_audit_log(text: &str) -> Result<Tally, AuditLogError> {
-    let mut tally = Tally::new();
+/// One write of a kube-apiserver audit log: its kind, the object's name, when it was answered
+/// and, where the policy logs it, its body.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditWrite {
+    pub kind: WriteKind,
+    /// Empty for a create by `generateName` (the name is not in the request's path).
+    pub name: String,
+    pub answered: Option<Timestamp>,
+    pub request_object: Option<serde_json::Value>,
+}
+
+/// The writes of a kube-apiserver audit log (JSON lines, one Event at `ResponseComplete` each),
+/// in the log's order.
+pub fn audit_writes(text: &str) -> Result<Vec<AuditWrite>, AuditLogError> {
+    let mut writes = Vec::new();
     for (index, line) in text
         .lines()
         .enumerate()
@@ -233,17 +255,39 @@ pub fn tally_audit_log(text: &str) -> Result<Tally, AuditLogError> {
         if event.stage != "ResponseComplete" || !WRITE_VERBS.contains(&event.verb.as_str()) {
             continue;
         }
-        let Some(object) = &event.object_ref else {
+        let actor = real_actor(&event);
+        let AuditEvent {
+            verb,
+            object_ref: Some(object),
+            response_status,
+            stage_timestamp,
+            request_object,
+            ..
+        } = event
+        else {
             continue;
         };
-        let kind = WriteKind {
-            actor: real_actor(&event),
-            verb: event.verb.clone(),
-            resource: object.resource.clone(),
-            subresource: object.subresource.clone(),
-            code: event.response_status.as_ref().map_or(0, |s| s.code),
-        };
-        *tally.entry(kind).or_default() += 1;
+        writes.push(AuditWrite {
+            kind: WriteKind {
+                actor,
+                verb,
+                resource: object.resource,
+                subresource: object.subresource,
+                code: response_status.as_ref().map_or(0, |s| s.code),
+            },
+            name: object.name,
+            answered: stage_timestamp.parse().ok(),
+            request_object,
+        });
+    }
+    Ok(writes)
+}
+
+/// The writes of a kube-apiserver audit log, tallied by kind.
+pub fn tally_audit_log(text: &str) -> Result<Tally, AuditLogError> {
+    let mut tally = Tally::new();
+    for write in audit_writes(text)? {
+        *tally.entry(write.kind).or_default() += 1;
     }
     Ok(tally)
 }

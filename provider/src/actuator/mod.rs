@@ -219,6 +219,11 @@ impl Actuator {
         }
     }
 
+    /// The rate limit every Prism Central's calls are held to.
+    pub fn rate_limit(&self) -> &RateLimit {
+        &self.settings.rate_limit
+    }
+
     /// The Machines whose task ended or whose VM lists new addresses, as the task and address
     /// watches of every Prism Central see them ([`task_watch`], [`address_watch`]); a receiver
     /// that falls behind skips some, which their own polls cover.

@@ -62,9 +62,11 @@ use crate::plan::vm::scope::NameClause;
 const CONTROLLER: &str = "machine";
 
 mod claims;
+mod create_slots;
 mod perform;
 mod superseded;
 
+use create_slots::CreateSlots;
 use superseded::Superseded;
 
 /// The Machine controller's context.
@@ -78,6 +80,8 @@ pub struct Context {
     superseded: Superseded,
     /// One control-plane drain allowed and cordoned at a time ([`super::drain`]).
     control_plane_cordon: ControlPlaneCordon,
+    /// How many reconciles may begin a create at once ([`create_slots`]).
+    create_slots: CreateSlots,
 }
 
 /// How soon a reconcile that saw a stale Machine looks again (the write's event normally
@@ -108,12 +112,18 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed, node_feed: NodeFeed
         changes: node_changes,
         ..
     } = node_feed;
+    let create_slots = CreateSlots::new(
+        shared.settings.concurrency,
+        shared.actuator.rate_limit().requests_per_second,
+        shared.metrics.creates_waiting.clone(),
+    );
     let context = Arc::new(Context {
         shared,
         nodes,
         nodes_ready,
         superseded: Superseded::default(),
         control_plane_cordon: ControlPlaneCordon::default(),
+        create_slots,
     });
     let claim_changes =
         claims::claim_changes(client.clone(), context.shared.settings.namespace.clone()).await;
@@ -306,6 +316,19 @@ impl Scope {
             tracing::debug!(machine = %self.key, "the cache has not seen this controller's last write yet");
             return Ok(Action::requeue(STALE_RETRY));
         }
+        // Held until this reconcile ends.
+        let _create_slot = if self.rounds.snapshot.starts_a_create() {
+            match self.context.create_slots.admit(&self.key, Instant::now()) {
+                Ok(slot) => Some(slot),
+                Err(wait) => {
+                    tracing::debug!(machine = %self.key, ?wait, "every create slot is taken; its turn comes later");
+                    return Ok(Action::requeue(wait));
+                }
+            }
+        } else {
+            self.context.create_slots.tidy(Instant::now());
+            None
+        };
         let (finish, failed_call) = match self.run_rounds().await {
             Ok(ending) => ending,
             Err(error @ Error::MachineGone { .. }) => return Err(error),

@@ -469,9 +469,15 @@ async fn a_create_prism_failed_at_once_shows_soon_with_the_default_intervals() {
         "controller",
         &["--poll-interval", "10s", "--requeue-interval", "30s"],
     );
+    // A recorded UUID without a task is also the moment between the record and the create's
+    // send: only the VM's existence (its providerID, written from it) says the create ended.
+    // Waiting for less let the fault below take quick-0's create when a loaded host held the
+    // send back (seen under CPU load: pool-1 was then created at once and never failed).
     let task_ended = |m: &Value| {
         let status = &m["status"]["providerStatus"];
-        !status["vmUUID"].is_null() && status["pendingTask"].is_null()
+        !status["vmUUID"].is_null()
+            && status["pendingTask"].is_null()
+            && !m["spec"]["providerID"].is_null()
     };
     // A first create teaches the controller how long creates take on this Prism Central.
     env.create_machine("quick-0", linux_spec(), false).await;

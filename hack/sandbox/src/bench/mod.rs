@@ -21,6 +21,7 @@
 pub mod bound;
 pub mod calls;
 pub mod cli;
+pub mod join_stages;
 pub mod process;
 pub mod report;
 pub mod sampling;

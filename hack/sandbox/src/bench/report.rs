@@ -59,6 +59,7 @@ pub struct Host {
 /// Percentiles of one stage's duration over the Machines, seconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Spread {
+    pub min: f64,
     pub p50: f64,
     pub p90: f64,
     pub max: f64,
@@ -75,6 +76,7 @@ impl Spread {
             values[index.min(values.len() - 1)]
         };
         Self {
+            min: values[0],
             p50: at(0.5),
             p90: at(0.9),
             max: values[values.len() - 1],

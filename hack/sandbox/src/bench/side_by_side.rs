@@ -20,6 +20,7 @@ use prism_mock::{RateLimit, Timings};
 use serde::Serialize;
 
 use super::bound::{binding_limit, lower_bound, with_arrival};
+use super::join_stages::{self, JoinStages};
 use super::process::{ProcessStats, process_stats};
 use super::sampling::{RunSamples, Sampler};
 use super::{BenchError, BenchKind};
@@ -103,6 +104,9 @@ pub struct ProviderRun {
     /// When the last Machine was created, seconds after the scale request (its
     /// `creationTimestamp`, whole seconds, rounded down).
     pub last_machine_created_seconds: Option<f64>,
+    /// Where the scale-up's time went, Machine by Machine, from the audit log: the provider's
+    /// part and the cluster's join ([`join_stages`]); `None` when the log could not be read.
+    pub join: Option<JoinStages>,
     pub steady: Phase,
     pub restart: Phase,
     pub down: Phase,
@@ -142,10 +146,7 @@ impl Usage {
 
 /// The provider's writes in a tally of the audit log, by kind (the actor left out).
 fn writes_by_kind(tally: &Tally, provider: Provider) -> BTreeMap<String, u64> {
-    let actor = match provider {
-        Provider::Ours => Actor::Controller,
-        Provider::Go => Actor::GoProvider,
-    };
+    let actor = provider_actor(provider);
     let mut kinds = BTreeMap::new();
     for (kind, count) in tally.iter().filter(|(kind, _)| kind.actor == actor) {
         let resource = if kind.subresource.is_empty() {
@@ -245,6 +246,47 @@ fn last_created_after(snapshot: &Snapshot, scaled_at: Timestamp) -> Option<f64> 
         .filter_map(|machine| machine.metadata.creation_timestamp.as_ref())
         .map(|created| created.0.duration_since(scaled_at).as_secs_f64())
         .max_by(f64::total_cmp)
+}
+
+/// The scale-up's stages Machine by Machine, from the control plane's audit log as it is now;
+/// `None` (and a line on the progress) when it cannot be read.
+fn join_of(
+    world: &World,
+    provider: Provider,
+    running: &Snapshot,
+    scaled_at: Timestamp,
+) -> Option<JoinStages> {
+    let plane = world.control_plane()?;
+    let path = plane.audit_log();
+    let writes = std::fs::read_to_string(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|text| crate::writes::audit_writes(&text).map_err(|e| e.to_string()));
+    let writes = match writes {
+        Ok(writes) => writes,
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "no stage breakdown: the audit log is unreadable");
+            return None;
+        }
+    };
+    let created: HashMap<String, Timestamp> = running
+        .machines_of(LINUX_SET)
+        .iter()
+        .filter_map(|machine| {
+            Some((
+                machine.metadata.name.clone()?,
+                machine.metadata.creation_timestamp.as_ref()?.0,
+            ))
+        })
+        .collect();
+    let joins = join_stages::machine_joins(&writes, &provider_actor(provider), &created, scaled_at);
+    Some(join_stages::summarize(&joins))
+}
+
+fn provider_actor(provider: Provider) -> Actor {
+    match provider {
+        Provider::Ours => Actor::Controller,
+        Provider::Go => Actor::GoProvider,
+    }
 }
 
 async fn mark(world: &World, provider: Provider) -> Result<Mark, BenchError> {
@@ -358,6 +400,7 @@ async fn run_one(
                 .await?;
             let up_end = mark(&world, provider).await?;
             let last_created = last_created_after(&running, scaled_at);
+            let join = join_of(&world, provider, &running, scaled_at);
             sampler.abort();
 
             pictures.mark("steady");
@@ -391,13 +434,14 @@ async fn run_one(
                 start,
                 up_end,
                 last_created,
+                join,
                 steady_end,
                 restart_end,
                 down_end,
             ))
         })
         .await;
-    let (start, up_end, last_created, steady_end, restart_end, down_end) = marks?;
+    let (start, up_end, last_created, join, steady_end, restart_end, down_end) = marks?;
     let pid = world.controller_pid().await;
     let (cpu_seconds, peak_rss_mib) = {
         let mut usage = usage
@@ -421,6 +465,7 @@ async fn run_one(
         up: phase(&start, &up_end),
         bound_seconds: with_arrival(&bound, last_created),
         last_machine_created_seconds: last_created,
+        join,
         steady: phase(&up_end, &steady_end),
         restart: phase(&steady_end, &restart_end),
         down: phase(&restart_end, &down_end),
@@ -478,6 +523,83 @@ pub fn render(runs: &[ProviderRun], steady: Duration, restart_window: Duration) 
         &|r| {
             r.last_machine_created_seconds
                 .map_or_else(|| "?".to_owned(), |created| format!("{created:.0}"))
+        },
+    ));
+    out.push_str(&row(
+        "0 → N, seconds ÷ (the lower bound + the cluster's fastest join)",
+        &|r| {
+            r.join.as_ref().map_or_else(
+                || "?".to_owned(),
+                |join| {
+                    let bound = r.bound_seconds + join.fastest_join();
+                    format!(
+                        "{:.1}× ({bound:.1} s)",
+                        r.up.seconds / bound.max(f64::MIN_POSITIVE)
+                    )
+                },
+            )
+        },
+    ));
+    out.push_str(&row(
+        "0 → N, the last InternalIP written, seconds after the scale (÷ the lower bound)",
+        &|r| {
+            r.join
+                .as_ref()
+                .and_then(|join| join.last_internal_ip)
+                .map_or_else(
+                    || "?".to_owned(),
+                    |at| {
+                        format!(
+                            "{at:.1} ({:.2}×)",
+                            at / r.bound_seconds.max(f64::MIN_POSITIVE)
+                        )
+                    },
+                )
+        },
+    ));
+    let stage = |label: &str, spread: fn(&JoinStages) -> &super::report::Spread| {
+        row(label, &|r: &ProviderRun| {
+            r.join.as_ref().map_or_else(
+                || "?".to_owned(),
+                |join| {
+                    let s = spread(join);
+                    format!("{:.1} / {:.1} / {:.1}", s.p50, s.p90, s.max)
+                },
+            )
+        })
+    };
+    out.push_str(&stage(
+        "0 → N, created → InternalIP written (the provider), s, p50 / p90 / max",
+        |j| &j.to_internal_ip,
+    ));
+    out.push_str(&stage(
+        "0 → N, InternalIP → nodeRef (the cluster's join), s, p50 / p90 / max",
+        |j| &j.join,
+    ));
+    out.push_str(&stage(
+        "0 → N, nodeRef → Running (the provider), s, p50 / p90 / max",
+        |j| &j.to_running,
+    ));
+    out.push_str(&row(
+        "0 → N, the last Machine Running: created, InternalIP, Node, nodeRef, Running (s after the scale)",
+        &|r| {
+            r.join
+                .as_ref()
+                .and_then(|join| join.last.as_ref())
+                .map_or_else(
+                    || "?".to_owned(),
+                    |m| {
+                        let at = |t: Option<f64>| t.map_or_else(|| "?".to_owned(), |t| format!("{t:.1}"));
+                        format!(
+                            "{:.0}, {}, {}, {}, {}",
+                            m.created,
+                            at(m.internal_ip),
+                            at(m.node),
+                            at(m.node_ref),
+                            at(m.running)
+                        )
+                    },
+                )
         },
     ));
     out.push_str(&row("0 → N, Prism calls per Machine", &|r| {
@@ -556,6 +678,7 @@ mod tests {
             },
             bound_seconds: 5.0,
             last_machine_created_seconds: None,
+            join: None,
             steady: Phase {
                 seconds: 120.0,
                 prism_calls: 30,
@@ -574,6 +697,22 @@ mod tests {
     fn the_table_has_a_column_per_provider_and_ratios_per_machine_and_minute() {
         let mut ours = run("ours", 25.0, 33);
         ours.last_machine_created_seconds = Some(17.2);
+        let spread = |min, p50, p90, max| super::super::report::Spread { min, p50, p90, max };
+        ours.join = Some(JoinStages {
+            machines: 10,
+            to_internal_ip: spread(2.0, 4.0, 9.0, 12.0),
+            join: spread(2.5, 4.0, 6.0, 7.0),
+            to_running: spread(0.1, 0.1, 0.2, 0.3),
+            last: Some(join_stages::MachineJoin {
+                name: "m".into(),
+                created: 3.0,
+                internal_ip: Some(15.0),
+                node: Some(14.5),
+                node_ref: Some(24.8),
+                running: None,
+            }),
+            last_internal_ip: Some(15.0),
+        });
         let table = render(
             &[ours, run("go", 50.0, 190)],
             Duration::from_secs(120),
@@ -589,6 +728,25 @@ mod tests {
         );
         assert!(
             table.contains("| 0 → N, the last Machine created, seconds after the scale | 17 | ? |"),
+            "{table}"
+        );
+        // The bound with the cluster's fastest join: 5.0 + 2.5.
+        assert!(
+            table.contains(
+                "| 0 → N, seconds ÷ (the lower bound + the cluster's fastest join) | 3.3× (7.5 s) | ? |"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains("| 0 → N, the last InternalIP written, seconds after the scale (÷ the lower bound) | 15.0 (3.00×) | ? |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| 0 → N, InternalIP → nodeRef (the cluster's join), s, p50 / p90 / max | 4.0 / 6.0 / 7.0 | ? |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| 0 → N, the last Machine Running: created, InternalIP, Node, nodeRef, Running (s after the scale) | 3, 15.0, 14.5, 24.8, ? | ? |"),
             "{table}"
         );
         assert!(

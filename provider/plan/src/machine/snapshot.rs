@@ -62,6 +62,22 @@ impl Snapshot {
     pub fn current_status(&self) -> &NutanixMachineProviderStatus {
         self.recorded.as_ref().unwrap_or(&self.status)
     }
+
+    /// Whether this reconcile would begin a create: a Machine not being deleted, not `Failed`,
+    /// not provisioned, with no VM, deploy or task of its own recorded. Such a reconcile spends
+    /// most of its time waiting for Prism's rate limit, so the executor lets only so many run at
+    /// once and keeps its other workers for the Machines already on their way. A wrong answer
+    /// changes only when a reconcile runs, never what it does.
+    pub fn starts_a_create(&self) -> bool {
+        let state = &self.machine.state;
+        let status = &self.status;
+        !state.deleting
+            && state.phase != crate::api::phase::FAILED
+            && !state.is_provisioned()
+            && status.vm_uuid.is_none()
+            && status.deploy_request_id.is_none()
+            && status.pending_task.is_none()
+    }
 }
 
 /// What the protocol reads of the Machine object, parsed once.

@@ -813,8 +813,8 @@ impl World {
         }
     }
 
-    /// One reconcile; `stop_after`: the controller stops after this many writes and sends.
-    fn reconcile_until(&mut self, stop_after: Option<usize>) -> Outcome {
+    /// What the next reconcile starts from.
+    fn snapshot(&mut self) -> Snapshot {
         let settings = Settings {
             intervals: Intervals::default(),
             migration_gate: self.gate,
@@ -824,7 +824,12 @@ impl World {
         };
         let stored = self.stored();
         let status = stored.provider_status().unwrap_or_default();
-        let snapshot = Snapshot::of(&stored, ParsedSpec::of(&stored), status, self.now, settings);
+        Snapshot::of(&stored, ParsedSpec::of(&stored), status, self.now, settings)
+    }
+
+    /// One reconcile; `stop_after`: the controller stops after this many writes and sends.
+    fn reconcile_until(&mut self, stop_after: Option<usize>) -> Outcome {
+        let snapshot = self.snapshot();
         // The executor's script, as the controller runs it.
         let mut rounds = Rounds::new(snapshot);
         let mut outcome = Outcome::default();
@@ -1198,6 +1203,34 @@ fn a_create_to_running_and_a_deletion_make_few_writes_each() {
         }
     );
     assert!(deleted.total() <= 4);
+}
+
+/// Only a Machine with nothing of a VM recorded begins a create: the executor holds back only
+/// those while its create slots are taken (`controller::machine`, `CreateSlots`), so a Machine
+/// on its way is never kept waiting behind Machines that wait for Prism's rate limit.
+#[test]
+fn only_a_machine_with_nothing_of_a_vm_recorded_starts_a_create() {
+    let mut world = World::new("image");
+    assert!(world.snapshot().starts_a_create(), "a new Machine");
+    world.run_until(4, World::about_to_create);
+    assert!(world.snapshot().starts_a_create(), "its finalizer on");
+    world.steps();
+    assert!(world.status().vm_uuid.is_some(), "{:?}", world.log);
+    assert!(
+        !world.snapshot().starts_a_create(),
+        "its VM's UUID recorded"
+    );
+    world.run_until(12, |w| w.phase() == phase::PROVISIONED);
+    assert!(!world.snapshot().starts_a_create(), "provisioned");
+
+    let mut deleted = World::new("image");
+    deleted.run_until(4, World::about_to_create);
+    deleted.delete();
+    assert!(!deleted.snapshot().starts_a_create(), "being deleted");
+
+    let mut failed = World::new("image");
+    failed.machine["status"]["phase"] = json!(phase::FAILED);
+    assert!(!failed.snapshot().starts_a_create(), "Failed");
 }
 
 /// The Node's providerID has one writer here, the protocol, on the Node the watch cache shows:
