@@ -64,9 +64,11 @@ const CONTROLLER: &str = "machine";
 mod claims;
 mod create_slots;
 mod perform;
+mod remembered_tasks;
 mod superseded;
 
 use create_slots::CreateSlots;
+use remembered_tasks::RememberedTasks;
 use superseded::Superseded;
 
 /// The Machine controller's context.
@@ -82,6 +84,8 @@ pub struct Context {
     control_plane_cordon: ControlPlaneCordon,
     /// How many reconciles may begin a create at once ([`create_slots`]).
     create_slots: CreateSlots,
+    /// The create tasks kept in memory, not on the Machines ([`remembered_tasks`]).
+    remembered_tasks: RememberedTasks,
 }
 
 /// How soon a reconcile that saw a stale Machine looks again (the write's event normally
@@ -124,6 +128,7 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed, node_feed: NodeFeed
         superseded: Superseded::default(),
         control_plane_cordon: ControlPlaneCordon::default(),
         create_slots,
+        remembered_tasks: RememberedTasks::default(),
     });
     let claim_changes =
         claims::claim_changes(client.clone(), context.shared.settings.namespace.clone()).await;
@@ -274,7 +279,14 @@ impl Scope {
             fail_timed_out_windows_joins: shared.settings.fail_timed_out_windows_joins,
         };
         let spec = shared.settings.spec_reader.read(&machine);
-        let snapshot = Snapshot::of(&machine, spec, status, Timestamp::now(), settings);
+        // Planned on with the create's task this controller remembers; written as it is.
+        let snapshot = match context.remembered_tasks.planned(&machine) {
+            Some(planned) => {
+                let status = planned.provider_status().unwrap_or(status);
+                Snapshot::of(&planned, spec, status, Timestamp::now(), settings)
+            }
+            None => Snapshot::of(&machine, spec, status, Timestamp::now(), settings),
+        };
         Self {
             context,
             machine,
@@ -524,8 +536,15 @@ impl Scope {
                     environment.connection.addresses_known(&vm);
                 }
             }
+            Effect::RememberTask(task) => {
+                self.context
+                    .remembered_tasks
+                    .remember(&self.machine, task, Instant::now());
+            }
+            Effect::ForgetTask => self.context.remembered_tasks.forget(&self.machine),
             Effect::ResetBackoff => shared.backoff.reset(&self.key),
             Effect::Finished => {
+                self.context.remembered_tasks.forget(&self.machine);
                 if let Some(environment) = &self.environment {
                     environment
                         .connection

@@ -497,8 +497,9 @@ async fn a_create_prism_failed_at_once_shows_soon_with_the_default_intervals() {
         .times(1),
     );
     env.create_machine("pool-1", linux_spec(), false).await;
+    // Its UUID is recorded just before the create is sent (its task is kept in memory).
     env.wait_machine("pool-1", "its create recorded", |m| {
-        !m["status"]["providerStatus"]["pendingTask"].is_null()
+        !m["status"]["providerStatus"]["vmUUID"].is_null()
     })
     .await;
     let recorded = std::time::Instant::now();

@@ -503,7 +503,9 @@ pub struct NutanixMachineProviderStatus {
     /// repeat with the same id returns the same task instead of deploying again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deploy_request_id: Option<String>,
-    /// Ours: a Prism task this controller started and has not yet seen end.
+    /// Ours: a Prism task this controller started and has not yet seen end. A create's,
+    /// clone's or deploy's is kept in memory, not written (`machine::task_memory`); one an older
+    /// version wrote is still read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_task: Option<PendingTask>,
     /// Ours: what a clone or template deploy could not set and must still be applied to the VM

@@ -8,6 +8,7 @@ use prism_types::v3::Vm;
 
 use crate::api::TaskOperation;
 use crate::machine::status::StatusUpdate;
+use crate::machine::task_memory::RememberedTask;
 use crate::vm::request::{FollowUpUpdate, VmRequest};
 
 /// One step of a reconcile.
@@ -309,6 +310,10 @@ pub enum Effect {
     },
     /// A source or cluster is gone: drop the cached lookups.
     InvalidateLookups,
+    /// Keep this create's task in memory, not on the Machine ([`super::task_memory`]).
+    RememberTask(RememberedTask),
+    /// The Machine was written without a create's task: forget any remembered.
+    ForgetTask,
     ResetBackoff,
     /// The Machine is gone: forget what the executor remembers of it.
     Finished,

@@ -19,6 +19,7 @@ pub mod networks;
 pub mod node_link;
 pub mod provision;
 pub mod status;
+pub mod task_memory;
 
 mod decide;
 mod decision;

@@ -11,6 +11,8 @@
 //! of one transition (phase `Provisioning` and the record of the create; a task's end and the
 //! VM it made; phase `Deleting`, the drain and the record of the delete) go to the API server
 //! as one write, not one per step. Every write is etcd load on the cluster's control plane.
+//! A create's task is not written at all: it is handed to the executor to keep in memory
+//! ([`super::task_memory`]).
 //!
 //! The Machine controller and the plan tests' world both run it, each performing the steps
 //! against its own Prism and Kubernetes: a change of the script is a change of both.
@@ -23,6 +25,7 @@ use super::decision::{Action, Change, Effect, Event, MAX_ROUNDS, MetadataChange,
 use super::snapshot::Snapshot;
 use crate::api::{MACHINE_FINALIZER, Machine};
 use crate::machine::status::{StatusUpdate, metadata_patch, status_patch};
+use crate::machine::task_memory::{RememberedTask, take_create_task};
 
 /// One reconcile's rounds; the executor puts each action's result into [`Rounds::snapshot`].
 #[derive(Debug)]
@@ -121,10 +124,15 @@ impl Rounds {
             }
             self.asked += 1;
             let decision = decide_with(&self.snapshot, planner);
+            // A change of the create's task alone is written nowhere, so no write triggers the
+            // reconcile that would go on from it: the script goes on from it at once.
+            let task_changed = decision.status.provider_status.as_ref().is_some_and(|status| {
+                RememberedTask::of(status) != RememberedTask::of(self.snapshot.current_status())
+            });
             if let Some(provider_status) = &decision.status.provider_status {
                 self.snapshot.recorded = Some(provider_status.clone());
             }
-            let continues = decision.plan_on
+            let continues = (decision.plan_on || task_changed)
                 && decision.action.is_none()
                 && decision.next == Next::AwaitChange
                 && decision.metadata != Some(MetadataChange::RemoveFinalizer);
@@ -179,8 +187,21 @@ impl Rounds {
             .into_iter()
             .map(Write::Metadata)
             .collect();
-        writes.push(Write::Status(Box::new(std::mem::take(&mut self.status))));
+        writes.push(Write::Status(Box::new(self.take_status())));
         writes
+    }
+
+    /// The status change decided so far, to be written now, but for a create's task, which
+    /// the executor keeps in memory instead ([`super::task_memory`]).
+    fn take_status(&mut self) -> StatusUpdate {
+        let mut status = std::mem::take(&mut self.status);
+        if let Some(provider_status) = status.provider_status.as_mut() {
+            self.effects.push(match take_create_task(provider_status) {
+                Some(task) => Effect::RememberTask(task),
+                None => Effect::ForgetTask,
+            });
+        }
+        status
     }
 
     /// The end of a reconcile a failed call interrupted: what was decided before it still
@@ -198,7 +219,7 @@ impl Rounds {
                 .into_iter()
                 .partition(MetadataChange::written_after_status);
         let mut writes: Vec<Write> = before.into_iter().map(Write::Metadata).collect();
-        writes.push(Write::Status(Box::new(std::mem::take(&mut self.status))));
+        writes.push(Write::Status(Box::new(self.take_status())));
         writes.extend(after.into_iter().map(Write::Metadata));
         Finish {
             writes,
