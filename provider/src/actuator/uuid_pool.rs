@@ -139,7 +139,11 @@ mod tests {
         let soon = start + Duration::from_secs(5);
         assert_eq!(next_batch(32, Some((start, 32)), soon), 64);
         assert_eq!(next_batch(32, Some((start, 2048)), soon), 4096);
-        assert_eq!(next_batch(32, Some((start, 4096)), soon), 4096, "Prism's limit");
+        assert_eq!(
+            next_batch(32, Some((start, 4096)), soon),
+            4096,
+            "Prism's limit"
+        );
         // A thousand Machines at once: 32 + 64 + 128 + 256 + 512 + 1,024 UUIDs, six reservations.
         let mut last = None;
         let mut reserved = 0;

@@ -58,7 +58,10 @@ async fn a_create_records_the_finalizer_then_the_uuid_then_sends_then_records_th
     // The create's task is kept in the controller's memory, never written: the recorded UUID
     // is what makes the create safe to repeat.
     assert!(
-        journal.versions.iter().all(|v| v.pending_task_operation().is_none()),
+        journal
+            .versions
+            .iter()
+            .all(|v| v.pending_task_operation().is_none()),
         "no version records the create's task; journal:\n{}",
         journal.render()
     );

@@ -126,9 +126,13 @@ impl Rounds {
             let decision = decide_with(&self.snapshot, planner);
             // A change of the create's task alone is written nowhere, so no write triggers the
             // reconcile that would go on from it: the script goes on from it at once.
-            let task_changed = decision.status.provider_status.as_ref().is_some_and(|status| {
-                RememberedTask::of(status) != RememberedTask::of(self.snapshot.current_status())
-            });
+            let task_changed = decision
+                .status
+                .provider_status
+                .as_ref()
+                .is_some_and(|status| {
+                    RememberedTask::of(status) != RememberedTask::of(self.snapshot.current_status())
+                });
             if let Some(provider_status) = &decision.status.provider_status {
                 self.snapshot.recorded = Some(provider_status.clone());
             }

@@ -97,7 +97,9 @@ impl RememberedTask {
 }
 
 /// Takes a create's task out of `status` (what is written), returning it to be remembered.
-pub(super) fn take_create_task(status: &mut NutanixMachineProviderStatus) -> Option<RememberedTask> {
+pub(super) fn take_create_task(
+    status: &mut NutanixMachineProviderStatus,
+) -> Option<RememberedTask> {
     let remembered = RememberedTask::of(status)?;
     status.pending_task = None;
     Some(remembered)

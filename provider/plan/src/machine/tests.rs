@@ -836,7 +836,13 @@ impl World {
             None => stored,
         };
         let status = planned.provider_status().unwrap_or_default();
-        Snapshot::of(&planned, ParsedSpec::of(&planned), status, self.now, settings)
+        Snapshot::of(
+            &planned,
+            ParsedSpec::of(&planned),
+            status,
+            self.now,
+            settings,
+        )
     }
 
     /// The create's task as the executor knows it: remembered, or (a follow-up's) written.
@@ -1255,11 +1261,18 @@ fn a_controller_restarted_while_its_create_runs_finds_the_vm_without_the_task() 
         let mut world = World::new(source);
         world.link_node();
         world.run_until(4, |w| w.pending_task().is_some());
-        assert!(world.status().pending_task.is_none(), "{source}: not written");
+        assert!(
+            world.status().pending_task.is_none(),
+            "{source}: not written"
+        );
         world.remembered = None;
         world.tick();
         let (steps, _) = world.steps();
-        let expected = if source == "template" { "deploy" } else { "GET" };
+        let expected = if source == "template" {
+            "deploy"
+        } else {
+            "GET"
+        };
         assert!(
             steps.iter().any(|step| step == expected) && !steps.iter().any(|step| step == "task"),
             "{source}: {steps:?}"
@@ -1931,13 +1944,7 @@ fn a_clone_listed_complete_sends_its_follow_up_in_the_same_reconcile() {
     let (steps, _) = world.steps();
     assert_eq!(
         steps,
-        strings(&[
-            "env",
-            "list Task",
-            "GET",
-            "follow-up",
-            "write status"
-        ])
+        strings(&["env", "list Task", "GET", "follow-up", "write status"])
     );
     assert!(world.status().pending_follow_up.is_none());
 }

@@ -98,9 +98,17 @@ mod tests {
         assert_eq!(status.vm_uuid.as_deref(), Some("vm-1"));
 
         // Another Machine of the same name (another uid) is not this one.
-        assert!(tasks.planned(&machine("uid-2", json!({"vmUUID": "vm-1"}))).is_none());
+        assert!(
+            tasks
+                .planned(&machine("uid-2", json!({"vmUUID": "vm-1"})))
+                .is_none()
+        );
         // A Machine that records another VM now (a retried create) forgets the task.
-        assert!(tasks.planned(&machine("uid-1", json!({"vmUUID": "vm-2"}))).is_none());
+        assert!(
+            tasks
+                .planned(&machine("uid-1", json!({"vmUUID": "vm-2"})))
+                .is_none()
+        );
         assert_eq!(tasks.len(), 0);
 
         tasks.remember(&waiting, create_task("vm-1"), now);
