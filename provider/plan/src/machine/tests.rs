@@ -1286,6 +1286,42 @@ fn a_controller_restarted_while_its_create_runs_finds_the_vm_without_the_task() 
     }
 }
 
+/// A Machine deleted while its create runs, by a controller that no longer remembers the
+/// create's task (restarted since), still deletes the VM the create made before it lets the
+/// Machine go; one that remembers it does the same.
+#[test]
+fn a_machine_deleted_while_its_create_runs_deletes_its_vm_with_or_without_the_task() {
+    for source in ["image", "clone", "template"] {
+        for forgotten in [false, true] {
+            let mut world = World::new(source);
+            world.link_node();
+            world.run_until(4, |w| w.pending_task().is_some());
+            if forgotten {
+                world.remembered = None;
+            }
+            world.delete();
+            for _ in 0..12 {
+                if world.finalized() {
+                    break;
+                }
+                world.tick();
+                world.reconcile();
+                assert!(
+                    !world.finalized() || world.vms.is_empty(),
+                    "{source}, task forgotten {forgotten}: let go with the VM there: {:?}",
+                    world.log
+                );
+            }
+            assert!(world.finalized(), "{source}, {forgotten}: {:?}", world.log);
+            assert!(
+                world.vms.is_empty(),
+                "{source}, {forgotten}: {:?}",
+                world.log
+            );
+        }
+    }
+}
+
 /// Only a Machine with nothing of a VM recorded begins a create: the executor holds back only
 /// those while its create slots are taken (`controller::machine`, `CreateSlots`), so a Machine
 /// on its way is never kept waiting behind Machines that wait for Prism's rate limit.
