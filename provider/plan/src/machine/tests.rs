@@ -845,6 +845,25 @@ impl World {
         )
     }
 
+    /// Reconciles a Machine being deleted (time passing between) until its finalizer is gone,
+    /// at most `limit` times: never while its VM exists, and with no VM left at the end.
+    fn finish_deletion(&mut self, limit: usize, case: &str) {
+        for _ in 0..limit {
+            if self.finalized() {
+                break;
+            }
+            self.tick();
+            self.reconcile();
+            assert!(
+                !self.finalized() || self.vms.is_empty(),
+                "{case}: let go with the VM there: {:?}",
+                self.log
+            );
+        }
+        assert!(self.finalized(), "{case}: not finished: {:?}", self.log);
+        assert!(self.vms.is_empty(), "{case}: {:?}", self.log);
+    }
+
     /// The create's task as the executor knows it: remembered, or (a follow-up's) written.
     fn pending_task(&self) -> Option<PendingTask> {
         self.status()
@@ -1300,24 +1319,7 @@ fn a_machine_deleted_while_its_create_runs_deletes_its_vm_with_or_without_the_ta
                 world.remembered = None;
             }
             world.delete();
-            for _ in 0..12 {
-                if world.finalized() {
-                    break;
-                }
-                world.tick();
-                world.reconcile();
-                assert!(
-                    !world.finalized() || world.vms.is_empty(),
-                    "{source}, task forgotten {forgotten}: let go with the VM there: {:?}",
-                    world.log
-                );
-            }
-            assert!(world.finalized(), "{source}, {forgotten}: {:?}", world.log);
-            assert!(
-                world.vms.is_empty(),
-                "{source}, {forgotten}: {:?}",
-                world.log
-            );
+            world.finish_deletion(12, &format!("{source}, task forgotten {forgotten}"));
         }
     }
 }
@@ -1701,22 +1703,10 @@ fn a_deletion_stopped_after_any_write_or_send_never_finishes_while_the_vm_exists
                 }
                 world.reconcile_until(Some(stop));
                 assert!(!world.finalized() || world.vms.is_empty());
-                for _ in 0..8 {
-                    if world.finalized() {
-                        break;
-                    }
-                    world.tick();
-                    world.reconcile();
-                    assert!(
-                        !world.finalized() || world.vms.is_empty(),
-                        "{source}: finished with the VM there"
-                    );
-                }
-                assert!(
-                    world.finalized(),
-                    "{source}: stopped after {stop} of reconcile {reconcile}"
+                world.finish_deletion(
+                    8,
+                    &format!("{source}: stopped after {stop} of reconcile {reconcile}"),
                 );
-                assert!(world.vms.is_empty());
             }
         }
     }
