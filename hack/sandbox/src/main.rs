@@ -164,6 +164,9 @@ struct SideBySideArgs {
     /// Our controller's --prism-burst (default: its shipped default).
     #[arg(long, value_name = "N", default_value_t = 40)]
     prism_burst: u32,
+    /// Our controller's --concurrency (default: its shipped default).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    concurrency: u16,
     /// Run one provider only (default: both, ours first).
     #[arg(long, value_enum, value_name = "PROVIDER")]
     only: Option<ProviderArg>,
@@ -501,6 +504,7 @@ async fn run_side_by_side(args: SideBySideArgs) -> ExitCode {
         go_provider: args.go_provider,
         mock_rate_limit: (50.0, 50),
         ours_rate_limit: (args.prism_rate_limit, args.prism_burst),
+        ours_concurrency: args.concurrency,
         timings: Timings::sandbox(),
         phase_timeout: Duration::from_secs(args.phase_timeout),
         work_dir: args.work_dir,

@@ -51,6 +51,8 @@ pub struct SideBySideOptions {
     pub mock_rate_limit: (f64, u32),
     /// Our controller's `--prism-rate-limit` and `--prism-burst`, passed to it as flags.
     pub ours_rate_limit: (f64, u32),
+    /// Our controller's `--concurrency`.
+    pub ours_concurrency: u16,
     pub timings: Timings,
     pub phase_timeout: Duration,
     pub work_dir: Option<PathBuf>,
@@ -353,6 +355,8 @@ async fn run_one(
             rate.to_string(),
             "--prism-burst".into(),
             burst.to_string(),
+            "--concurrency".into(),
+            options.ours_concurrency.to_string(),
         ];
     }
     world_options.work_dir = options.work_dir.as_ref().map(|dir| dir.join(name));
