@@ -42,6 +42,15 @@ impl MachineJoin {
     fn join_seconds(&self) -> Option<f64> {
         Some(self.node_ref? - self.internal_ip?)
     }
+
+    /// nodelink's part of the join: from the moment it could link the two (the Node registered
+    /// and the Machine's `InternalIP` written, whichever came last: before the provider or a
+    /// cloud controller manager sets the Node's providerID it matches them by that IP) to its
+    /// `nodeRef`. nodelink runs one worker (controller-runtime's default; it passes no
+    /// `MaxConcurrentReconciles`), so a burst of Nodes waits in its queue here.
+    fn link_seconds(&self) -> Option<f64> {
+        Some(self.node_ref? - self.node?.max(self.internal_ip?))
+    }
 }
 
 /// The stages over the Machines that went through all of them.
@@ -53,6 +62,8 @@ pub struct JoinStages {
     pub to_internal_ip: Spread,
     /// `InternalIP` → `nodeRef` (the cluster: approvals, the kubelet, nodelink).
     pub join: Spread,
+    /// Within it, the Node and the `InternalIP` both there → `nodeRef` (nodelink alone).
+    pub link: Spread,
     /// `nodeRef` → `Running` (the provider).
     pub to_running: Spread,
     /// The last Machine to be `Running`, stage by stage.
@@ -145,6 +156,7 @@ pub fn summarize(joins: &[MachineJoin]) -> JoinStages {
         machines: complete.len(),
         to_internal_ip: spread(|j| Some(j.internal_ip? - j.created)),
         join: spread(MachineJoin::join_seconds),
+        link: spread(MachineJoin::link_seconds),
         to_running: spread(|j| Some(j.running? - j.node_ref?)),
         last_internal_ip: complete
             .iter()
@@ -295,6 +307,10 @@ mod tests {
         assert_eq!(stages.machines, 1, "m-2 never reached its InternalIP");
         assert_eq!(stages.to_internal_ip.max, 3.0);
         assert_eq!(stages.fastest_join(), 1.0);
+        assert_eq!(
+            stages.link.max, 1.0,
+            "nodelink could link them once the address came, at 3.0"
+        );
         assert!((stages.to_running.max - 0.2).abs() < 1e-6);
         assert_eq!(stages.last.unwrap().name, "m-1");
         assert_eq!(stages.last_internal_ip, Some(3.0));
@@ -316,6 +332,11 @@ mod tests {
         assert_eq!(at(join.node), Some(5.079), "{join:?}");
         assert_eq!(at(join.node_ref), Some(6.359), "{join:?}");
         assert_eq!(at(join.running), Some(7.946), "{join:?}");
+        assert_eq!(
+            at(join.link_seconds()),
+            Some(0.505),
+            "nodelink linked them half a second after the address: {join:?}"
+        );
     }
 
     #[test]

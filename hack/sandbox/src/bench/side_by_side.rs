@@ -581,6 +581,10 @@ pub fn render(runs: &[ProviderRun], steady: Duration, restart_window: Duration) 
         |j| &j.join,
     ));
     out.push_str(&stage(
+        "0 → N, within it, Node and InternalIP both there → nodeRef (nodelink), s, p50 / p90 / max",
+        |j| &j.link,
+    ));
+    out.push_str(&stage(
         "0 → N, nodeRef → Running (the provider), s, p50 / p90 / max",
         |j| &j.to_running,
     ));
@@ -706,6 +710,7 @@ mod tests {
             machines: 10,
             to_internal_ip: spread(2.0, 4.0, 9.0, 12.0),
             join: spread(2.5, 4.0, 6.0, 7.0),
+            link: spread(0.5, 1.0, 3.0, 5.0),
             to_running: spread(0.1, 0.1, 0.2, 0.3),
             last: Some(join_stages::MachineJoin {
                 name: "m".into(),
@@ -747,6 +752,10 @@ mod tests {
         );
         assert!(
             table.contains("| 0 → N, InternalIP → nodeRef (the cluster's join), s, p50 / p90 / max | 4.0 / 6.0 / 7.0 | ? |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| 0 → N, within it, Node and InternalIP both there → nodeRef (nodelink), s, p50 / p90 / max | 1.0 / 3.0 / 5.0 | ? |"),
             "{table}"
         );
         assert!(
