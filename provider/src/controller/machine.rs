@@ -64,10 +64,12 @@ const CONTROLLER: &str = "machine";
 mod claims;
 mod create_slots;
 mod perform;
+mod provider_ids_set;
 mod remembered_tasks;
 mod superseded;
 
 use create_slots::CreateSlots;
+use provider_ids_set::ProviderIdsSet;
 use remembered_tasks::RememberedTasks;
 use superseded::Superseded;
 
@@ -86,6 +88,8 @@ pub struct Context {
     create_slots: CreateSlots,
     /// The create tasks kept in memory, not on the Machines ([`remembered_tasks`]).
     remembered_tasks: RememberedTasks,
+    /// The Node providerIDs set, until the Node watch shows them ([`provider_ids_set`]).
+    provider_ids_set: ProviderIdsSet,
 }
 
 /// How soon a reconcile that saw a stale Machine looks again (the write's event normally
@@ -129,6 +133,7 @@ pub async fn run(shared: Arc<Shared>, machines: MachineFeed, node_feed: NodeFeed
         control_plane_cordon: ControlPlaneCordon::default(),
         create_slots,
         remembered_tasks: RememberedTasks::default(),
+        provider_ids_set: ProviderIdsSet::default(),
     });
     let claim_changes =
         claims::claim_changes(client.clone(), context.shared.settings.namespace.clone()).await;

@@ -43,7 +43,8 @@ pub fn machine_to_requeue(
     })
 }
 
-/// Sets Node `node`'s `spec.providerID`, decided where the watch cache showed none. No
+/// Sets Node `node`'s `spec.providerID`, decided where the watch cache showed none; the Node
+/// as the patch left it. No
 /// resourceVersion: the API server refuses to change a providerID once set (k8s.io/kubernetes
 /// `pkg/apis/core/validation/validation.go`, `ValidateNodeUpdate`, v1.34.2 lines 6970-6973), so
 /// a cloud controller manager's value set in between is answered 422 and never overwritten,
@@ -53,12 +54,12 @@ pub async fn set_provider_id(
     client: &kube::Client,
     node: &str,
     provider_id: &str,
-) -> Result<(), Error> {
+) -> Result<Node, Error> {
     let patch = json!({"spec": {"providerID": provider_id}});
-    Api::<Node>::all(client.clone())
+    let patched = Api::<Node>::all(client.clone())
         .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|e| Error::kube(format!("set providerID of Node {node}"), e))?;
     tracing::info!(node, %provider_id, "set the Node's providerID");
-    Ok(())
+    Ok(patched)
 }

@@ -183,7 +183,7 @@ impl Scope {
                     self.context
                         .nodes
                         .get(&ObjectRef::new(&name))
-                        .map(|node| node.as_ref().clone())
+                        .map(|node| self.context.provider_ids_set.seen(node.as_ref().clone()))
                 } else {
                     let nodes: Api<Node> = Api::all(self.shared().client.clone());
                     nodes
@@ -376,10 +376,12 @@ impl Scope {
                     Err(kube::Error::Api(status)) if status.code == 404 => {}
                     Err(error) => return Err(Error::kube(format!("delete Node {node}"), error)),
                 }
+                self.context.provider_ids_set.forget(&node);
                 self.rounds.snapshot.seen.delete.node_deleted = true;
             }
             Change::NodeProviderId { node, provider_id } => {
-                set_provider_id(&self.shared().client, &node, &provider_id).await?;
+                let patched = set_provider_id(&self.shared().client, &node, &provider_id).await?;
+                self.context.provider_ids_set.written(&patched);
                 self.rounds.snapshot.seen.update.node_provider_id_set = true;
             }
             Change::CreateClaims { claims } => {
